@@ -1,0 +1,42 @@
+# Two entry points for a fresh machine: `make run` and `make test`.
+# The venv is created on first use; torch comes from the local CPU wheel when it
+# exists (never an unpinned, multi-GB CUDA download).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+
+.PHONY: run test test-all test-vllm lint bench help
+
+help:
+	@echo "make run    - compare policies on the default scenario"
+	@echo "make test   - install (first time) and run the test suite"
+	@echo "make test-vllm - plugin tests against the real vLLM-Omni classes (own venv)"
+	@echo "make bench  - speed benchmarks"
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q uv
+	@if [ -n "$(TORCH_WHEEL)" ]; then \
+	  $(UV) pip install --python $(PY) -q "$(TORCH_WHEEL)"; \
+	else \
+	  $(VENV)/bin/pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu; \
+	fi
+	$(UV) pip install --python $(PY) -q -e ".[rl,dev,serve,nvml]"
+	@$(PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/rlsched simulate --scenario default --compare fifo,sjf,edf,priority,drr
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check rlsched tests
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/rlsched bench sim

@@ -1,0 +1,67 @@
+"""``rlsched`` command line: parse, load config, call the library, print."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rlsched.errors import RlschedError
+
+Handler = Callable[[argparse.Namespace], int]
+_COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def command(name: str, help: str) -> Callable[[Callable[[argparse.ArgumentParser], None]], Any]:
+    def deco(add_args: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+        _COMMANDS[name] = (add_args, help)
+        return add_args
+    return deco
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import rlsched.commands  # noqa: F401  (registers the subcommands)
+    parser = argparse.ArgumentParser(
+        prog="rlsched", description="Learned batch scheduling for vLLM-Omni's diffusion stage.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (add_args, help_text) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        add_args(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except RlschedError as exc:
+        print(f"rlsched: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(_clean(obj), default=_jsonable))
+
+
+def _clean(obj: Any) -> Any:
+    """NaN/inf → null so the output is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _jsonable(obj: Any) -> Any:
+    return str(obj)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

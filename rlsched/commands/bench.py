@@ -1,0 +1,66 @@
+"""``rlsched bench``: speed benchmarks (medians of repeated runs, one core)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rlsched.cli import command, print_json
+
+BENCHES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {}
+
+
+def bench(name: str) -> Callable[[Callable[[argparse.Namespace], dict[str, Any]]], Any]:
+    def deco(fn: Callable[[argparse.Namespace], dict[str, Any]]) -> Callable[[argparse.Namespace], dict[str, Any]]:
+        BENCHES[name] = fn
+        return fn
+    return deco
+
+
+@command("bench", "Speed benchmarks: sim, projection, env, decision.")
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("what", choices=("sim", "projection", "env", "decision"), help="what to measure")
+    p.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    _load_benches()
+    if args.what not in BENCHES:
+        raise SystemExit(f"rlsched bench {args.what}: not available in this install")
+    result = BENCHES[args.what](args)
+    if args.json:
+        print_json(result)
+    else:
+        for key, value in result.items():
+            print(f"{key:>24}: {value}")
+    return 0
+
+
+BENCH_MODULES = ("rlsched.benchmarks", "rlsched.projection.bench", "rlsched.envs.bench", "rlsched.agents.bench")
+
+
+def _load_benches() -> None:
+    """Import the modules that register benches; those needing a missing extra are skipped."""
+    import importlib
+    for mod in BENCH_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not exc.name.startswith("rlsched"):
+                continue  # an optional dependency is missing
+            if exc.name != mod:
+                raise
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)

@@ -1,0 +1,39 @@
+"""Typed errors. Each names what was wrong (field, file, line) so a user can fix it."""
+
+from __future__ import annotations
+
+
+class RlschedError(Exception):
+    """Base class of every error rlsched raises on purpose."""
+
+
+class InvalidRequest(RlschedError, ValueError):
+    """A request field is out of range or of the wrong kind."""
+
+    def __init__(self, field: str, value: object, why: str) -> None:
+        self.field, self.value = field, value
+        super().__init__(f"invalid request field {field!r}={value!r}: {why}")
+
+
+class ConfigError(RlschedError, ValueError):
+    """A scenario, profile or agent file is malformed."""
+
+    def __init__(self, where: str, why: str) -> None:
+        self.where = where
+        super().__init__(f"{where}: {why}")
+
+
+class TraceFormatError(ConfigError):
+    """A trace line cannot be parsed; names the file and the 1-based line."""
+
+    def __init__(self, path: str, line: int, why: str) -> None:
+        self.path, self.line = path, line
+        super().__init__(f"{path}:{line}", why)
+
+
+class InvalidDecision(RlschedError, ValueError):
+    """A policy returned a decision the simulator cannot carry out."""
+
+
+class CheckpointError(RlschedError, ValueError):
+    """A frozen policy is missing, tampered with, or of another schema version."""

@@ -1,0 +1,175 @@
+"""Baseline policies: vLLM-Omni's FIFO, SJF/SRTF, EDF, strict priority, DRR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rlsched.policies.base import register, same_key_batch
+from rlsched.sim.request import CLASS_INDEX, RequestRecord
+from rlsched.sim.simulator import WAIT, Decision, Simulator
+
+
+class Fifo:
+    """Exactly vLLM-Omni 0.30's diffusion scheduler.
+
+    Request mode: admit from the head of the queue while the key matches the head's
+    and ``max_num_seqs`` allows; stop at the first incompatible request (head-of-line
+    blocking). A short wave waits up to ``request_batch_max_wait_ms`` after the head
+    arrived, to coalesce. Step mode: the running batch keeps going; between steps,
+    waiting requests join from the head while they share the running key. No
+    memory check, no preemption.
+    """
+
+    name = "fifo"
+
+    def reset(self, state: Simulator) -> None:
+        pass
+
+    def decide(self, state: Simulator) -> Decision:
+        cap = state.config.max_num_seqs
+        if state.config.step_mode and state.running:
+            return Decision(tuple(r.request.id for r in state.running) + self._join(state, cap))
+        batch = _head_run(state.waiting.values(), cap)
+        wait_s = state.config.request_batch_max_wait_ms / 1e3
+        if len(batch) < cap and wait_s > 0 and not state.config.step_mode:
+            head = state.waiting[batch[0]]
+            until = head.request.arrival_s + wait_s
+            if state.now < until:
+                return Decision((), wait_until=until)
+        return Decision(batch)
+
+    @staticmethod
+    def _join(state: Simulator, cap: int) -> tuple[int, ...]:
+        key, room = state.running[0].key, cap - len(state.running)
+        out = []
+        for rec in state.waiting.values():
+            if len(out) >= room or rec.key != key:
+                break
+            out.append(rec.request.id)
+        return tuple(out)
+
+
+def _head_run(queue: Iterable[RequestRecord], cap: int) -> tuple[int, ...]:
+    """Consecutive same-key requests from the head (stops at the first mismatch)."""
+    out: list[int] = []
+    key = None
+    for rec in queue:
+        if len(out) >= cap or (key is not None and rec.key != key):
+            break
+        key = rec.key
+        out.append(rec.request.id)
+    return tuple(out)
+
+
+class OrderedPolicy:
+    """Pick the best request by ``rank``; batch its key's requests in rank order.
+
+    In step mode the policy is preemptive: running requests compete with waiting
+    ones at every step boundary (they keep their progress when they yield).
+    """
+
+    name = "ordered"
+
+    def reset(self, state: Simulator) -> None:
+        pass
+
+    def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
+        raise NotImplementedError
+
+    def decide(self, state: Simulator) -> Decision:
+        pool = list(state.waiting.values())
+        if state.config.step_mode:
+            pool += state.running
+        now = state.now
+        pool.sort(key=lambda r: self.rank(r, now))
+        return Decision(same_key_batch(pool, state.config.max_num_seqs))
+
+
+class Sjf(OrderedPolicy):
+    """Shortest remaining work first (SRTF with preemption in step mode)."""
+
+    name = "sjf"
+
+    def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
+        return (rec.remaining_s, rec.request.arrival_s)
+
+
+class Edf(OrderedPolicy):
+    """Earliest deadline (arrival + SLO) first."""
+
+    name = "edf"
+
+    def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
+        return (rec.deadline_s, rec.request.arrival_s)
+
+
+class StrictPriority(OrderedPolicy):
+    """Strict class order (realtime > batch > background), FIFO within a class."""
+
+    name = "priority"
+
+    def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
+        return (CLASS_INDEX[rec.request.priority], rec.request.arrival_s)
+
+
+class Drr:
+    """Deficit round-robin across compatibility keys (the idea of vllm-omni PR #3860).
+
+    Each active key earns ``quantum_s`` of GPU time per round; a key may send a batch
+    when its deficit covers the batch's standalone work, up to ``max_num_seqs`` and a
+    compute budget of ``budget_s`` per batch. Keys that drain forget their deficit.
+    """
+
+    name = "drr"
+
+    def __init__(self, quantum_s: float = 10.0, budget_s: float = 60.0) -> None:
+        self.quantum_s, self.budget_s = quantum_s, budget_s
+
+    def reset(self, state: Simulator) -> None:
+        self._deficit: dict[tuple, float] = {}
+        self._order: list[tuple] = []
+
+    def decide(self, state: Simulator) -> Decision:
+        if state.config.step_mode and state.running:
+            return Fifo().decide(state)
+        by_key: dict[tuple, list[RequestRecord]] = {}
+        for rec in state.waiting.values():
+            by_key.setdefault(rec.key, []).append(rec)
+        self._sync_keys(by_key)
+        while True:
+            for key in self._order:
+                batch = self._try(key, by_key[key], state.config.max_num_seqs)
+                if batch:
+                    self._order.remove(key)
+                    self._order.append(key)
+                    return Decision(batch)
+            for key in self._order:
+                self._deficit[key] += self.quantum_s
+
+    def _sync_keys(self, by_key: dict[tuple, list[RequestRecord]]) -> None:
+        self._order = [k for k in self._order if k in by_key] + [k for k in by_key if k not in self._deficit]
+        self._deficit = {k: self._deficit.get(k, 0.0) for k in self._order}
+
+    def _try(self, key: tuple, recs: list[RequestRecord], cap: int) -> tuple[int, ...]:
+        spent, out = 0.0, []
+        for rec in recs[:cap]:
+            cost = rec.remaining_s
+            if spent + cost > self._deficit[key] or (out and spent + cost > self.budget_s):
+                break
+            spent += cost
+            out.append(rec.request.id)
+        self._deficit[key] -= spent
+        return tuple(out)
+
+
+def _num(arg: str, default: float) -> float:
+    return float(arg) if arg else default
+
+
+register("fifo")(lambda arg: Fifo())
+register("sjf")(lambda arg: Sjf())
+register("edf")(lambda arg: Edf())
+register("priority")(lambda arg: StrictPriority())
+register("drr")(lambda arg: Drr(quantum_s=_num(arg, 10.0)))
+
+__all__ = ["Drr", "Edf", "Fifo", "OrderedPolicy", "Sjf", "StrictPriority"]

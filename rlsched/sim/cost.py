@@ -1,0 +1,151 @@
+"""Cost model: step latency and memory of a batch, from a profile file.
+
+Per denoise step a batch costs ``max(floor, a + b·ΣT + c·ΣQ)`` where, per request,
+``T = passes·n`` (effective latent tokens, CFG = 2 passes) and ``Q = passes·n²``
+(attention). Encode is paid when a request first runs and VAE decode when it
+finishes. Memory of a batch = weights of every model on the GPU + Σ per-request
+activation (∝ T) and decode peak (∝ pixels·frames). Fitted to published
+measurements (``scripts/fit_profiles.py``); every profile names its sources.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlsched.errors import ConfigError, InvalidRequest
+from rlsched.sim.request import Request, RequestRecord
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "envs" / "profiles"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCost:
+    """Cost coefficients of one model on the profile's GPU."""
+
+    name: str
+    modality: str
+    """Modality the model generates (image models also serve 1-frame video keys)."""
+    floor_s: float
+    """Minimum step time: kernel-launch / memory-bound floor at small batches."""
+    a_s: float
+    """Fixed per-step overhead."""
+    b_s_per_mtok: float
+    """Seconds per million effective latent tokens (linear layers)."""
+    c_s_per_gtok2: float
+    """Seconds per 1e9 passes·tokens² (attention)."""
+    encode_s: float
+    """Text/condition encode per request."""
+    decode_s_per_mpx: float
+    """VAE decode seconds per megapixel·frame."""
+    weights_gb: float
+    act_gb_per_ktok: float
+    """Activation memory per thousand effective tokens."""
+    vae_gb_per_mpx: float
+    """Decode peak memory per megapixel·frame."""
+    token_rule: str = "latent"
+    """``latent``: latent_frames·(H/patch)·(W/patch); ``sequence``: num_frames."""
+    patch_px: int = 16
+    temporal_stride: int = 4
+    cfg_passes: int = 2
+
+    def latent_tokens(self, req: Request) -> int:
+        if self.token_rule == "sequence":
+            return req.num_frames
+        frames = (req.num_frames - 1) // self.temporal_stride + 1
+        return frames * math.ceil(req.height / self.patch_px) * math.ceil(req.width / self.patch_px)
+
+    def step_time(self, tokens_m: float, quad_g: float) -> float:
+        """Seconds for one denoise step of a batch with these sums."""
+        return max(self.floor_s, self.a_s + self.b_s_per_mtok * tokens_m + self.c_s_per_gtok2 * quad_g)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """All models sharing one GPU."""
+
+    name: str
+    gpu: str
+    gpu_memory_gb: float
+    models: dict[str, ModelCost]
+    sources: tuple[str, ...]
+
+    @property
+    def weights_gb(self) -> float:
+        return sum(m.weights_gb for m in self.models.values())
+
+    def model(self, name: str) -> ModelCost:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise InvalidRequest("model", name, f"not in profile {self.name!r} ({sorted(self.models)})") from None
+
+    def record(self, req: Request, deadline_s: float = math.inf) -> RequestRecord:
+        """A fresh record with the request's cost figures filled in."""
+        m = self.model(req.model)
+        n = m.latent_tokens(req)
+        passes = m.cfg_passes if req.cfg else 1
+        tokens, quad = passes * n / 1e6, passes * n * n / 1e9
+        mpx = req.height * req.width * req.num_frames / 1e6
+        step = m.step_time(tokens, quad)
+        decode = m.decode_s_per_mpx * mpx
+        work = m.encode_s + req.num_inference_steps * step + decode
+        mem = m.act_gb_per_ktok * tokens * 1e3 + m.vae_gb_per_mpx * mpx
+        return RequestRecord(req, tokens, quad, m.encode_s, decode, work, step, mem, deadline_s)
+
+    def batch_step_time(self, records: list[RequestRecord]) -> float:
+        """One denoise step for records that share a key (hence a model)."""
+        m = self.models[records[0].request.model]
+        return m.step_time(sum(r.tokens for r in records), sum(r.quad for r in records))
+
+    def batch_memory_gb(self, records: list[RequestRecord]) -> float:
+        return self.weights_gb + sum(r.mem_gb for r in records)
+
+    def standalone_s(self, req: Request) -> float:
+        return self.record(req).work_s
+
+
+def load_profile(name_or_path: str | Path) -> CostModel:
+    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ConfigError(str(path), "profile file not found")
+    data = yaml.safe_load(path.read_text())
+    return profile_from_dict(data, str(path))
+
+
+def profile_from_dict(data: Any, where: str) -> CostModel:
+    try:
+        gpu = data["gpu"]
+        models = {name: _model(name, spec, f"{where}: models.{name}") for name, spec in data["models"].items()}
+        sources = tuple(data["sources"])
+        cost = CostModel(data["name"], gpu["name"], float(gpu["memory_gb"]), models, sources)
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(where, f"missing or malformed field {exc}") from None
+    if not sources:
+        raise ConfigError(where, "a profile must name its sources")
+    if cost.weights_gb >= cost.gpu_memory_gb:
+        raise ConfigError(where, "model weights do not fit in GPU memory")
+    return cost
+
+
+def _model(name: str, spec: dict[str, Any], where: str) -> ModelCost:
+    step = spec.pop("step")
+    try:
+        model = ModelCost(name=name, floor_s=step["floor_s"], a_s=step["a_s"],
+                          b_s_per_mtok=step["b_s_per_mtok"], c_s_per_gtok2=step["c_s_per_gtok2"], **spec)
+    except TypeError as exc:
+        raise ConfigError(where, str(exc)) from None
+    if model.token_rule not in ("latent", "sequence"):
+        raise ConfigError(where, f"token_rule must be 'latent' or 'sequence', not {model.token_rule!r}")
+    for fname in ("floor_s", "b_s_per_mtok", "weights_gb", "encode_s"):
+        value = getattr(model, fname)
+        if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+            raise ConfigError(where, f"{fname} must be a number >= 0, not {value!r}")
+    return model

@@ -1,0 +1,117 @@
+"""A request (immutable spec) and its record (what happened to it).
+
+The compatibility key mirrors vLLM-Omni 0.30: requests batch together only when
+they share ``RequestBatchSamplingParamsKey`` (model, shape, frames, steps, CFG);
+in step mode the key omits the step count, like ``StepBatchSamplingParamsKey``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rlsched.errors import InvalidRequest
+
+PRIORITY_CLASSES: tuple[str, ...] = ("realtime", "batch", "background")
+MODALITIES: tuple[str, ...] = ("image", "video", "audio", "text")
+CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY_CLASSES)}
+MODALITY_INDEX = {m: i for i, m in enumerate(MODALITIES)}
+
+Key = tuple[str, int, int, int, int, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One generation request as the user sent it."""
+
+    id: int
+    """Unique within a workload."""
+    arrival_s: float
+    """Arrival time in seconds since the start of the run."""
+    model: str
+    """Name of the model entry in the cost profile that serves it."""
+    modality: str
+    """One of ``MODALITIES``."""
+    height: int
+    """Pixels (audio/text: 1)."""
+    width: int
+    """Pixels (audio/text: 1)."""
+    num_frames: int
+    """Video frames; 1 for images; latent length for audio/text."""
+    num_inference_steps: int
+    """Denoising steps."""
+    cfg: bool
+    """Classifier-free guidance on (two DiT passes per step)."""
+    priority: str
+    """One of ``PRIORITY_CLASSES``."""
+    slo_s: float
+    """End-to-end latency objective in seconds (``inf`` = none)."""
+    prefix_id: int = -1
+    """Shared prompt-prefix group for cache-aware batching (-1: none)."""
+
+    def __post_init__(self) -> None:
+        _check_positive_int(self, ("height", "width", "num_frames", "num_inference_steps"))
+        if not math.isfinite(self.arrival_s) or self.arrival_s < 0:
+            raise InvalidRequest("arrival_s", self.arrival_s, "must be a finite number >= 0")
+        if math.isnan(self.slo_s) or self.slo_s <= 0:
+            raise InvalidRequest("slo_s", self.slo_s, "must be > 0 (inf for none)")
+        if self.priority not in CLASS_INDEX:
+            raise InvalidRequest("priority", self.priority, f"must be one of {PRIORITY_CLASSES}")
+        if self.modality not in MODALITY_INDEX:
+            raise InvalidRequest("modality", self.modality, f"must be one of {MODALITIES}")
+
+    def key(self, step_mode: bool = False) -> Key:
+        """Compatibility key: only requests with equal keys may share a batch."""
+        steps = 0 if step_mode else self.num_inference_steps
+        return (self.model, self.height, self.width, self.num_frames, steps, self.cfg)
+
+
+def _check_positive_int(req: Request, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(req, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidRequest(name, value, "must be a positive integer")
+
+
+# Record statuses.
+WAITING, RUNNING, COMPLETED, FAILED_OOM, REJECTED = (
+    "waiting", "running", "completed", "failed_oom", "rejected")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request, plus cost figures cached at admission."""
+
+    request: Request
+    tokens: float
+    """Effective latent tokens per step, in millions (CFG counts twice)."""
+    quad: float
+    """Attention term: passes × tokens², in 1e9 token²."""
+    encode_s: float
+    """Prompt-encode time, paid when the request first runs."""
+    decode_s: float
+    """VAE-decode time, paid when its last step ends."""
+    work_s: float
+    """Standalone execution time (batch of one, encode + steps + decode)."""
+    step_s: float
+    """Standalone time of one denoise step."""
+    mem_gb: float
+    """Activation + decode memory this request adds to a batch."""
+    deadline_s: float
+    status: str = WAITING
+    first_scheduled_s: float = math.nan
+    finish_s: float = math.nan
+    steps_done: int = 0
+    batch_id: int = -1
+    preemptions: int = 0
+    key: Key = field(default=("", 0, 0, 0, 0, False))
+
+    @property
+    def remaining_s(self) -> float:
+        """Standalone time still to run (steps left × step time)."""
+        left = self.request.num_inference_steps - self.steps_done
+        return self.work_s * left / self.request.num_inference_steps
+
+    @property
+    def slo_met(self) -> bool:
+        return self.status == COMPLETED and self.finish_s <= self.deadline_s

@@ -1,0 +1,280 @@
+"""Discrete-event simulator of one vLLM-Omni diffusion stage (one model set, one GPU).
+
+Three event sources, merged in ``(time, kind_rank, seq)`` order: the GPU finishing
+its batch (rank 0), the next arrival (rank 1, seq = arrival order) and a policy's
+wake-up timer (rank 2). One replica runs one batch at a time, so no heap is needed.
+
+Driving it::
+
+    sim = Simulator(requests, cost, config)
+    while sim.advance_to_next_decision():
+        sim.apply(policy.decide(sim))
+
+A decision point is reached when the GPU is idle and there is work: in ``request``
+mode a whole wave (all steps) of compatible waiting requests starts; in ``step``
+mode one denoise step of a batch drawn from running and waiting requests starts
+(running requests left out are preempted and keep their progress).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from rlsched.errors import ConfigError, InvalidDecision
+from rlsched.sim.cost import CostModel
+from rlsched.sim.request import (
+    COMPLETED, FAILED_OOM, RUNNING, WAITING, Request, RequestRecord,
+)
+
+MODES = ("request", "step")
+_END, _ARRIVAL, _TIMER = 0, 1, 2
+INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    """vLLM-Omni's diffusion-scheduler knobs, as a deployment sets them."""
+
+    mode: str = "request"
+    """``request``: waves run to completion; ``step``: one denoise step per round."""
+    max_num_seqs: int = 1
+    """Most requests in one batch (vLLM-Omni's ``max_num_seqs``)."""
+    request_batch_max_wait_ms: float = 0.0
+    """Request mode: how long FIFO may hold a short wave to coalesce more requests."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError("serving.mode", f"must be one of {MODES}, not {self.mode!r}")
+        if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
+            raise ConfigError("serving.max_num_seqs", f"must be an integer >= 1, not {self.max_num_seqs!r}")
+        if not self.request_batch_max_wait_ms >= 0:
+            raise ConfigError("serving.request_batch_max_wait_ms", "must be >= 0")
+
+    @property
+    def step_mode(self) -> bool:
+        return self.mode == "step"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants now.
+
+    ``batch`` — request ids to run. Request mode: waiting requests that start a wave.
+    Step mode: the whole batch for the next step (running ids left out are preempted).
+    An empty batch means wait: until ``wait_until`` if given, else until the next event.
+    """
+
+    batch: tuple[int, ...] = ()
+    wait_until: float | None = None
+
+
+WAIT = Decision()
+
+
+class PolicyLike(Protocol):
+    """What ``Simulator.run`` needs; ``rlsched.policies.SchedulingPolicy`` is the full protocol."""
+
+    def reset(self, state: Simulator) -> None: ...
+    def decide(self, state: Simulator) -> Decision: ...
+
+
+class Simulator:
+    """Event loop, queue state and per-request records. Policies read, never write."""
+
+    def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
+                 slo_deadline: bool = True, horizon_s: float = INF) -> None:
+        self.cost, self.config, self.horizon_s = cost, config, horizon_s
+        self.step_mode = config.step_mode
+        self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
+        self._next = 0
+        self.records: dict[int, RequestRecord] = {}
+        self._slo_deadline = slo_deadline
+        self.now = 0.0
+        self.waiting: dict[int, RequestRecord] = {}
+        """Waiting records in queue order (arrival order; preempted ones first)."""
+        self.running: list[RequestRecord] = []
+        self.gpu_end_s = INF
+        self._timer_s = INF
+        self._idle_until_event = False
+        self.batches = 0
+        self.busy_s = 0.0
+        self.mem_gb_s = 0.0
+        self.batch_sizes: list[int] = []
+        self.oom_batches = 0
+        self._batch_mem_gb = 0.0
+        self._batch_start_s = 0.0
+        self.on_finish: list[Callable[[RequestRecord], None]] = []
+        """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
+
+    # ---------------------------------------------------------------- events
+    def _next_event(self) -> tuple[float, int]:
+        t_arr = self._arrivals[self._next].arrival_s if self._next < len(self._arrivals) else INF
+        best = (self.gpu_end_s, _END)
+        if t_arr < best[0]:
+            best = (t_arr, _ARRIVAL)
+        if self._timer_s < best[0]:
+            best = (self._timer_s, _TIMER)
+        return best
+
+    def _fire(self, kind: int, t: float) -> None:
+        self.now = t
+        self._idle_until_event = False
+        if kind == _END:
+            self._end_batch()
+        elif kind == _ARRIVAL:
+            self._arrive(self._arrivals[self._next])
+            self._next += 1
+        else:
+            self._timer_s = INF
+
+    def _arrive(self, req: Request) -> None:
+        if req.id in self.records:
+            raise InvalidDecision(f"duplicate request id {req.id}")
+        rec = self.cost.record(req)
+        rec.deadline_s = req.arrival_s + req.slo_s
+        rec.key = req.key(self.step_mode)
+        self.records[req.id] = rec
+        self.waiting[req.id] = rec
+
+    @property
+    def needs_decision(self) -> bool:
+        return (self.gpu_end_s == INF and not self._idle_until_event
+                and bool(self.waiting or self.running))
+
+    def advance_to_next_decision(self) -> bool:
+        """Process events until a policy must decide; False when nothing is left."""
+        while True:
+            t, kind = self._next_event()
+            if t == self.now and t != INF:
+                self._fire(kind, t)
+                continue
+            if self.needs_decision:
+                return True
+            if t == INF or t > self.horizon_s:
+                return False
+            self._fire(kind, t)
+
+    # ------------------------------------------------------------- decisions
+    def apply(self, decision: Decision) -> None:
+        """Carry out a decision taken at the current decision point."""
+        if not decision.batch:
+            self._wait(decision.wait_until)
+            return
+        if self.gpu_end_s != INF:
+            raise InvalidDecision("the GPU is busy; decide only at a decision point")
+        batch = self._take(decision.batch)
+        self.batches += 1
+        self.batch_sizes.append(len(batch))
+        mem = self.cost.batch_memory_gb(batch)
+        if mem > self.cost.gpu_memory_gb:
+            self._fail_oom(batch)
+            return
+        duration = self._duration(batch)
+        for rec in batch:
+            if rec.status == WAITING and math.isnan(rec.first_scheduled_s):
+                rec.first_scheduled_s = self.now
+            rec.status, rec.batch_id = RUNNING, self.batches
+        self.running = batch
+        self._batch_mem_gb, self._batch_start_s = mem, self.now
+        self.gpu_end_s = self.now + duration
+
+    def _wait(self, until: float | None) -> None:
+        if until is not None and until > self.now:
+            self._timer_s = min(self._timer_s, until)
+        self._idle_until_event = True
+        if self.step_mode and self.running:
+            self._preempt(self.running)
+            self.running = []
+
+    def _take(self, ids: Iterable[int]) -> list[RequestRecord]:
+        ids = tuple(ids)
+        if len(ids) > self.config.max_num_seqs:
+            raise InvalidDecision(f"batch of {len(ids)} exceeds max_num_seqs={self.config.max_num_seqs}")
+        if len(set(ids)) != len(ids):
+            raise InvalidDecision(f"batch {ids} names a request twice")
+        keep = {r.request.id: r for r in self.running}
+        batch = [self.waiting.get(rid) or keep.get(rid) for rid in ids]
+        missing = [rid for rid, rec in zip(ids, batch) if rec is None]
+        if missing:
+            raise InvalidDecision(f"requests {missing} are neither waiting nor running")
+        key = batch[0].key
+        if any(r.key != key for r in batch):
+            raise InvalidDecision(f"batch {ids} mixes compatibility keys")
+        for rid in ids:
+            self.waiting.pop(rid, None)
+            keep.pop(rid, None)
+        if keep:
+            self._preempt(list(keep.values()))
+        return batch  # type: ignore[return-value]
+
+    def _preempt(self, recs: list[RequestRecord]) -> None:
+        for rec in recs:
+            rec.status = WAITING
+            rec.preemptions += 1
+        self.waiting = {**{r.request.id: r for r in recs}, **self.waiting}
+
+    def _duration(self, batch: list[RequestRecord]) -> float:
+        step = self.cost.batch_step_time(batch)
+        if not self.step_mode:
+            steps = batch[0].request.num_inference_steps
+            return steps * step + sum(r.encode_s + r.decode_s for r in batch)
+        extra = 0.0
+        for r in batch:
+            if r.steps_done == 0:
+                extra += r.encode_s
+            if r.steps_done + 1 == r.request.num_inference_steps:
+                extra += r.decode_s
+        return step + extra
+
+    def _end_batch(self) -> None:
+        elapsed = self.now - self._batch_start_s
+        self.busy_s += elapsed
+        self.mem_gb_s += elapsed * self._batch_mem_gb
+        self.gpu_end_s = INF
+        still = []
+        for rec in self.running:
+            rec.steps_done = rec.request.num_inference_steps if not self.step_mode else rec.steps_done + 1
+            if rec.steps_done >= rec.request.num_inference_steps:
+                self._finish(rec, COMPLETED)
+            else:
+                still.append(rec)
+        self.running = still
+
+    def _fail_oom(self, batch: list[RequestRecord]) -> None:
+        self.oom_batches += 1
+        for rec in batch:
+            if math.isnan(rec.first_scheduled_s):
+                rec.first_scheduled_s = self.now
+            rec.batch_id = self.batches
+            self._finish(rec, FAILED_OOM)
+        self.running = [r for r in self.running if r.status == RUNNING]
+
+    def _finish(self, rec: RequestRecord, status: str) -> None:
+        if rec.status in (COMPLETED, FAILED_OOM):
+            raise InvalidDecision(f"request {rec.request.id} finished twice")
+        rec.status, rec.finish_s = status, self.now
+        for callback in self.on_finish:
+            callback(rec)
+
+    # ----------------------------------------------------------------- views
+    @property
+    def arrivals_left(self) -> int:
+        return len(self._arrivals) - self._next
+
+    @property
+    def total_requests(self) -> int:
+        return len(self._arrivals)
+
+    @property
+    def memory_used_gb(self) -> float:
+        return self.cost.weights_gb + (self._batch_mem_gb if self.gpu_end_s != INF else 0.0)
+
+    def run(self, policy: PolicyLike) -> Simulator:
+        """Run to the end (or the horizon) under ``policy``; returns self."""
+        policy.reset(self)
+        while self.advance_to_next_decision():
+            self.apply(policy.decide(self))
+        return self

@@ -1,0 +1,235 @@
+"""Arrival processes, request mixes and trace readers.
+
+Every generator takes an explicit ``numpy.random.Generator``; nothing here touches
+global random state. Times are seconds from the start of the run.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError
+
+# ------------------------------------------------------------------ arrivals
+
+
+def poisson(rng: np.random.Generator, rate_rps: float, duration_s: float) -> np.ndarray:
+    """Poisson arrivals at ``rate_rps`` over ``[0, duration_s)``."""
+    return renewal(rng, rate_rps, duration_s, cv=1.0, dist="exponential")
+
+
+def renewal(rng: np.random.Generator, rate_rps: float, duration_s: float,
+            cv: float = 1.0, dist: str = "gamma") -> np.ndarray:
+    """Renewal process with mean gap ``1/rate`` and coefficient of variation ``cv``.
+
+    ``gamma`` or ``weibull`` gaps (bursty when cv > 1); ``exponential`` ignores cv.
+    """
+    if rate_rps <= 0 or duration_s <= 0:
+        return np.empty(0)
+    n = int(rate_rps * duration_s * 1.5 + 10 * math.sqrt(rate_rps * duration_s) + 20)
+    gaps = _gaps(rng, dist, cv, n) / rate_rps
+    times = np.cumsum(gaps)
+    while times[-1] < duration_s:  # rare: extend until the window is covered
+        more = np.cumsum(_gaps(rng, dist, cv, n) / rate_rps) + times[-1]
+        times = np.concatenate([times, more])
+    return times[times < duration_s]
+
+
+def _gaps(rng: np.random.Generator, dist: str, cv: float, n: int) -> np.ndarray:
+    """Unit-mean gaps with the given cv."""
+    if dist == "exponential":
+        return rng.exponential(1.0, n)
+    if dist == "gamma":
+        k = 1.0 / cv**2
+        return rng.gamma(k, 1.0 / k, n)
+    if dist == "weibull":
+        k = _weibull_shape(cv)
+        return rng.weibull(k, n) / math.gamma(1 + 1 / k)
+    raise ConfigError("arrival.dist", f"unknown distribution {dist!r} (gamma, weibull, exponential)")
+
+
+def _weibull_shape(cv: float) -> float:
+    """Solve cv(k) = sqrt(Γ(1+2/k)/Γ(1+1/k)² − 1) by bisection (cv falls as k grows)."""
+    lo, hi = 0.05, 50.0
+    for _ in range(80):
+        k = (lo + hi) / 2
+        c = math.sqrt(math.gamma(1 + 2 / k) / math.gamma(1 + 1 / k) ** 2 - 1)
+        lo, hi = (k, hi) if c > cv else (lo, k)
+    return (lo + hi) / 2
+
+
+def on_off(rng: np.random.Generator, rate_rps: float, duration_s: float,
+           on_s: float = 60.0, off_s: float = 120.0, burst_factor: float = 4.0) -> np.ndarray:
+    """Two-state MMPP: exponential sojourns, rate ×``burst_factor`` while on.
+
+    The off-state rate is set so the long-run mean stays ``rate_rps``.
+    """
+    p_on = on_s / (on_s + off_s)
+    low = rate_rps / (p_on * burst_factor + (1 - p_on))
+    t, on, out = 0.0, False, []
+    while t < duration_s:
+        stay = rng.exponential(on_s if on else off_s)
+        end = min(t + stay, duration_s)
+        out.append(t + poisson(rng, low * (burst_factor if on else 1.0), end - t))
+        t, on = end, not on
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def diurnal(rng: np.random.Generator, rate_rps: float, duration_s: float,
+            period_s: float = 86400.0, amplitude: float = 0.5, phase_s: float = 0.0) -> np.ndarray:
+    """Poisson with rate ``rate·(1 + amplitude·sin(2π(t+phase)/period))`` by thinning."""
+    if not 0 <= amplitude <= 1:
+        raise ConfigError("arrival.amplitude", "must be in [0, 1]")
+    peak = rate_rps * (1 + amplitude)
+    cand = poisson(rng, peak, duration_s)
+    rate = rate_rps * (1 + amplitude * np.sin(2 * np.pi * (cand + phase_s) / period_s))
+    return cand[rng.random(cand.size) * peak < rate]
+
+
+def servegen(rng: np.random.Generator, path: str | Path, duration_s: float,
+             rate_scale: float = 1.0) -> np.ndarray:
+    """ServeGen per-window client process: each 600 s window draws its own renewal gaps."""
+    rows = _read_servegen(Path(path))
+    out = []
+    for i, (start, rate, cv, dist) in enumerate(rows):
+        if start >= duration_s:
+            break
+        end = rows[i + 1][0] if i + 1 < len(rows) else start + 600.0
+        span = min(end, duration_s) - start
+        if rate > 0 and dist:
+            out.append(start + renewal(rng, rate * rate_scale, span, cv=max(cv, 1e-3), dist=dist))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
+    rows = []
+    for lineno, row in enumerate(_csv_rows(path), start=1):
+        try:
+            start, rate, cv = float(row[0]), float(row[1] or 0), float(row[2] or 0)
+        except (ValueError, IndexError):
+            raise TraceFormatError(str(path), lineno, f"expected start_s,rate,cv,dist,... got {row!r}") from None
+        dist = row[3].strip().lower() if len(row) > 3 else ""
+        if dist not in ("", "gamma", "weibull"):
+            raise TraceFormatError(str(path), lineno, f"unknown distribution {row[3]!r}")
+        rows.append((start, rate, cv, dist))
+    return rows
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        raise ConfigError(str(path), "trace file not found")
+    with path.open(newline="") as fh:
+        return list(csv.reader(fh))
+
+
+# --------------------------------------------------------------- trace files
+
+
+def azure_arrivals(path: str | Path) -> np.ndarray:
+    """Arrival times (s from the first row) of an Azure LLM trace CSV (``TIMESTAMP,...``)."""
+    path = Path(path)
+    rows = _csv_rows(path)
+    if not rows or rows[0][:1] != ["TIMESTAMP"]:
+        raise TraceFormatError(str(path), 1, "expected header starting with TIMESTAMP")
+    times = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        try:
+            times.append(datetime.fromisoformat(row[0][:26]).timestamp())
+        except (ValueError, IndexError):
+            raise TraceFormatError(str(path), lineno, f"bad TIMESTAMP {row[:1]!r}") from None
+    arr = np.sort(np.asarray(times))
+    return arr - arr[0] if arr.size else arr
+
+
+_HETU = re.compile(r"^Request\((.*)\)\s*$")
+_HETU_FIELDS = ("timestamp", "height", "width", "num_frames", "num_inference_steps")
+
+
+def hetudit_rows(path: str | Path) -> list[dict[str, float]]:
+    """Parse the Hetu-DiT text format; returns dicts with timestamp and shape fields."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "trace file not found")
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        m = _HETU.match(line.strip())
+        if not m:
+            raise TraceFormatError(str(path), lineno, "expected 'Request(field=value, ...)'")
+        fields = dict(re.findall(r"(\w+)=([-\w.]+)", m.group(1)))
+        try:
+            out.append({k: float(fields[k]) for k in _HETU_FIELDS})
+        except (KeyError, ValueError) as exc:
+            raise TraceFormatError(str(path), lineno, f"missing or bad field {exc}") from None
+    return out
+
+
+RLSCHED_CSV_REQUIRED = ("arrival_s", "height", "width", "num_frames", "num_inference_steps", "priority")
+RLSCHED_CSV_OPTIONAL = ("model", "modality", "cfg", "slo_s")
+
+
+def rlsched_csv_rows(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a generic rlsched CSV, header checked; values still strings."""
+    path = Path(path)
+    rows = _csv_rows(path)
+    if not rows:
+        raise TraceFormatError(str(path), 1, "empty file")
+    header = [h.strip() for h in rows[0]]
+    missing = [h for h in RLSCHED_CSV_REQUIRED if h not in header]
+    unknown = [h for h in header if h not in RLSCHED_CSV_REQUIRED + RLSCHED_CSV_OPTIONAL]
+    if missing or unknown:
+        raise TraceFormatError(str(path), 1, f"header missing {missing}, unknown {unknown}")
+    out = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise TraceFormatError(str(path), lineno, f"{len(row)} fields, header has {len(header)}")
+        out.append({"_line": str(lineno), **dict(zip(header, (v.strip() for v in row)))})
+    return out
+
+
+def detect_trace_format(path: str | Path) -> str:
+    """``azure``, ``hetudit`` or ``rlsched`` from the file's first line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "trace file not found")
+    with path.open() as fh:
+        first = fh.readline().strip()
+    if first.startswith("TIMESTAMP"):
+        return "azure"
+    if first.startswith("Request("):
+        return "hetudit"
+    if first.startswith("arrival_s") or "arrival_s" in first.split(","):
+        return "rlsched"
+    raise TraceFormatError(str(path), 1, "unknown trace format (Azure CSV, Hetu-DiT text or rlsched CSV)")
+
+
+ARRIVAL_PROCESSES: Mapping[str, Callable[..., np.ndarray]] = {
+    "poisson": poisson, "gamma": renewal, "weibull": renewal, "onoff": on_off, "diurnal": diurnal,
+}
+
+
+def positive(value: Any, field: str) -> float:
+    """``value`` as a float > 0, else an InvalidRequest naming ``field``."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(field, value, "must be a number") from None
+    if not out > 0 or math.isinf(out):
+        raise InvalidRequest(field, value, "must be a finite number > 0")
+    return out
+
+
+def sample_index(rng: np.random.Generator, weights: Sequence[float], n: int) -> np.ndarray:
+    p = np.asarray(weights, dtype=float)
+    return rng.choice(p.size, size=n, p=p / p.sum())
