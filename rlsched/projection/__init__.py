@@ -1,0 +1,10 @@
+"""Projection: per-request utilities + resources → one feasible batch (RLTune's split).
+
+Choosing the batch to start now is a multi-dimensional 0/1 knapsack restricted to
+one compatibility key: maximise Σ utility subject to Σ memory ≤ memory budget,
+count ≤ the key's batch cap, Σ tokens ≤ compute budget.
+"""
+
+from rlsched.projection.knapsack import Items, Resources, project
+
+__all__ = ["Items", "Resources", "project"]
