@@ -10,33 +10,51 @@ from rlsched.sim.simulator import WAIT, Decision, Simulator
 
 
 class Fifo:
-    """Exactly vLLM-Omni 0.30's diffusion scheduler.
+    """Exactly vLLM-Omni 0.30's diffusion scheduler (``RequestScheduler``/``StepScheduler``).
 
-    Request mode: admit from the head of the queue while the key matches the head's
-    and ``max_num_seqs`` allows; stop at the first incompatible request (head-of-line
-    blocking). A short wave waits up to ``request_batch_max_wait_ms`` after the head
-    arrived, to coalesce. Step mode: the running batch keeps going; between steps,
-    waiting requests join from the head while they share the running key. No
-    memory check, no preemption.
+    Admission: from the head of the queue while the key matches the running batch's
+    (or the head's) and ``max_num_seqs`` allows; stop at the first incompatible
+    request (head-of-line blocking). No memory check, no preemption.
+
+    Request mode: the engine's admission wait runs before each wave when
+    ``request_batch_max_wait_ms`` > 0 and ``max_num_seqs`` > 1: it ends when the queue
+    holds ``max_num_seqs`` requests (any keys), when no request arrived for the stable
+    window ``min(50 ms, wait/5)``, or at the deadline ``start + wait``.
+    Step mode: the running batch keeps going; between steps waiting requests join
+    from the head while they share the running key.
     """
 
     name = "fifo"
 
     def reset(self, state: Simulator) -> None:
-        pass
+        self._wait: tuple[float, float, int] | None = None  # (deadline, stable_since, last queue length)
 
     def decide(self, state: Simulator) -> Decision:
         cap = state.config.max_num_seqs
-        if state.config.step_mode and state.running:
-            return Decision(tuple(r.request.id for r in state.running) + self._join(state, cap))
-        batch = _head_run(state.waiting.values(), cap)
-        wait_s = state.config.request_batch_max_wait_ms / 1e3
-        if len(batch) < cap and wait_s > 0 and not state.config.step_mode:
-            head = state.waiting[batch[0]]
-            until = head.request.arrival_s + wait_s
-            if state.now < until:
+        if state.config.step_mode:
+            if state.running:
+                return Decision(tuple(r.request.id for r in state.running) + self._join(state, cap))
+        else:
+            until = self._admission_wait(state)
+            if until is not None:
                 return Decision((), wait_until=until)
-        return Decision(batch)
+        self._wait = None
+        return Decision(_head_run(state.waiting.values(), cap))
+
+    def _admission_wait(self, state: Simulator) -> float | None:
+        """Wake-up time while the engine would still hold the wave open, else None."""
+        wait_s = state.config.request_batch_max_wait_ms / 1e3
+        cap, now, queued = state.config.max_num_seqs, state.now, len(state.waiting)
+        if wait_s <= 0 or cap <= 1:
+            return None
+        deadline, stable_since, last = self._wait or (now + wait_s, now, -1)
+        if queued > last:
+            stable_since, last = now, queued
+        self._wait = (deadline, stable_since, last)
+        stable_end = stable_since + min(0.05, wait_s / 5)
+        if queued >= cap or now >= stable_end or now >= deadline:
+            return None
+        return min(deadline, stable_end)
 
     @staticmethod
     def _join(state: Simulator, cap: int) -> tuple[int, ...]:
@@ -131,7 +149,7 @@ class Drr:
 
     def decide(self, state: Simulator) -> Decision:
         if state.config.step_mode and state.running:
-            return Fifo().decide(state)
+            return Decision(tuple(r.request.id for r in state.running) + Fifo._join(state, state.config.max_num_seqs))
         by_key: dict[tuple, list[RequestRecord]] = {}
         for rec in state.waiting.values():
             by_key.setdefault(rec.key, []).append(rec)

@@ -1,0 +1,5 @@
+"""python -m rlsched."""
+
+from rlsched.cli import main
+
+raise SystemExit(main())

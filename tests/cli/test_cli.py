@@ -1,0 +1,51 @@
+"""Smoke tests: the CLI as a subprocess with tiny budgets."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REQUIRED = ("slo_attainment", "goodput_rps", "throughput_rps", "requests_total", "requests_completed",
+            "requests_failed", "requests_unfinished", "weighted_slo_attainment")
+
+
+def rlsched(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlsched", *args], capture_output=True, text=True,
+                          check=check, timeout=120)
+
+
+def test_simulate_json_has_required_keys() -> None:
+    out = json.loads(rlsched("simulate", "--scenario", "default", "--duration", "1800", "--json").stdout)
+    for key in REQUIRED:
+        assert key in out
+    for cls in ("realtime", "batch", "background"):
+        assert {"slo_attainment", "latency_p99_s", "count"} <= set(out["per_class"][cls])
+    assert out["requests_completed"] + out["requests_failed"] + out["requests_rejected"] \
+        + out["requests_unfinished"] == out["requests_total"]
+
+
+def test_compare_prints_one_object_per_policy_same_workload() -> None:
+    out = json.loads(rlsched("simulate", "--compare", "fifo,edf,drr", "--duration", "1800", "--json").stdout)
+    assert [o["policy"] for o in out] == ["fifo", "edf", "drr"]
+    assert len({o["requests_total"] for o in out}) == 1
+
+
+def test_table_and_records(tmp_path: Path) -> None:
+    rec = tmp_path / "r.csv"
+    res = rlsched("simulate", "--scenario", "video-mix", "--duration", "7200", "--records", str(rec))
+    assert "fifo" in res.stdout and "weighted SLO" in res.stdout
+    rows = list(csv.DictReader(rec.open()))
+    assert rows and {"id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id"} <= set(rows[0])
+
+
+def test_bad_input_is_a_clear_error() -> None:
+    res = rlsched("simulate", "--scenario", "nope", check=False)
+    assert res.returncode == 2 and "scenario not found" in res.stderr and "Traceback" not in res.stderr
+    res = rlsched("simulate", "--policy", "magic", "--duration", "100", check=False)
+    assert res.returncode == 2 and "unknown policy" in res.stderr
+
+
+def test_bench_sim_json() -> None:
+    out = json.loads(rlsched("bench", "sim", "--repeats", "1", "--json").stdout)
+    assert out["requests_per_s"] > 1000 and out["requests"] > 1000

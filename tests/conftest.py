@@ -1,0 +1,31 @@
+"""Shared fixtures: build requests, scenarios and simulators in one line."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+
+from rlsched.sim import Request, ServingConfig, Simulator, load_profile  # noqa: E402
+
+
+def make_request(rid: int = 0, t: float = 0.0, size: int = 512, priority: str = "batch",
+                 steps: int = 50, slo: float = 1e9, model: str = "qwen-image", **kw) -> Request:
+    """A Qwen-Image request; ``size`` sets height = width."""
+    fields = dict(modality="image", height=size, width=size, num_frames=1, cfg=True)
+    fields.update(kw)
+    return Request(rid, t, model, num_inference_steps=steps, priority=priority, slo_s=slo, **fields)
+
+
+@pytest.fixture
+def qwen_cost():
+    return load_profile("qwen-image-h200")
+
+
+@pytest.fixture
+def make_sim(qwen_cost):
+    def build(requests, mode: str = "request", max_num_seqs: int = 4, wait_ms: float = 0.0) -> Simulator:
+        return Simulator(requests, qwen_cost, ServingConfig(mode, max_num_seqs, wait_ms))
+    return build
