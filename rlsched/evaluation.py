@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,3 +68,256 @@ def write_records(sim: Simulator, path: str | Path) -> None:
 
 def _f(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.6f}"
+
+
+# ------------------------------------------------------------------ the grid
+
+EVAL_SEED_BASE = 1000
+"""Evaluation seeds start here; training and tuning use seeds below it."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Aggregate of one (scenario, policy, rate_scale) over seeds."""
+
+    scenario: str
+    policy: str
+    rate_scale: float
+    n: int
+    mean: dict[str, float]
+    ci95: dict[str, float]
+
+
+SUMMARY_KEYS = ("weighted_slo_attainment", "slo_attainment", "goodput_rps", "latency_p99_s",
+                "gpu_compute_util", "batch_size_mean", "requests_failed",
+                "per_class.realtime.slo_attainment", "per_class.batch.slo_attainment",
+                "per_class.background.slo_attainment")
+
+
+def flat(metrics: dict[str, Any], key: str) -> float:
+    value: Any = metrics
+    for part in key.split("."):
+        value = value[part]
+    return float(value)
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[Cell]:
+    """Mean and 95 % t-interval half-width over seeds, per (scenario, policy, load)."""
+    import numpy as np
+
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["scenario"], row["policy"], row["rate_scale"]), []).append(row)
+    cells = []
+    for (sc, pol, rs), group in groups.items():
+        mean, ci = {}, {}
+        for key in SUMMARY_KEYS:
+            vals = np.array([flat(r, key) for r in group])
+            vals = vals[~np.isnan(vals)]
+            mean[key] = float(vals.mean()) if vals.size else math.nan
+            ci[key] = _t95(vals.size) * float(vals.std(ddof=1)) / math.sqrt(vals.size) if vals.size > 1 else math.nan
+        cells.append(Cell(sc, pol, rs, len(group), mean, ci))
+    return cells
+
+
+def _t95(n: int) -> float:
+    """Two-sided 95 % Student-t quantile for n samples (n−1 dof)."""
+    table = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
+    return table.get(n, 1.96 + 2.5 / max(n - 1, 1))
+
+
+# ------------------------------------------------------------- grid runner
+
+
+@dataclass
+class Grid:
+    """Raw rows (one per run) plus what the plots need."""
+
+    rows: list[dict[str, Any]]
+    latency_ratio: dict[tuple[str, str, str], list[float]]
+    """(scenario, policy, class) → e2e latency / SLO at the reference load (1.0 or nearest)."""
+    batch_sizes: dict[str, list[int]]
+    """policy → batch sizes at the reference load, all scenarios."""
+    reference_load: float
+
+
+def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[str, Any], dict, list[int]]:
+    scenario, policy, seed, rs, duration, ref = task
+    sim, metrics = simulate(RunSpec(scenario, policy, seed, rs, duration))
+    ratios: dict[str, list[float]] = {}
+    sizes: list[int] = []
+    if rs == ref:
+        for rec in sim.records.values():
+            q = rec.request
+            value = (rec.finish_s - q.arrival_s) / q.slo_s if rec.status == "completed" else math.inf
+            ratios.setdefault(q.priority, []).append(value)
+        sizes = list(sim.batch_sizes)
+    return metrics, ratios, sizes
+
+
+def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads: list[float],
+             duration: float | None = None, workers: int = 1, progress: bool = True) -> Grid:
+    """Run every (scenario, policy, seed, load); same seed → same workload for all policies."""
+    from rich.progress import Progress
+
+    ref = min(loads, key=lambda x: abs(x - 1.0))
+    tasks = [(sc, pol, seed, rs, duration, ref) for sc in scenarios for rs in loads for seed in seeds
+             for pol in policies]
+    grid = Grid([], {}, {}, ref)
+    with Progress(disable=not progress) as bar:
+        job = bar.add_task("evaluating", total=len(tasks))
+        for task, (metrics, ratios, sizes) in zip(tasks, _map(_one, tasks, workers)):
+            grid.rows.append(metrics)
+            for cls, vals in ratios.items():
+                grid.latency_ratio.setdefault((task[0], task[1], cls), []).extend(vals)
+            grid.batch_sizes.setdefault(task[1], []).extend(sizes)
+            bar.advance(job)
+    return grid
+
+
+def _map(fn: Any, tasks: list[Any], workers: int) -> Any:
+    if workers <= 1:
+        return map(fn, tasks)
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers)
+    return pool.map(fn, tasks, chunksize=1)
+
+
+def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0.8)) -> dict[str, Any]:
+    """``target`` vs fifo and vs the best other policy, at loads where fifo attains ``band``."""
+    key = "weighted_slo_attainment"
+    by = {(c.scenario, c.policy, c.rate_scale): c for c in cells}
+    out: dict[str, Any] = {"target": target, "per_scenario": {}}
+    ratios_fifo, ratios_best = [], []
+    for sc in sorted({c.scenario for c in cells}):
+        loads = [c.rate_scale for c in cells if c.scenario == sc and c.policy == "fifo"
+                 and band[0] <= c.mean["slo_attainment"] <= band[1]]
+        rows = []
+        for rs in sorted(loads):
+            tgt, fifo = by[(sc, target, rs)].mean[key], by[(sc, "fifo", rs)].mean[key]
+            others = {c.policy: c.mean[key] for c in cells
+                      if c.scenario == sc and c.rate_scale == rs and c.policy not in (target,)}
+            best_pol = max((p for p in others if p != "fifo"), key=lambda p: others[p], default="fifo")
+            rows.append({"rate_scale": rs, "target": tgt, "fifo": fifo, "best": best_pol,
+                         "best_value": others[best_pol], "vs_fifo": tgt / fifo if fifo else math.nan,
+                         "vs_best": tgt / others[best_pol] if others[best_pol] else math.nan})
+            ratios_fifo.append(rows[-1]["vs_fifo"])
+            ratios_best.append(rows[-1]["vs_best"])
+        out["per_scenario"][sc] = rows
+    out["mean_vs_fifo"] = float(sum(ratios_fifo) / len(ratios_fifo)) if ratios_fifo else math.nan
+    out["mean_vs_best"] = float(sum(ratios_best) / len(ratios_best)) if ratios_best else math.nan
+    return out
+
+
+def write_report(grid: Grid, out: Path) -> dict[str, Any]:
+    """results.md, results.json and plots under ``out``; returns the JSON summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    cells = aggregate(grid.rows)
+    target = next((c.policy for c in cells if c.policy.startswith(("rl", "static"))), None)
+    summary: dict[str, Any] = {
+        "cells": [dataclasses.asdict(c) for c in cells],
+        "seeds": sorted({r["seed"] for r in grid.rows}),
+    }
+    if target:
+        summary["headline"] = headline(cells, target)
+    (out / "results.json").write_text(json.dumps(_json_clean(summary), indent=1))
+    (out / "results.md").write_text(_markdown(cells, summary.get("headline")))
+    _plots(grid, cells, out)
+    return summary
+
+
+def _json_clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_clean(v) for v in obj]
+    return obj
+
+
+def _pm(cell: Cell, key: str, pct: bool = True) -> str:
+    m, ci = cell.mean[key], cell.ci95[key]
+    if math.isnan(m):
+        return "-"
+    scale = 100 if pct else 1
+    half = "" if math.isnan(ci) else f" ± {scale * ci:.1f}"
+    return f"{scale * m:.1f}{half}"
+
+
+def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
+    lines = ["Class-weighted SLO attainment (%), mean ± 95 % interval over seeds.", ""]
+    for sc in sorted({c.scenario for c in cells}):
+        loads = sorted({c.rate_scale for c in cells if c.scenario == sc})
+        lines += [f"### {sc}", "", "| policy | " + " | ".join(f"load ×{x:g}" for x in loads) + " |",
+                  "|---|" + "---|" * len(loads)]
+        for pol in dict.fromkeys(c.policy for c in cells):
+            row = {c.rate_scale: c for c in cells if c.scenario == sc and c.policy == pol}
+            lines.append(f"| {pol} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads) + " |")
+        lines.append("")
+    if head:
+        lines += [f"### {head['target']} at loads where FIFO meets 40–80 % of SLOs", "",
+                  "| scenario | load | target | fifo | best other | ×fifo | ×best |", "|---|---|---|---|---|---|---|"]
+        for sc, rows in head["per_scenario"].items():
+            for r in rows:
+                lines.append(f"| {sc} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | {100 * r['fifo']:.1f} | "
+                             f"{r['best']} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | {r['vs_best']:.2f} |")
+        lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs fifo, ×{head['mean_vs_best']:.2f} vs the best other "
+                  "policy.", ""]
+    return "\n".join(lines)
+
+
+def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    scenarios = sorted({c.scenario for c in cells})
+    policies = list(dict.fromkeys(c.policy for c in cells))
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(4.2 * len(scenarios), 3.6), squeeze=False)
+    for ax, sc in zip(axes[0], scenarios):
+        for pol in policies:
+            pts = sorted((c.rate_scale, c.mean["weighted_slo_attainment"], c.ci95["weighted_slo_attainment"])
+                         for c in cells if c.scenario == sc and c.policy == pol)
+            x, y, e = (np.array(v, dtype=float) for v in zip(*pts))
+            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), marker="o", capsize=3, label=pol)
+        ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "slo_vs_load.png", dpi=110)
+    plt.close(fig)
+    _cdf_plot(grid, scenarios, policies, out, plt, np)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    top = max((max(v) for v in grid.batch_sizes.values() if v), default=1)
+    bins = np.arange(0.5, top + 1.5)
+    for pol in policies:
+        if grid.batch_sizes.get(pol):
+            ax.hist(grid.batch_sizes[pol], bins=bins, histtype="step", density=True, label=pol, linewidth=1.5)
+    ax.set(title=f"batch sizes at load ×{grid.reference_load:g}, all scenarios", xlabel="batch size",
+           ylabel="fraction of batches")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "batch_sizes.png", dpi=110)
+    plt.close(fig)
+
+
+def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], out: Path, plt: Any, np: Any) -> None:
+    classes = ("realtime", "batch", "background")
+    fig, axes = plt.subplots(len(scenarios), 3, figsize=(12, 2.8 * len(scenarios)), squeeze=False)
+    for row, sc in zip(axes, scenarios):
+        for ax, cls in zip(row, classes):
+            for pol in policies:
+                vals = np.sort(np.asarray(grid.latency_ratio.get((sc, pol, cls), []), dtype=float))
+                if vals.size:
+                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=pol)
+            ax.axvline(1.0, color="grey", linestyle=":")
+            ax.set(xscale="log", xlim=(0.3, 30), ylim=(0, 1), title=f"{sc} — {cls}",
+                   xlabel="latency / SLO", ylabel="CDF")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "latency_cdf.png", dpi=100)
+    plt.close(fig)
