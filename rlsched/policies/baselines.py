@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from rlsched.policies.base import register, same_key_batch
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
-from rlsched.sim.simulator import WAIT, Decision, Simulator
+from rlsched.sim.simulator import Decision, Simulator
 
 
 class Fifo:

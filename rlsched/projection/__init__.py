@@ -2,9 +2,12 @@
 
 Choosing the batch to start now is a multi-dimensional 0/1 knapsack restricted to
 one compatibility key: maximise Σ utility subject to Σ memory ≤ memory budget,
-count ≤ the key's batch cap, Σ tokens ≤ compute budget.
+count ≤ the key's batch cap, Σ tokens ≤ compute budget. ``project`` is the fast
+path (greedy + local search, numpy); ``project_exact`` solves it with HiGHS (scipy,
+imported on first use).
 """
 
+from rlsched.projection.exact import project_exact
 from rlsched.projection.knapsack import Items, Resources, project
 
-__all__ = ["Items", "Resources", "project"]
+__all__ = ["Items", "Resources", "project", "project_exact"]

@@ -26,7 +26,12 @@ from typing import Protocol
 from rlsched.errors import ConfigError, InvalidDecision
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import (
-    COMPLETED, FAILED_OOM, RUNNING, WAITING, Request, RequestRecord,
+    COMPLETED,
+    FAILED_OOM,
+    RUNNING,
+    WAITING,
+    Request,
+    RequestRecord,
 )
 
 MODES = ("request", "step")

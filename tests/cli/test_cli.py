@@ -36,7 +36,8 @@ def test_table_and_records(tmp_path: Path) -> None:
     res = rlsched("simulate", "--scenario", "video-mix", "--duration", "7200", "--records", str(rec))
     assert "fifo" in res.stdout and "weighted SLO" in res.stdout
     rows = list(csv.DictReader(rec.open()))
-    assert rows and {"id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id"} <= set(rows[0])
+    want = {"id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id"}
+    assert rows and want <= set(rows[0])
 
 
 def test_bad_input_is_a_clear_error() -> None:

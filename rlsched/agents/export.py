@@ -1,0 +1,78 @@
+"""Export a training run to a frozen, pickle-free checkpoint (safetensors + JSON)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlsched.errors import CheckpointError
+from rlsched.policies.checkpoint import save_checkpoint
+from rlsched.policies.projected import ACTION_DIM, ProjectionConfig
+
+ACTOR_PREFIXES = ("mlp_extractor.policy_net.", "action_net.")
+
+
+def actor_tensors(model_zip: Path) -> dict[str, np.ndarray]:
+    """Actor weights from an SB3 zip's ``policy.pth``, read with ``weights_only=True`` (no pickle code)."""
+    import torch
+
+    try:
+        with zipfile.ZipFile(model_zip) as zf:
+            raw = zf.read("policy.pth")
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{model_zip}: not an SB3 model zip ({exc})") from None
+    state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in state.items() if k.startswith(ACTOR_PREFIXES)}
+
+
+def layer_names(tensors: dict[str, np.ndarray]) -> list[str]:
+    """Linear layers in forward order: policy_net.0, policy_net.2, …, action_net."""
+    hidden = sorted({k.rsplit(".", 1)[0] for k in tensors if k.startswith(ACTOR_PREFIXES[0])},
+                    key=lambda name: int(name.rsplit(".", 1)[1]))
+    return [*hidden, "action_net"]
+
+
+def export_run(run_dir: Path, out: Path, source: str = "last") -> Path:
+    """Write ``out/policy.safetensors`` + ``out/policy.json`` from ``run_dir/<source>``."""
+    from rlsched.envs.observation import OBS_DIM, SCHEMA_VERSION
+
+    src = run_dir / source
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    agent = cfg["agent"]
+    tensors = actor_tensors(src / "model.zip")
+    layers = layer_names(tensors)
+    if tensors[f"{layers[0]}.weight"].shape[1] != OBS_DIM:
+        raise CheckpointError(f"{src}: network expects {tensors[f'{layers[0]}.weight'].shape[1]} inputs, "
+                              f"this rlsched's observation has {OBS_DIM}")
+    meta: dict[str, Any] = {
+        "obs_schema": SCHEMA_VERSION, "obs_dim": OBS_DIM, "action_dim": ACTION_DIM,
+        "layers": layers, "activation": agent["ppo"]["activation"],
+        "obs_norm": _obs_norm(src / "obs_norm.npz"),
+        "projection": dataclasses.asdict(ProjectionConfig(**agent["env"]["projection"])),
+        "scenarios": agent["env"]["scenarios"], "training_config": cfg,
+        "trained_timesteps": _timesteps(run_dir), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return save_checkpoint(out, tensors, meta)
+
+
+def _obs_norm(path: Path) -> dict[str, Any] | None:
+    data = np.load(path, allow_pickle=False)
+    if not bool(data["enabled"]):
+        return None
+    return {"mean": data["mean"].tolist(), "var": data["var"].tolist(), "clip": float(data["clip"]),
+            "epsilon": float(data["epsilon"])}
+
+
+def _timesteps(run_dir: Path) -> int | None:
+    path = run_dir / "train_time.json"
+    if path.is_file():
+        import json
+        return int(json.loads(path.read_text())["timesteps"])
+    return None

@@ -1,0 +1,138 @@
+"""PPO training over vectorised DiT-batch environments, with TensorBoard and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlsched.agents.config import AgentConfig
+from rlsched.errors import ConfigError
+
+LAST = "last"
+"""Sub-folder of the run dir holding the newest checkpoint (model.zip + obs_norm.npz)."""
+
+
+def make_env_fn(cfg: AgentConfig, rank: int, seed: int) -> Any:
+    """A picklable thunk for (Subproc|Dummy)VecEnv."""
+    return _EnvThunk(cfg, rank, seed)
+
+
+class _EnvThunk:
+    def __init__(self, cfg: AgentConfig, rank: int, seed: int) -> None:
+        self.cfg, self.rank, self.seed = cfg, rank, seed
+
+    def __call__(self) -> Any:
+        import gymnasium as gym
+        import torch
+        from stable_baselines3.common.monitor import Monitor
+
+        import rlsched.envs  # noqa: F401  (registers the env)
+        from rlsched.policies.projected import ProjectionConfig
+
+        torch.set_num_threads(1)
+        e = self.cfg.env
+        env = gym.make("rlsched/DiTBatch-v0", max_episode_steps=e.max_episode_steps, scenario=list(e.scenarios),
+                       rate_scale=tuple(e.rate_scale_range), window_s=e.episode_s,
+                       projection=ProjectionConfig(**e.projection))
+        env = Monitor(env)
+        env.reset(seed=self.seed + 7919 * self.rank)
+        env.action_space.seed(self.seed + self.rank)
+        return env
+
+
+def build_vec_env(cfg: AgentConfig, seed: int) -> Any:
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    fns = [make_env_fn(cfg, i, seed) for i in range(cfg.n_envs)]
+    venv = SubprocVecEnv(fns, start_method="forkserver") if cfg.n_envs > 1 else DummyVecEnv(fns)
+    return VecNormalize(venv, norm_obs=cfg.normalize_obs, norm_reward=True, clip_obs=5.0, gamma=cfg.ppo.gamma)
+
+
+def build_model(cfg: AgentConfig, env: Any, run_dir: Path, seed: int) -> Any:
+    import torch
+    from stable_baselines3 import PPO
+
+    p = cfg.ppo
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}.get(p.activation)
+    if act is None:
+        raise ConfigError("ppo.activation", f"must be tanh or relu, not {p.activation!r}")
+    return PPO("MlpPolicy", env, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+               n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
+               ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=seed, device="cpu",
+               policy_kwargs={"net_arch": list(p.net_arch), "activation_fn": act, "log_std_init": p.log_std_init},
+               tensorboard_log=str(run_dir / "tb"), verbose=0)
+
+
+def save_obs_norm(venv: Any, path: Path) -> None:
+    """Observation statistics as .npz (no pickle), for resume and export."""
+    rms = venv.obs_rms
+    np.savez(path, mean=rms.mean, var=rms.var, count=np.asarray(rms.count),
+             clip=np.asarray(venv.clip_obs), epsilon=np.asarray(venv.epsilon),
+             enabled=np.asarray(bool(venv.norm_obs)))
+
+
+def load_obs_norm(venv: Any, path: Path) -> None:
+    data = np.load(path, allow_pickle=False)
+    venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = data["mean"], data["var"], float(data["count"])
+
+
+def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, progress: bool = True) -> Path:
+    """Train (or resume) a run; returns the folder of the final checkpoint."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import CallbackList
+
+    from rlsched.agents.callbacks import BaselineEval, HyperparamText, SchedulerMetrics
+    from rlsched.agents.checkpointing import PeriodicCheckpoint
+    from rlsched.agents.validation import validation_eval
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    venv = build_vec_env(cfg, seed)
+    last = run_dir / LAST
+    if resume and (last / "model.zip").is_file():
+        model = PPO.load(last / "model.zip", env=venv, device="cpu")  # our own run dir: trusted
+        load_obs_norm(venv, last / "obs_norm.npz")
+        done = model.num_timesteps
+    else:
+        if resume:
+            raise ConfigError(str(run_dir), "--resume: no checkpoint in this run dir")
+        model = build_model(cfg, venv, run_dir, seed)
+        done = 0
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
+    evaluate = validation_eval(cfg)
+    callbacks = CallbackList([
+        HyperparamText(yaml.safe_dump(cfg.to_dict(), sort_keys=False)),
+        SchedulerMetrics(),
+        BaselineEval(cfg.eval_every, evaluate, cfg.eval_baselines, lambda: current_policy(model, venv, cfg)),
+        PeriodicCheckpoint(cfg.checkpoint_every, run_dir, venv),
+    ])
+    start = time.perf_counter()
+    model.learn(total_timesteps=max(cfg.timesteps - done, 0), callback=callbacks, progress_bar=progress,
+                reset_num_timesteps=not resume, tb_log_name="ppo")
+    PeriodicCheckpoint.save(model, venv, last)
+    (run_dir / "train_time.json").write_text(json.dumps(
+        {"seconds": time.perf_counter() - start, "timesteps": int(model.num_timesteps)}))
+    venv.close()
+    return last
+
+
+def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:
+    """The model as a SchedulingPolicy (deterministic actions), for evaluation during training."""
+    from rlsched.policies.learned import LearnedPolicy
+
+    from rlsched.policies.projected import ProjectionConfig
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        norm = venv.normalize_obs(obs[None, :]) if cfg.normalize_obs else obs[None, :]
+        action, _ = model.predict(norm, deterministic=True)
+        return action[0]
+
+    return LearnedPolicy(act, ProjectionConfig(**cfg.env.projection))

@@ -1,0 +1,185 @@
+"""``rlsched tune``: search the fixed action of the ``static`` policy on training seeds.
+
+A plain search over the 9-dim action of ``ProjectedPolicy`` plus one dimension for
+the starvation threshold: trial 0 is the default action, then ``explore`` of the
+trials draw uniformly from [-1, 1]^10, and the rest perturb the best so far with a
+Gaussian whose width shrinks from 0.5 to 0.05. The objective is the mean
+``weighted_slo_attainment`` over the given seeds. Tuning and training use seeds
+below ``EVAL_SEED_BASE`` (1000); evaluation (``rlsched eval``) uses seeds >= 1000,
+so a tuned action is never scored on the workloads it was tuned on.
+
+    rlsched tune --scenario default --trials 40 --seeds 0,1 --out tuned/default.json
+    rlsched simulate --scenario default --policy static:tuned/default.json --seed 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.cli import command, print_json
+from rlsched.errors import ConfigError
+from rlsched.evaluation import EVAL_SEED_BASE, RunSpec, prepare
+from rlsched.policies.projected import (
+    ACTION_DIM,
+    ActionParams,
+    ProjectedPolicy,
+    ProjectionConfig,
+    decode_action,
+    encode_params,
+)
+from rlsched.sim import Scenario, load_scenario
+from rlsched.sim.metrics import summarize
+
+SEARCH_DIM = ACTION_DIM + 1
+"""The action, then the starvation threshold: a ∈ [-1, 1] → 30 s × 4^a (7.5-120 s)."""
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """One search: where, on which seeds, how many trials."""
+
+    scenario: str
+    """Scenario name or path."""
+    seeds: tuple[int, ...] = (0, 1)
+    """Training seeds (each < EVAL_SEED_BASE)."""
+    rate_scale: float = 1.0
+    duration_s: float | None = None
+    """Arrival window per run; None: the scenario's."""
+    trials: int = 40
+    search_seed: int = 0
+    """Seed of the search's own random draws (not a workload seed)."""
+    explore: float = 0.5
+    """Fraction of trials drawn uniformly at random; the rest refine the best."""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ConfigError("tune.seeds", "give at least one training seed")
+        if max(self.seeds) >= EVAL_SEED_BASE or min(self.seeds) < 0:
+            raise ConfigError("tune.seeds", f"training seeds must be in [0, {EVAL_SEED_BASE}); "
+                              f"seeds >= {EVAL_SEED_BASE} are kept for evaluation")
+        if self.trials < 1:
+            raise ConfigError("tune.trials", "must be >= 1")
+        if not 0 <= self.explore <= 1:
+            raise ConfigError("tune.explore", "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The best vector found and how it scored."""
+
+    vector: np.ndarray
+    score: float
+    default_score: float
+    scores: tuple[float, ...]
+    """Score of every trial, in order."""
+
+    @property
+    def action(self) -> np.ndarray:
+        return self.vector[:ACTION_DIM]
+
+    @property
+    def starvation_threshold_s(self) -> float:
+        return threshold_s(self.vector)
+
+
+def threshold_s(vector: np.ndarray) -> float:
+    return float(30.0 * 4.0 ** float(vector[ACTION_DIM]))
+
+
+def default_vector() -> np.ndarray:
+    return np.concatenate([encode_params(ActionParams()), [0.0]])
+
+
+def policy_for(vector: np.ndarray) -> ProjectedPolicy:
+    config = ProjectionConfig(starvation_threshold_s=threshold_s(vector))
+    return ProjectedPolicy(decode_action(vector[:ACTION_DIM]), config)
+
+
+def objective(spec: TuneSpec, scenario: Scenario, vector: np.ndarray) -> float:
+    """Mean weighted SLO attainment of the vector's policy over the spec's seeds."""
+    total = 0.0
+    for seed in spec.seeds:
+        sim = prepare(RunSpec(spec.scenario, "static", seed, spec.rate_scale, spec.duration_s), scenario)
+        total += summarize(sim.run(policy_for(vector)))["weighted_slo_attainment"]
+    return total / len(spec.seeds)
+
+
+def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None = None) -> TuneResult:
+    """Random search, then local refinement around the best; ``on_trial(i, score, best)`` reports progress."""
+    scenario = load_scenario(spec.scenario)
+    rng = np.random.default_rng(spec.search_seed)
+    explore = max(1, round(spec.explore * spec.trials))
+    best, best_score, scores = default_vector(), -np.inf, []
+    for i in range(spec.trials):
+        vector = _candidate(rng, best, i, explore, spec.trials)
+        score = objective(spec, scenario, vector)
+        scores.append(score)
+        if score > best_score:
+            best, best_score = vector, score
+        if on_trial:
+            on_trial(i, score, best_score)
+    return TuneResult(best, best_score, scores[0], tuple(scores))
+
+
+def _candidate(rng: np.random.Generator, best: np.ndarray, i: int, explore: int, trials: int) -> np.ndarray:
+    if i == 0:
+        return default_vector()
+    if i < explore:
+        return rng.uniform(-1.0, 1.0, SEARCH_DIM)
+    width = 0.5 * 0.1 ** ((i - explore) / max(1, trials - explore - 1))
+    return np.clip(best + rng.normal(0.0, width, SEARCH_DIM), -1.0, 1.0)
+
+
+def to_json(spec: TuneSpec, result: TuneResult) -> dict[str, Any]:
+    """What ``static:PATH`` reads (``action``, ``starvation_threshold_s``), plus provenance."""
+    return {"scenario": spec.scenario, "seeds": list(spec.seeds), "rate_scale": spec.rate_scale,
+            "duration_s": spec.duration_s, "trials": spec.trials, "search_seed": spec.search_seed,
+            "score": result.score, "default_score": result.default_score,
+            "action": [round(float(x), 6) for x in result.action],
+            "starvation_threshold_s": round(result.starvation_threshold_s, 3),
+            "params": dataclasses.asdict(decode_action(result.action))}
+
+
+# ------------------------------------------------------------------ CLI
+
+
+@command("tune", "Search a fixed action for the `static` policy on training seeds (< 1000).")
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
+    p.add_argument("--trials", type=int, default=40, help="candidate vectors to simulate")
+    p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {EVAL_SEED_BASE}")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
+    p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
+    p.add_argument("--search-seed", type=int, default=0, help="seed of the search's own draws")
+    p.add_argument("--out", help="JSON file to write (default: tuned/SCENARIO.json)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON, no progress bar")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    spec = TuneSpec(args.scenario, tuple(int(s) for s in args.seeds.split(",")), args.rate_scale,
+                    args.duration, args.trials, args.search_seed)
+    with Progress(disable=args.json) as bar:
+        job = bar.add_task("tuning", total=spec.trials)
+        result = search(spec, lambda i, score, best: bar.update(
+            job, advance=1, description=f"tuning (best {100 * best:.1f} %)"))
+    out = Path(args.out or f"tuned/{Path(spec.scenario).stem}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload = to_json(spec, result)
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    if args.json:
+        print_json(payload)
+    else:
+        print(f"best weighted SLO attainment {100 * result.score:.2f} % (default action "
+              f"{100 * result.default_score:.2f} %) on seeds {list(spec.seeds)}; wrote {out}")
+    return 0

@@ -1,0 +1,227 @@
+"""The observation: queue, top-K urgent requests, GPU telemetry and recent history → one vector.
+
+Numpy only (no gymnasium, no torch): the frozen RL policy computes the very same
+vector at serving time from the plugin's simulator-like state (``now``, ``waiting``
+in queue order, ``running``, ``config``, ``cost``). The layout is pinned by
+``SCHEMA_VERSION``; ``FEATURE_NAMES`` names every entry, and the table in
+``DiTBatchEnv``'s docstring explains them.
+
+Scaling keeps every entry in [-5, 5] (clipped) without per-scenario statistics:
+counts and durations are ``log1p``-scaled, slack is measured in units of the
+request's own standalone time and squashed with ``asinh``. Costs are vectorised:
+per-request figures come from a ``RecordTable`` (read once per request), the top-K
+from ``argpartition``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlsched.policies.projected import RecordTable, Rows
+from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES, RequestRecord
+from rlsched.telemetry.base import TelemetrySample
+
+SCHEMA_VERSION = "dit-batch-obs/1"
+"""Bump whenever a feature, its order or its scaling changes (checkpoints record it)."""
+
+TOP_K = 8
+"""Waiting requests described one by one, most urgent first."""
+OBS_LOW, OBS_HIGH = -5.0, 5.0
+
+WORK_SCALE_S = 30.0
+"""Durations (pending work, a request's cost) enter as log1p(seconds / 30)."""
+WAIT_SCALE_S = 30.0
+"""Waits enter as log1p(seconds / 30); 30 s is also the default starvation threshold."""
+ARRIVAL_WINDOW_S = 300.0
+"""Time constant of the arrival-load average."""
+SLO_EWMA_WEIGHT = 0.05
+"""Weight of each finished request in the SLO-attainment average (~20-request memory)."""
+_LATE = 1e15
+"""Urgency offset that ranks requests already past saving after every savable one."""
+
+C, M = len(PRIORITY_CLASSES), len(MODALITIES)
+SLOT_FIELDS = (*(f"class_{c}" for c in PRIORITY_CLASSES), *(f"modality_{m}" for m in MODALITIES),
+               "work", "slack", "wait", "same_key_as_top0", "running", "key_count", "valid")
+GLOBAL_FIELDS = ("step_mode", "max_num_seqs", "distinct_keys", "running", "candidates", "candidate_memory",
+                 "gpu_memory", "gpu_compute", "gpu_membw", "gpu_known")
+FEATURE_NAMES: tuple[str, ...] = (
+    *(f"queue/{c}/{m}" for c in PRIORITY_CLASSES for m in MODALITIES),
+    *(f"{what}/{c}" for what in ("work", "min_slack", "oldest_wait", "arrival_load", "slo_ewma")
+      for c in PRIORITY_CLASSES),
+    *GLOBAL_FIELDS,
+    *(f"top{j}/{f}" for j in range(TOP_K) for f in SLOT_FIELDS),
+)
+OBS_DIM = len(FEATURE_NAMES)
+
+_COUNTS = 0
+_WORK, _SLACK, _WAIT, _LOAD = (C * M + i * C for i in range(4))  # then SLO EWMA, globals
+_GLOBAL = C * M + 5 * C
+_SLOTS = _GLOBAL + len(GLOBAL_FIELDS)
+_F = len(SLOT_FIELDS)
+_S_WORK, _S_SLACK, _S_WAIT, _S_SAME, _S_RUN, _S_KEYS, _S_VALID = range(C + M, _F)
+
+
+class ClassHistory:
+    """Per-class averages that need memory: arrival load and SLO attainment.
+
+    Arrival load is Σ standalone work of arrivals × e^(−age/τ) / τ — the offered GPU
+    load (1.0 = one GPU's worth); it does not depend on the order arrivals are noted
+    in. SLO attainment is an exponential average over finished requests, starting at 1.
+    """
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.reset(now)
+
+    def reset(self, now: float = 0.0) -> None:
+        self._t = now
+        self._load = [0.0] * C
+        self._slo = [1.0] * C
+
+    def note_arrival(self, t: float, cls: int, work_s: float) -> None:
+        """A request of class index ``cls`` arrived at ``t`` (seconds) with this standalone work."""
+        if t > self._t:
+            self._decay(t)
+        self._load[cls] += work_s / ARRIVAL_WINDOW_S * math.exp((t - self._t) / ARRIVAL_WINDOW_S)
+
+    def note_finish(self, cls: int, met: bool) -> None:
+        """A request of class index ``cls`` finished (or failed); ``met``: within its SLO."""
+        self._slo[cls] += SLO_EWMA_WEIGHT * (float(met) - self._slo[cls])
+
+    def features(self, now: float) -> list[float]:
+        """Arrival load per class then SLO attainment per class, as of ``now``."""
+        if now > self._t:
+            self._decay(now)
+        return self._load + self._slo
+
+    def _decay(self, t: float) -> None:
+        keep = math.exp((self._t - t) / ARRIVAL_WINDOW_S)
+        self._load = [x * keep for x in self._load]
+        self._t = t
+
+
+class ObservationEncoder:
+    """Turns a simulator-like state into the ``OBS_DIM`` float32 observation.
+
+    Stateful only through ``history`` (arrivals and finishes must be noted by the
+    caller: the environment from the simulator, the plugin from its request hooks) and
+    a per-request cache. After ``encode``, the candidates' table rows and standalone
+    slack (seconds) stay readable for reward shaping (``rows`` is None for an empty queue).
+    """
+
+    def __init__(self, table: RecordTable | None = None) -> None:
+        self.table = table or RecordTable()
+        """Per-request cache; may be shared with the ``ProjectedPolicy`` deciding on the same state."""
+        self.history = ClassHistory()
+        self.rows: Rows | None = None
+        self.slack_s = np.empty(0)
+        self._cost: Any = None
+        self._free_gb = 1.0
+
+    def reset(self, now: float = 0.0) -> None:
+        self.history.reset(now)
+
+    def note_arrival(self, rec: RequestRecord, cls: int) -> None:
+        self.history.note_arrival(rec.request.arrival_s, cls, rec.work_s)
+
+    def note_finish(self, cls: int, met: bool) -> None:
+        self.history.note_finish(cls, met)
+
+    def encode(self, state: Any, telemetry: TelemetrySample | None = None) -> np.ndarray:
+        """The observation of ``state`` (a ``Simulator`` or anything with its attributes);
+        ``telemetry`` None reads as unknown."""
+        out = np.zeros(OBS_DIM, dtype=np.float32)
+        recs = list(state.waiting.values())
+        n_wait = len(recs)
+        if state.config.step_mode and state.running:
+            recs += state.running
+        keys = mem = 0.0
+        if recs:
+            keys, mem = self._queue(out, state, recs, n_wait)
+        else:
+            self.rows, self.slack_s = None, np.empty(0)
+            out[_SLACK:_SLACK + C] = OBS_HIGH
+        if state.cost is not self._cost:  # CostModel.weights_gb sums every model: once per profile
+            self._cost, self._free_gb = state.cost, max(state.cost.gpu_memory_gb - state.cost.weights_gb, 1e-9)
+        out[_LOAD:_SLOTS] = (*self.history.features(state.now), state.config.step_mode,
+                             math.log1p(state.config.max_num_seqs), math.log1p(keys),
+                             math.log1p(len(recs) - n_wait), math.log1p(len(recs)),
+                             math.log1p(mem / self._free_gb), *_telemetry(telemetry))
+        # fmax/fmin rather than clip: they also turn a NaN into a bound, so none can escape
+        return np.fmin(np.fmax(out, OBS_LOW, out=out), OBS_HIGH, out=out)
+
+    def _queue(self, out: np.ndarray, state: Any, recs: list[RequestRecord], n_wait: int) -> tuple[int, float]:
+        """Write the per-class and top-K entries; returns (distinct keys, candidates' memory in GB)."""
+        now = state.now
+        rows = self.rows = self.table.gather(recs)
+        remaining = rows.remaining_s(recs, state.config.step_mode)
+        slack = self.slack_s = rows.deadline_s - now - remaining
+        rel = np.arcsinh(slack / np.maximum(rows.work_s, 1e-9))
+        wait = np.log1p((now - rows.arrival_s) * (1.0 / WAIT_SCALE_S))
+        cls = rows.cls
+        cm = cls * M + rows.modality
+        out[_COUNTS:_COUNTS + C * M] = np.log1p(np.bincount(cm, minlength=C * M))
+        out[_WORK:_WORK + C] = np.log1p(np.bincount(cls, remaining, minlength=C) * (1.0 / WORK_SCALE_S))
+        out[_SLACK:_SLACK + C], out[_WAIT:_WAIT + C] = _per_class(cls, rel, wait)
+        key_count = np.bincount(rows.key_id)
+        top = _most_urgent(slack)
+        slots = out[_SLOTS:_SLOTS + top.size * _F].reshape(top.size, _F)
+        slots[:, :C + M] = _ONE_HOT[cm[top]]
+        _write_slots(slots, top, remaining, rel, wait, rows.key_id, key_count, n_wait)
+        return int(np.count_nonzero(key_count)), float(rows.mem_gb.sum())
+
+
+def _write_slots(slots: np.ndarray, top: np.ndarray, remaining: np.ndarray, rel_slack: np.ndarray,
+                 wait: np.ndarray, key: np.ndarray, key_count: np.ndarray, n_wait: int) -> None:
+    """Fill the per-request entries after the one-hots, one top-K slot per row."""
+    slots[:, _S_WORK] = np.log1p(remaining[top] * (1.0 / WORK_SCALE_S))
+    slots[:, _S_SLACK] = rel_slack[top]
+    slots[:, _S_WAIT] = wait[top]
+    top_key = key[top]
+    slots[:, _S_SAME] = top_key == top_key[0]
+    slots[:, _S_RUN] = top >= n_wait
+    slots[:, _S_KEYS] = np.log1p(key_count[top_key])
+    slots[:, _S_VALID] = 1.0
+
+
+_ONE_HOT = np.concatenate([np.repeat(np.eye(C), M, axis=0), np.tile(np.eye(M), (C, 1))], axis=1)
+"""Row ``cls·M + modality``: class one-hot then modality one-hot."""
+_NO_CLASS = np.full(C, np.inf)
+
+
+def _per_class(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Min slack (+inf, clipped later, for an empty class) and max wait (0) per class."""
+    low = _NO_CLASS.copy()
+    np.minimum.at(low, cls, slack)
+    high = np.zeros(C)
+    np.maximum.at(high, cls, wait)
+    return low, high
+
+
+def _most_urgent(slack_s: np.ndarray) -> np.ndarray:
+    """Indices of the ``TOP_K`` most urgent candidates, most urgent first.
+
+    Savable requests (slack ≥ 0) by ascending slack, then late ones (least late first);
+    requests without an SLO (infinite slack) last. Ties among the chosen keep queue order.
+    """
+    if slack_s.size == 1:
+        return np.zeros(1, dtype=np.intp)
+    urgency = np.where(slack_s >= 0, slack_s, _LATE - slack_s)
+    if urgency.size > TOP_K:
+        part = np.argpartition(urgency, TOP_K - 1)[:TOP_K]
+        part.sort()
+        return part[np.argsort(urgency[part], kind="stable")]
+    return np.argsort(urgency, kind="stable")
+
+
+def _telemetry(s: TelemetrySample | None) -> tuple[float, float, float, float]:
+    """Memory share, compute and bandwidth utilisation, known flag; zeros when unknown or not finite."""
+    if s is None or not s.known:
+        return 0.0, 0.0, 0.0, 0.0
+    mem, compute, membw = (v if math.isfinite(v) else 0.0 for v in (s.memory_frac, s.compute_util, s.membw_util))
+    return mem, compute, membw, 1.0
+
+
+__all__ = ["FEATURE_NAMES", "OBS_DIM", "SCHEMA_VERSION", "TOP_K", "ClassHistory", "ObservationEncoder"]

@@ -1,0 +1,71 @@
+"""Dense reward whose episode return is the evaluation's class-weighted SLO attainment.
+
+Meeting the SLO of a request of class c earns ``v_c = w_c / (N_c · Σ_k w_k)``, where
+``N_c`` counts class-c requests in the episode's workload and the sum runs over the
+classes present. Summed over an episode these credits are exactly
+``rlsched.sim.metrics.weighted_attainment`` — the number evaluation reports first —
+so the return is comparable across scenarios and loads (it lies in [−λ, 1]). The
+penalty ``−λ·v_c``, once per request, lands when a queued request's slack
+(deadline − now − standalone remaining time) crosses zero: the moment it became
+impossible to meet, rather than at its (much later) completion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlsched.policies.projected import Rows
+from rlsched.sim.metrics import CLASS_WEIGHTS
+from rlsched.sim.request import CLASS_INDEX, PRIORITY_CLASSES, Request, RequestRecord
+
+
+class SloReward:
+    """Accumulates credits and penalties between two ``take()`` calls."""
+
+    def __init__(self, requests: Sequence[Request], late_penalty: float) -> None:
+        counts = np.bincount([CLASS_INDEX[r.priority] for r in requests], minlength=len(PRIORITY_CLASSES))
+        weights = np.array([CLASS_WEIGHTS[c] for c in PRIORITY_CLASSES])
+        present = float(weights[counts > 0].sum())
+        self.value = np.where(counts > 0, weights / np.maximum(counts, 1) / max(present, 1e-12), 0.0)
+        """Credit per request met, by class index."""
+        self._value = self.value.tolist()
+        self.late_penalty = late_penalty
+        self._late = np.zeros(max(r.id for r in requests) + 1 if requests else 0, dtype=bool)
+        self._pending = 0.0
+        self.met = [0] * len(PRIORITY_CLASSES)
+        self.finished = [0] * len(PRIORITY_CLASSES)
+
+    def on_finish(self, rec: RequestRecord, cls: int) -> None:
+        """A request completed or failed (the simulator's ``on_finish`` hook)."""
+        self.finished[cls] += 1
+        if rec.slo_met:
+            self.met[cls] += 1
+            self._pending += self._value[cls]
+
+    def check_late(self, rows: Rows, slack_s: np.ndarray) -> None:
+        """Penalise queued requests whose slack went negative since the last check."""
+        ids = rows.request_id
+        new = (slack_s < 0) & ~self._late[ids]
+        if new.any():
+            self._late[ids[new]] = True
+            self._pending -= self.late_penalty * float(self.value[rows.cls[new]].sum())
+
+    def check_late_one(self, rec: RequestRecord, cls: int, now: float) -> None:
+        if rec.deadline_s - now - rec.remaining_s < 0 and not self._late[rec.request.id]:
+            self._late[rec.request.id] = True
+            self._pending -= self.late_penalty * self._value[cls]
+
+    def take(self) -> float:
+        """Reward accumulated since the last call."""
+        out, self._pending = self._pending, 0.0
+        return out
+
+    def weighted_attainment(self) -> float:
+        """Class-weighted SLO attainment so far (unfinished requests count as missed)."""
+        return float(sum(v * m for v, m in zip(self._value, self.met, strict=True)))
+
+    def attainment(self) -> dict[str, float]:
+        """Per class with finished requests: the share of them that met their SLO."""
+        return {c: m / f for c, m, f in zip(PRIORITY_CLASSES, self.met, self.finished, strict=True) if f}

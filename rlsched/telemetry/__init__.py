@@ -1,0 +1,11 @@
+"""GPU telemetry behind one protocol: simulated (``SimTelemetry``) or real (``NvmlTelemetry``).
+
+Importing this package needs numpy only; ``pynvml`` is imported when an
+``NvmlTelemetry`` is created.
+"""
+
+from rlsched.telemetry.base import UNKNOWN, Telemetry, TelemetrySample
+from rlsched.telemetry.nvml import NvmlTelemetry
+from rlsched.telemetry.sim import SimTelemetry
+
+__all__ = ["UNKNOWN", "NvmlTelemetry", "SimTelemetry", "Telemetry", "TelemetrySample"]

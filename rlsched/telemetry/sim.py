@@ -1,0 +1,66 @@
+"""Telemetry estimated from the simulator's own state (what NVML would show)."""
+
+from __future__ import annotations
+
+import math
+
+from rlsched.sim.request import RequestRecord
+from rlsched.sim.simulator import Simulator
+from rlsched.telemetry.base import TelemetrySample
+
+UTIL_WINDOW_S = 60.0
+"""Time constant of the exponentially weighted utilisations (NVML samples over ~1 s;
+scheduling decisions care about the last minute)."""
+
+
+class SimTelemetry:
+    """GPU memory and utilisation of a ``Simulator``, as NVML would report them.
+
+    * memory: ``sim.memory_used_gb`` of ``sim.cost.gpu_memory_gb`` (weights + the
+      running batch's activations);
+    * compute utilisation: exponentially weighted busy fraction (time constant
+      ``window_s``) from the simulator's busy-time counter, exact whenever the GPU
+      is idle — which it is at every decision point;
+    * memory-bandwidth utilisation: busy fraction × the memory-bound share of the
+      last batch started. A step costs ``max(floor_s, a + b·ΣT + c·ΣQ)``; the floor is
+      the launch/memory-bound regime of small batches, so ``floor_s / step_s`` (1 when
+      the floor binds, smaller as compute dominates) is the estimate of the time the
+      step spends streaming weights rather than computing. It is an estimate: the
+      profiles carry no bandwidth measurements.
+
+    The batch figures are sampled by ``update()``; call it after ``sim.apply`` (the
+    environment does) so the started batch is seen — ``read()`` updates too.
+    """
+
+    def __init__(self, sim: Simulator, window_s: float = UTIL_WINDOW_S) -> None:
+        self.sim, self.window_s = sim, window_s
+        self._t = sim.now
+        self._busy = sim.busy_s
+        self._compute = 0.0
+        self._membw = 0.0
+        self._bound = 1.0
+
+    def update(self) -> None:
+        """Fold the time since the last update into the averages; note a started batch."""
+        sim = self.sim
+        dt = sim.now - self._t
+        if dt > 0:
+            busy = min(1.0, (sim.busy_s - self._busy) / dt)
+            keep = math.exp(-dt / self.window_s)
+            self._compute = keep * self._compute + (1 - keep) * busy
+            self._membw = keep * self._membw + (1 - keep) * busy * self._bound
+            self._t, self._busy = sim.now, sim.busy_s
+        if sim.running and sim.gpu_end_s != math.inf:
+            self._bound = memory_bound_share(sim, sim.running)
+
+    def read(self) -> TelemetrySample:
+        self.update()
+        cost = self.sim.cost
+        return TelemetrySample(self.sim.memory_used_gb, cost.gpu_memory_gb, self._compute, self._membw)
+
+
+def memory_bound_share(sim: Simulator, batch: list[RequestRecord]) -> float:
+    """``floor_s / step_s`` of one denoise step of ``batch`` (1: fully memory-bound)."""
+    model = sim.cost.model(batch[0].request.model)
+    step = sim.cost.batch_step_time(batch)
+    return min(1.0, model.floor_s / step) if step > 0 else 1.0
