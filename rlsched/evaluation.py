@@ -143,7 +143,9 @@ class Grid:
 
 def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[str, Any], dict, list[int]]:
     scenario, policy, seed, rs, duration, ref = task
-    sim, metrics = simulate(RunSpec(scenario, policy, seed, rs, duration))
+    name = Path(scenario).stem
+    sim, metrics = simulate(RunSpec(scenario, policy.replace("{scenario}", name), seed, rs, duration))
+    metrics["policy"] = policy  # the template, so per-scenario specs group as one policy
     ratios: dict[str, list[float]] = {}
     sizes: list[int] = []
     if rs == ref:

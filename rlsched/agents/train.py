@@ -50,7 +50,7 @@ def build_vec_env(cfg: AgentConfig, seed: int) -> Any:
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     fns = [make_env_fn(cfg, i, seed) for i in range(cfg.n_envs)]
-    venv = SubprocVecEnv(fns, start_method="forkserver") if cfg.n_envs > 1 else DummyVecEnv(fns)
+    venv = SubprocVecEnv(fns, start_method="forkserver") if cfg.subproc and cfg.n_envs > 1 else DummyVecEnv(fns)
     return VecNormalize(venv, norm_obs=cfg.normalize_obs, norm_reward=True, clip_obs=5.0, gamma=cfg.ppo.gamma)
 
 
@@ -127,7 +127,6 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
 def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:
     """The model as a SchedulingPolicy (deterministic actions), for evaluation during training."""
     from rlsched.policies.learned import LearnedPolicy
-
     from rlsched.policies.projected import ProjectionConfig
 
     def act(obs: np.ndarray) -> np.ndarray:

@@ -1,8 +1,10 @@
 """``rlsched tune``: search the fixed action of the ``static`` policy on training seeds.
 
-A plain search over the 9-dim action of ``ProjectedPolicy`` plus one dimension for
-the starvation threshold: trial 0 is the default action, then ``explore`` of the
-trials draw uniformly from [-1, 1]^10, and the rest perturb the best so far with a
+A plain search over the 9-dim action of ``ProjectedPolicy`` plus two dimensions for
+bounded starvation (threshold and SLO multiple, the projection knobs the RL preset
+sets): trial 0 is the default action with the seed's 30 s threshold, trial 1 the
+default action with the RL preset's starvation (300 s, 2 × SLO), then ``explore`` of
+the trials draw uniformly from [-1, 1]^11, and the rest perturb the best so far with a
 Gaussian whose width shrinks from 0.5 to 0.05. The objective is the mean
 ``weighted_slo_attainment`` over the given seeds. Tuning and training use seeds
 below ``EVAL_SEED_BASE`` (1000); evaluation (``rlsched eval``) uses seeds >= 1000,
@@ -38,8 +40,9 @@ from rlsched.policies.projected import (
 from rlsched.sim import Scenario, load_scenario
 from rlsched.sim.metrics import summarize
 
-SEARCH_DIM = ACTION_DIM + 1
-"""The action, then the starvation threshold: a ∈ [-1, 1] → 30 s × 4^a (7.5-120 s)."""
+SEARCH_DIM = ACTION_DIM + 2
+"""The action, the starvation threshold a ∈ [-1, 1] → 30 s × 10^a (3-300 s), and the
+starvation SLO multiple a → 2·(a+1) ∈ [0, 4] (0: absolute threshold only)."""
 
 
 @dataclass(frozen=True)
@@ -91,15 +94,20 @@ class TuneResult:
 
 
 def threshold_s(vector: np.ndarray) -> float:
-    return float(30.0 * 4.0 ** float(vector[ACTION_DIM]))
+    return float(30.0 * 10.0 ** float(vector[ACTION_DIM]))
 
 
-def default_vector() -> np.ndarray:
-    return np.concatenate([encode_params(ActionParams()), [0.0]])
+def slo_multiple(vector: np.ndarray) -> float:
+    return float(2.0 * (vector[ACTION_DIM + 1] + 1.0))
+
+
+def default_vector(rl_preset: bool = False) -> np.ndarray:
+    tail = [1.0, 0.0] if rl_preset else [0.0, -1.0]
+    return np.concatenate([encode_params(ActionParams()), tail])
 
 
 def policy_for(vector: np.ndarray) -> ProjectedPolicy:
-    config = ProjectionConfig(starvation_threshold_s=threshold_s(vector))
+    config = ProjectionConfig(starvation_threshold_s=threshold_s(vector), starvation_slo_multiple=slo_multiple(vector))
     return ProjectedPolicy(decode_action(vector[:ACTION_DIM]), config)
 
 
@@ -130,8 +138,8 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
 
 
 def _candidate(rng: np.random.Generator, best: np.ndarray, i: int, explore: int, trials: int) -> np.ndarray:
-    if i == 0:
-        return default_vector()
+    if i < 2:
+        return default_vector(rl_preset=i == 1)
     if i < explore:
         return rng.uniform(-1.0, 1.0, SEARCH_DIM)
     width = 0.5 * 0.1 ** ((i - explore) / max(1, trials - explore - 1))
@@ -145,6 +153,7 @@ def to_json(spec: TuneSpec, result: TuneResult) -> dict[str, Any]:
             "score": result.score, "default_score": result.default_score,
             "action": [round(float(x), 6) for x in result.action],
             "starvation_threshold_s": round(result.starvation_threshold_s, 3),
+            "starvation_slo_multiple": round(slo_multiple(result.vector), 4),
             "params": dataclasses.asdict(decode_action(result.action))}
 
 

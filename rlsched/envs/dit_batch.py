@@ -12,6 +12,7 @@ from gymnasium import spaces
 from rlsched.envs.episodes import Episode, EpisodeOptions, EpisodeSampler
 from rlsched.envs.observation import OBS_DIM, OBS_HIGH, OBS_LOW, SCHEMA_VERSION, ObservationEncoder
 from rlsched.envs.reward import SloReward
+from rlsched.policies.learned import trivial_candidate
 from rlsched.policies.projected import ACTION_DIM, ActionParams, ProjectedPolicy, ProjectionConfig
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
@@ -222,7 +223,6 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _apply(self, decision: Decision) -> None:
         self.sim.apply(decision)
-        self.telemetry.update()
 
     def _advance(self, resolve: bool) -> bool:
         """Run to the next decision point the agent must take; False when the workload is drained."""
@@ -241,14 +241,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _trivial(self) -> RequestRecord | None:
         """The single candidate when every action would start it alone now, else None."""
-        sim = self.sim
-        step_mode = sim.step_mode
-        if len(sim.waiting) + (len(sim.running) if step_mode else 0) != 1:
-            return None
-        rec = next(iter(sim.waiting.values())) if sim.waiting else sim.running[0]
-        if step_mode or sim.config.max_num_seqs == 1 or sim.now >= rec.request.arrival_s + self._max_wait_s:
-            return rec
-        return None
+        return trivial_candidate(self.sim, self._max_wait_s)
 
     def _note_arrivals(self) -> None:
         sim = self.sim

@@ -49,6 +49,9 @@ class ProjectionConfig:
     """Longest admission wait a policy may choose to coalesce a batch."""
     starvation_threshold_s: float = 30.0
     """Requests waiting longer than this are admitted first."""
+    starvation_slo_multiple: float = 0.0
+    """> 0: a request starves only after max(threshold, multiple × its SLO) — scale-aware
+    bounded starvation for workloads whose requests take seconds to half an hour."""
     max_batch_size_per_modality: dict[str, int] = field(
         default_factory=lambda: {"image": 8, "video": 2, "audio": 16, "text": 16})
     """Upper batch-size cap per modality (also capped by max_num_seqs)."""
@@ -233,7 +236,21 @@ class ProjectedPolicy:
         if running is not None:
             util = np.where(running, util * self.config.running_bonus, util)
         key_id = _first_seen_order(rows.key_id)
-        return Items(util, rows.mem_gb, rows.tokens, key_id, self.caps(state)[rows.modality], now - rows.arrival_s)
+        return Items(util, rows.mem_gb, rows.tokens, key_id, self.caps(state)[rows.modality], self._wait(rows, now))
+
+    def _wait(self, rows: Rows, now: float) -> np.ndarray:
+        """Waits as the projection's starvation test should see them.
+
+        With ``starvation_slo_multiple`` each wait is rescaled so that exceeding the
+        common threshold means exceeding the request's own, max(threshold, m × SLO).
+        """
+        wait = now - rows.arrival_s
+        m = self.config.starvation_slo_multiple
+        if m <= 0:
+            return wait
+        base = self.config.starvation_threshold_s
+        own = np.maximum(base, m * (rows.deadline_s - rows.arrival_s))
+        return np.where(np.isfinite(own), wait * (base / own), wait)
 
     def utility(self, cls: np.ndarray, remaining: np.ndarray, time_left: np.ndarray) -> np.ndarray:
         w = np.asarray(self.params.class_weights)[cls]
@@ -264,8 +281,8 @@ class ProjectedPolicy:
         wait_s = self.params.wait_frac * self.config.batch_timeout_ms / 1e3
         if wait_s <= 0 or state.config.step_mode or len(picked) >= cap:
             return None
-        newest = max(r.request.arrival_s for r in picked)
-        until = newest + wait_s
+        oldest = min(r.request.arrival_s for r in picked)
+        until = oldest + wait_s  # bounded: at most batch_timeout_ms after the oldest
         return Decision((), wait_until=until) if state.now < until else None
 
     @staticmethod

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import register
@@ -55,6 +54,7 @@ from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionCo
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.request import PRIORITY_CLASSES, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
+from rlsched.sim.yamlio import read_yaml
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def load_seed_config(arg: str) -> SeedConfig:
     path = Path(arg)
     if not path.is_file():
         raise ConfigError(arg, "seed-heuristics preset not found")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path) or {}
     known = {f.name for f in fields(SeedConfig)}
     unknown = sorted(set(data) - known) if isinstance(data, dict) else ["<not a mapping>"]
     if unknown:
@@ -351,7 +351,9 @@ def load_static(arg: str) -> ProjectedPolicy:
         if action.shape != (ACTION_DIM,):
             raise ConfigError(arg, f"'action' must hold {ACTION_DIM} numbers, not {action.shape}")
         threshold = float(data.get("starvation_threshold_s", ProjectionConfig().starvation_threshold_s))
-        policy = ProjectedPolicy(decode_action(action), ProjectionConfig(starvation_threshold_s=threshold))
+        multiple = float(data.get("starvation_slo_multiple", 0.0))
+        policy = ProjectedPolicy(decode_action(action), ProjectionConfig(starvation_threshold_s=threshold,
+                                                                         starvation_slo_multiple=multiple))
     policy.name = "static"
     return policy
 

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.yamlio import read_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "envs" / "profiles"
 
@@ -116,7 +115,7 @@ def load_profile(name_or_path: str | Path) -> CostModel:
         path = PROFILE_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(str(path), "profile file not found")
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     return profile_from_dict(data, str(path))
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import PRIORITY_CLASSES, Request
 from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.yamlio import read_yaml
 
 ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
 
@@ -214,7 +214,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         path = ENVS_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(str(name_or_path), f"scenario not found (shipped: {', '.join(scenario_names())})")
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     return scenario_from_dict(data, str(path))
 
 

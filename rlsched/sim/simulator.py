@@ -111,6 +111,10 @@ class Simulator:
         self.oom_batches = 0
         self._batch_mem_gb = 0.0
         self._batch_start_s = 0.0
+        self.last_batch: list[RequestRecord] = []
+        """The batch most recently started (telemetry reads its memory-bound share)."""
+        self.on_arrival: list[Callable[[RequestRecord], None]] = []
+        """Callbacks ``f(record)`` run when a request arrives (policies' history features)."""
         self.on_finish: list[Callable[[RequestRecord], None]] = []
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
 
@@ -143,6 +147,8 @@ class Simulator:
         rec.key = req.key(self.step_mode)
         self.records[req.id] = rec
         self.waiting[req.id] = rec
+        for callback in self.on_arrival:
+            callback(rec)
 
     @property
     def needs_decision(self) -> bool:
@@ -182,7 +188,7 @@ class Simulator:
             if rec.status == WAITING and math.isnan(rec.first_scheduled_s):
                 rec.first_scheduled_s = self.now
             rec.status, rec.batch_id = RUNNING, self.batches
-        self.running = batch
+        self.running = self.last_batch = batch
         self._batch_mem_gb, self._batch_start_s = mem, self.now
         self.gpu_end_s = self.now + duration
 

@@ -28,8 +28,9 @@ class SimTelemetry:
       step spends streaming weights rather than computing. It is an estimate: the
       profiles carry no bandwidth measurements.
 
-    The batch figures are sampled by ``update()``; call it after ``sim.apply`` (the
-    environment does) so the started batch is seen — ``read()`` updates too.
+    ``read()`` folds in the time since the previous read; the memory-bound share is
+    that of ``sim.last_batch`` — so readings depend only on the simulator's state at
+    the read times, the same in the environment and in a serving policy.
     """
 
     def __init__(self, sim: Simulator, window_s: float = UTIL_WINDOW_S) -> None:
@@ -39,10 +40,15 @@ class SimTelemetry:
         self._compute = 0.0
         self._membw = 0.0
         self._bound = 1.0
+        self._last: list[RequestRecord] = sim.last_batch
 
     def update(self) -> None:
         """Fold the time since the last update into the averages; note a started batch."""
         sim = self.sim
+        if sim.last_batch is not self._last:
+            self._last = sim.last_batch
+            if self._last:
+                self._bound = memory_bound_share(sim, self._last)
         dt = sim.now - self._t
         if dt > 0:
             busy = min(1.0, (sim.busy_s - self._busy) / dt)
@@ -50,8 +56,6 @@ class SimTelemetry:
             self._compute = keep * self._compute + (1 - keep) * busy
             self._membw = keep * self._membw + (1 - keep) * busy * self._bound
             self._t, self._busy = sim.now, sim.busy_s
-        if sim.running and sim.gpu_end_s != math.inf:
-            self._bound = memory_bound_share(sim, sim.running)
 
     def read(self) -> TelemetrySample:
         self.update()

@@ -1,0 +1,74 @@
+"""``rlsched bench decision``: one whole RL decision (encode + forward + projection), one core.
+
+The state: ``n`` requests of the ``default`` mix waiting at once (request mode, GPU
+idle). The policy: ``rl:checkpoints/default`` when it exists, else a network of the
+same shape with random weights (the forward pass costs the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.commands.bench import bench
+from rlsched.envs.observation import OBS_DIM
+from rlsched.policies.checkpoint import FrozenNetwork
+from rlsched.policies.learned import LearnedPolicy, rl_policy
+from rlsched.policies.projected import ACTION_DIM
+from rlsched.sim import Simulator, load_scenario
+
+QUEUE_SIZES = (16, 256, 4096)
+CALLS = {16: 3000, 256: 2000, 4096: 200}
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"
+
+
+def waiting_state(n: int, seed: int = 0) -> Simulator:
+    """A simulator at a decision point with ``n`` requests of ``default`` waiting."""
+    sc = load_scenario("default")
+    cost = sc.cost()
+    reqs = sc.requests(seed, rate_scale=1.0, duration_s=sc.duration_s * 40, cost=cost)[:n]
+    reqs = [dataclasses.replace(r, arrival_s=0.0) for r in reqs]
+    sim = Simulator(reqs, cost, sc.serving)
+    sim.advance_to_next_decision()
+    return sim
+
+
+def random_network(seed: int = 0, hidden: tuple[int, ...] = (64, 64)) -> FrozenNetwork:
+    rng = np.random.default_rng(seed)
+    sizes = (OBS_DIM, *hidden, ACTION_DIM)
+    layers = tuple((rng.normal(0, 0.1, (o, i)).astype(np.float32), np.zeros(o, np.float32))
+                   for i, o in zip(sizes[:-1], sizes[1:]))
+    return FrozenNetwork(layers, "tanh", np.zeros(OBS_DIM, np.float32), np.ones(OBS_DIM, np.float32), 5.0, 1e-8, {})
+
+
+def make_policy_for_bench() -> tuple[LearnedPolicy, str]:
+    if (DEFAULT_CHECKPOINT / "policy.json").is_file():
+        return rl_policy(DEFAULT_CHECKPOINT), "rl:checkpoints/default"
+    return LearnedPolicy(random_network()), "random network (no checkpoints/default yet)"
+
+
+@bench("decision")
+def decision_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """p50/p99 of a full RL decision at 16, 256 and 4,096 waiting requests."""
+    policy, label = make_policy_for_bench()
+    out: dict[str, Any] = {"policy": label}
+    scale = max(1, args.repeats) / 5
+    for n in QUEUE_SIZES:
+        sim = waiting_state(n)
+        policy.reset(sim)
+        calls = max(50, int(CALLS[n] * scale))
+        for _ in range(min(200, calls)):  # warm-up
+            policy.decide(sim)
+        us = np.empty(calls)
+        for i in range(calls):
+            t = time.perf_counter_ns()
+            policy.decide(sim)
+            us[i] = (time.perf_counter_ns() - t) / 1e3
+        p50, p99 = np.percentile(us, [50, 99])
+        out[str(n)] = {"p50_us": round(float(p50), 1), "p99_us": round(float(p99), 1), "calls": calls}
+    return out

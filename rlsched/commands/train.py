@@ -1,0 +1,51 @@
+"""``rlsched train`` and ``rlsched export``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlsched.cli import command
+
+
+@command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", help="scenario name(s), comma-separated (default: the agent preset's)")
+    p.add_argument("--agent", default="agents/ppo.yaml", help="agent preset (YAML)")
+    p.add_argument("--timesteps", type=int, help="total environment steps (default: the preset's)")
+    p.add_argument("--run-dir", required=True, help="folder for config, checkpoints and TensorBoard logs")
+    p.add_argument("--n-envs", type=int, help="parallel environments (default: the preset's)")
+    p.add_argument("--seed", type=int, default=0, help="training seed (workload seeds drawn below 1000)")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's last checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from rlsched.agents.config import load_agent_config
+    from rlsched.agents.train import train
+
+    overrides = {"timesteps": args.timesteps, "n_envs": args.n_envs}
+    if args.scenario:
+        overrides["scenarios"] = args.scenario.split(",")
+    cfg = load_agent_config(args.agent, **overrides)
+    last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
+    print(f"trained: {last}\nTensorBoard: tensorboard --logdir {args.run_dir}/tb\n"
+          f"export:   rlsched export {args.run_dir} --out checkpoints/NAME")
+    return 0
+
+
+@command("export", "Export a training run as a frozen policy: safetensors + JSON, loadable with numpy only.")
+def add_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run dir written by `rlsched train`")
+    p.add_argument("--out", required=True, help="checkpoint folder to write (e.g. checkpoints/default)")
+    p.add_argument("--source", default="last", help="checkpoint inside the run dir (last, steps_N)")
+    p.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from rlsched.agents.export import export_run
+
+    out = export_run(Path(args.run_dir), Path(args.out), args.source)
+    print(f"wrote {out}/policy.safetensors and {out}/policy.json; use --policy rl:{out}")
+    return 0

@@ -1,0 +1,101 @@
+"""Learned policies: observation → action → ``ProjectedPolicy`` → Decision.
+
+``LearnedPolicy`` wraps any ``act(obs) -> action`` (a live SB3 model during
+training, the frozen numpy network when serving) and reproduces exactly what the
+environment does around the agent: the same observation encoder and history, the
+same telemetry, and the same auto-resolution of decision points the action cannot
+change. ``rl:PATH`` builds one from a frozen checkpoint (numpy only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.envs.observation import SCHEMA_VERSION, ObservationEncoder
+from rlsched.policies.base import register
+from rlsched.policies.checkpoint import load_checkpoint
+from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
+from rlsched.sim.request import CLASS_INDEX, RequestRecord
+from rlsched.sim.simulator import Decision, Simulator
+
+Act = Callable[[np.ndarray], np.ndarray]
+
+
+def trivial_candidate(state: Any, max_wait_s: float) -> RequestRecord | None:
+    """The single candidate when every action would start it alone now, else None.
+
+    One candidate (waiting, or running in step mode) and no chance to wait for a
+    fuller batch: step mode, ``max_num_seqs == 1``, or it waited past the longest
+    admission wait.
+    """
+    step_mode = state.config.step_mode
+    if len(state.waiting) + (len(state.running) if step_mode else 0) != 1:
+        return None
+    rec = next(iter(state.waiting.values())) if state.waiting else state.running[0]
+    if step_mode or state.config.max_num_seqs == 1 or state.now >= rec.request.arrival_s + max_wait_s:
+        return rec
+    return None
+
+
+class LearnedPolicy:
+    """A policy network driving the projection; see the module docstring."""
+
+    name = "rl"
+
+    def __init__(self, act: Act, projection: ProjectionConfig | None = None, telemetry: Any = None) -> None:
+        self.act = act
+        self.projected = ProjectedPolicy(config=projection)
+        self.encoder = ObservationEncoder(self.projected.table)
+        self.telemetry = telemetry
+        """A ``Telemetry``; None in a simulator means ``SimTelemetry`` of that simulator."""
+        self._max_wait_s = self.projected.config.batch_timeout_ms / 1e3
+
+    def reset(self, state: Simulator) -> None:
+        from rlsched.telemetry.sim import SimTelemetry
+
+        self.projected.reset(state)
+        self.encoder.reset(state.now)
+        if isinstance(state, Simulator):
+            self._telemetry = self.telemetry or SimTelemetry(state)
+            state.on_arrival.append(self.note_arrival)
+            state.on_finish.append(self.note_finish)
+        else:
+            self._telemetry = self.telemetry
+
+    def note_arrival(self, rec: RequestRecord) -> None:
+        self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])
+
+    def note_finish(self, rec: RequestRecord) -> None:
+        self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
+
+    def decide(self, state: Simulator) -> Decision:
+        only = trivial_candidate(state, self._max_wait_s)
+        if only is not None:
+            return Decision((only.request.id,))
+        sample = self._telemetry.read() if self._telemetry is not None else None
+        obs = self.encoder.encode(state, sample)
+        self.projected.set_action(self.act(obs))
+        return self.projected.decide(state)
+
+
+def rl_policy(path: str | Path) -> LearnedPolicy:
+    """The frozen policy in ``path`` (``checkpoints/NAME``): numpy forward, no torch, no pickle."""
+    net = load_checkpoint(path or "checkpoints/default", expect_schema=SCHEMA_VERSION)
+    projection = ProjectionConfig(**net.meta.get("projection", {}))
+    policy = LearnedPolicy(net, projection)
+    policy.name = f"rl:{path}"
+    return policy
+
+
+register("rl")(lambda arg: rl_policy(_resolve(arg)))
+
+
+def _resolve(arg: str) -> Path:
+    p = Path(arg or "checkpoints/default")
+    if p.exists():
+        return p
+    return Path(__file__).resolve().parents[2] / p
