@@ -40,3 +40,27 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/rlsched bench sim
+
+# The plugin tier: vLLM 0.30.0 + vLLM-Omni 0.30.0 (CPU torch) in their own venv, installed
+# --no-deps plus a pinned list of their pure-Python dependencies, so no CUDA wheel is pulled.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_UV := $(VLLM_VENV)/bin/uv pip install --python $(VLLM_PY) -q
+
+$(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q uv
+	@if [ -n "$(TORCH_WHEEL)" ]; then \
+	  $(VLLM_UV) "$(TORCH_WHEEL)"; \
+	else \
+	  $(VLLM_VENV)/bin/pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu; \
+	fi
+	$(VLLM_UV) --no-deps vllm==0.30.0 vllm-omni==0.30.0
+	$(VLLM_UV) -r requirements/vllm-omni-cpu.txt
+	$(VLLM_UV) --no-deps -e .
+	$(VLLM_UV) pyyaml rich numpy prometheus_client pytest hypothesis
+	@$(VLLM_PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm

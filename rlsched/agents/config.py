@@ -48,6 +48,10 @@ class PPOConfig:
     activation: str = "tanh"
     """``tanh`` or ``relu`` (the exported network supports both)."""
     log_std_init: float = -0.5
+    init_action_from: tuple[str, ...] = ()
+    """Tuned ``static`` files (``rlsched tune``); the mean of their actions initialises the
+    action head's bias, so training starts from the tuned heuristic and learns
+    state-dependent corrections. Empty: SB3's default (action ≈ 0)."""
 
 
 @dataclass(frozen=True)

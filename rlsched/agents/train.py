@@ -62,11 +62,28 @@ def build_model(cfg: AgentConfig, env: Any, run_dir: Path, seed: int) -> Any:
     act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}.get(p.activation)
     if act is None:
         raise ConfigError("ppo.activation", f"must be tanh or relu, not {p.activation!r}")
-    return PPO("MlpPolicy", env, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+    model = PPO("MlpPolicy", env, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
                n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
                ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=seed, device="cpu",
                policy_kwargs={"net_arch": list(p.net_arch), "activation_fn": act, "log_std_init": p.log_std_init},
                tensorboard_log=str(run_dir / "tb"), verbose=0)
+    if p.init_action_from:
+        with torch.no_grad():
+            model.policy.action_net.bias.copy_(torch.as_tensor(initial_action(p.init_action_from)))
+    return model
+
+
+def initial_action(paths: tuple[str, ...]) -> np.ndarray:
+    """Mean action of tuned ``static`` files (paths relative to the project root allowed)."""
+    from rlsched.agents.config import AGENTS_DIR
+
+    actions = []
+    for name in paths:
+        path = Path(name) if Path(name).is_file() else AGENTS_DIR.parent / name
+        if not path.is_file():
+            raise ConfigError(name, "init_action_from: tuned file not found (run `rlsched tune`)")
+        actions.append(json.loads(path.read_text())["action"])
+    return np.asarray(actions, dtype=np.float32).mean(axis=0)
 
 
 def save_obs_norm(venv: Any, path: Path) -> None:

@@ -10,8 +10,8 @@ Gaussian whose width shrinks from 0.5 to 0.05. The objective is the mean
 below ``EVAL_SEED_BASE`` (1000); evaluation (``rlsched eval``) uses seeds >= 1000,
 so a tuned action is never scored on the workloads it was tuned on.
 
-    rlsched tune --scenario default --trials 40 --seeds 0,1 --out tuned/default.json
-    rlsched simulate --scenario default --policy static:tuned/default.json --seed 1000
+    rlsched tune --scenario default --trials 40 --seeds 0,1 --out agents/tuned/default.json
+    rlsched simulate --scenario default --policy static:agents/tuned/default.json --seed 1000
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
     p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the search's own draws")
-    p.add_argument("--out", help="JSON file to write (default: tuned/SCENARIO.json)")
+    p.add_argument("--out", help="JSON file to write (default: agents/tuned/SCENARIO.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON, no progress bar")
     p.set_defaults(handler=run)
 
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         job = bar.add_task("tuning", total=spec.trials)
         result = search(spec, lambda i, score, best: bar.update(
             job, advance=1, description=f"tuning (best {100 * best:.1f} %)"))
-    out = Path(args.out or f"tuned/{Path(spec.scenario).stem}.json")
+    out = Path(args.out or f"agents/tuned/{Path(spec.scenario).stem}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = to_json(spec, result)
     out.write_text(json.dumps(payload, indent=1) + "\n")

@@ -61,10 +61,11 @@ class LearnedPolicy:
         self.encoder.reset(state.now)
         if isinstance(state, Simulator):
             self._telemetry = self.telemetry or SimTelemetry(state)
+        else:  # the plugin's queue view: NVML (or unknown) telemetry
+            self._telemetry = self.telemetry or getattr(state, "telemetry", None)
+        if hasattr(state, "on_arrival"):
             state.on_arrival.append(self.note_arrival)
             state.on_finish.append(self.note_finish)
-        else:
-            self._telemetry = self.telemetry
 
     def note_arrival(self, rec: RequestRecord) -> None:
         self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])

@@ -1,0 +1,1 @@
+"""Integrations with serving engines. Only ``vllm_omni`` imports vLLM, and only lazily."""

@@ -1,0 +1,128 @@
+"""Plugin settings: ``od_config.extras["rlsched"]``, then ``RLSCHED_*`` env vars, then defaults.
+
+No vLLM import: the deploy command and the main test tier use this module too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlsched.errors import ConfigError
+from rlsched.sim.request import PRIORITY_CLASSES
+
+EXTRAS_KEY = "rlsched"
+ENV_VARS = {"policy": "RLSCHED_POLICY", "profile": "RLSCHED_PROFILE"}
+DEFAULT_SLO_SCALES = {"realtime": 2.0, "batch": 3.0, "background": 10.0}
+"""Same scales as ``envs/default.yaml``; 3 is vLLM-Omni's diffusion-benchmark default."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """How the plugin schedules; one ``extras: {rlsched: {...}}`` mapping in a deploy config."""
+
+    policy: str = "fifo"
+    """Policy spec for ``rlsched.policies.make_policy`` (``fifo``, ``edf``, ``sjf``, ``rl:PATH`` …)."""
+    profile: str = "qwen-image-h200"
+    """Cost profile (``envs/profiles/NAME.yaml`` or a path): request costs, SLO defaults."""
+    model: str = ""
+    """Model entry of the profile that this stage serves; empty: the profile's first model."""
+    default_priority: str = "batch"
+    """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``."""
+    slo_scales: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
+    """Per class: SLO = scale × standalone time, for requests without ``extra_args.slo_ms``."""
+    default_slo_scale: float | None = None
+    """Shorthand: the SLO scale of ``default_priority`` (overrides its ``slo_scales`` entry)."""
+    decision_budget_ms: float = 0.5
+    """A decision slower than this is discarded and FIFO schedules that call instead."""
+    default_height: int = 1024
+    """Height assumed for cost estimates when a request leaves it to the pipeline."""
+    default_width: int = 1024
+    """Width assumed for cost estimates when a request leaves it to the pipeline."""
+    default_steps: int = 50
+    """Denoising steps assumed when a request leaves them to the pipeline."""
+    telemetry: bool = True
+    """Read GPU memory through NVML when ``rlsched.telemetry`` and a GPU are available."""
+    telemetry_device: int = -1
+    """NVML device index; -1: the first entry of ``CUDA_VISIBLE_DEVICES`` (else 0)."""
+    telemetry_interval_s: float = 0.1
+    """Read NVML at most this often (a read costs tens of microseconds)."""
+    metrics_port: int = 0
+    """>0: serve this process's ``rlsched_*`` Prometheus metrics on this port."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, str) or not self.policy:
+            raise ConfigError("extras.rlsched.policy", f"must be a policy spec, not {self.policy!r}")
+        if self.default_priority not in PRIORITY_CLASSES:
+            raise ConfigError("extras.rlsched.default_priority", f"must be one of {PRIORITY_CLASSES}")
+        for cls, scale in self.slo_scales.items():
+            if cls not in PRIORITY_CLASSES:
+                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {cls!r}")
+            _positive(scale, f"slo_scales.{cls}")
+        if self.default_slo_scale is not None:
+            _positive(self.default_slo_scale, "default_slo_scale")
+        _positive(self.decision_budget_ms, "decision_budget_ms")
+        _positive(self.telemetry_interval_s, "telemetry_interval_s")
+        for name in ("default_height", "default_width", "default_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"extras.rlsched.{name}", f"must be a positive integer, not {value!r}")
+
+    def slo_scale(self, priority: str) -> float:
+        if self.default_slo_scale is not None and priority == self.default_priority:
+            return float(self.default_slo_scale)
+        return float(self.slo_scales.get(priority, DEFAULT_SLO_SCALES[priority]))
+
+    def to_extras(self) -> dict[str, Any]:
+        """The ``extras`` mapping that reproduces this config (non-default fields only)."""
+        base = PluginConfig()
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if getattr(self, f.name) != getattr(base, f.name)}
+        if "slo_scales" in out:
+            out["slo_scales"] = dict(out["slo_scales"])
+        return {EXTRAS_KEY: out}
+
+    @classmethod
+    def from_extras(cls, extras: Any, environ: Mapping[str, str] | None = None) -> PluginConfig:
+        """Settings from an ``extras`` value (a dict, ``None``, or pydantic's ``FieldInfo`` default)."""
+        env = os.environ if environ is None else environ
+        # OmniDiffusionConfig.extras defaults to a pydantic FieldInfo on a stdlib dataclass.
+        section = extras.get(EXTRAS_KEY) if isinstance(extras, Mapping) else None
+        if section is None:
+            section = {}
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"extras.{EXTRAS_KEY}", f"must be a mapping, not {type(section).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {unknown} (known: {sorted(known)})")
+        values = dict(section)
+        for name, var in ENV_VARS.items():
+            if name not in values and env.get(var):
+                values[name] = env[var]
+        if "slo_scales" in values:
+            values["slo_scales"] = {**DEFAULT_SLO_SCALES, **dict(values["slo_scales"])}
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"extras.{EXTRAS_KEY}", str(exc)) from None
+
+    @classmethod
+    def from_od_config(cls, od_config: Any, environ: Mapping[str, str] | None = None) -> PluginConfig:
+        return cls.from_extras(getattr(od_config, "extras", None), environ)
+
+    def nvml_device(self, environ: Mapping[str, str] | None = None) -> int:
+        """NVML numbers GPUs physically, ignoring ``CUDA_VISIBLE_DEVICES``; map the stage's first GPU."""
+        if self.telemetry_device >= 0:
+            return self.telemetry_device
+        first = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
+        return int(first) if first.strip().isdigit() else 0
+
+
+def _positive(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"extras.rlsched.{name}", f"must be a finite number > 0, not {value!r}")

@@ -1,0 +1,128 @@
+"""Prometheus metrics of the plugin (``rlsched_*``); importable without vLLM.
+
+``PluginMetrics(registry)`` registers every metric on ``registry`` (default: the
+process-wide ``prometheus_client.REGISTRY``); one instance per registry is shared, so
+two schedulers in one process do not register twice. Tests pass their own
+``CollectorRegistry``. Without ``prometheus_client`` every metric is a no-op.
+
+=========================================  =========  ==================  ==========================================
+name                                       type       labels              meaning
+=========================================  =========  ==================  ==========================================
+``rlsched_decisions_total``                counter    policy              policy consulted (one schedule() call)
+``rlsched_decision_latency_seconds``       histogram  —                   time inside ``policy.decide``
+``rlsched_fallbacks_total``                counter    reason              calls scheduled by FIFO instead (safety)
+``rlsched_wait_overrides_total``           counter    —                   "wait" decisions while idle, admitted FIFO
+``rlsched_preemptions_total``              counter    —                   running requests preempted (step mode)
+``rlsched_batch_size``                     histogram  —                   requests in each scheduled batch
+``rlsched_queue_depth``                    gauge      priority            waiting requests per class, at each call
+``rlsched_requests_finished_total``        counter    priority, outcome   ``slo_met``, ``slo_missed``, ``aborted``
+``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed)
+``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults
+=========================================  =========  ==================  ==========================================
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from rlsched.sim.request import PRIORITY_CLASSES
+
+LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+OUTCOMES = ("slo_met", "slo_missed", "aborted")
+
+_prom: Any
+try:
+    import prometheus_client as _prom
+except ImportError:  # metrics are optional; scheduling is not
+    _prom = None
+
+
+class _Noop:
+    def labels(self, *args: Any, **kwargs: Any) -> _Noop:
+        return self
+
+    def inc(self, amount: float = 1.0) -> None: ...
+    def set(self, value: float) -> None: ...
+    def observe(self, value: float) -> None: ...
+
+
+class PluginMetrics:
+    """The plugin's metrics on one registry. Use ``PluginMetrics.on(registry)`` to share."""
+
+    _shared: dict[Any, PluginMetrics] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, registry: Any = None) -> None:
+        self.enabled = _prom is not None
+        reg = registry if registry is not None else (_prom.REGISTRY if _prom else None)
+        self.registry = reg
+        make = self._factory(reg)
+        self.decisions = make("Counter", "rlsched_decisions_total", "Policy decisions taken", ["policy"])
+        self.latency = make("Histogram", "rlsched_decision_latency_seconds", "Time inside policy.decide",
+                            buckets=LATENCY_BUCKETS)
+        self.fallbacks = make("Counter", "rlsched_fallbacks_total", "schedule() calls run by FIFO instead",
+                              ["reason"])
+        self.wait_overrides = make("Counter", "rlsched_wait_overrides_total",
+                                   "Wait decisions while nothing runs, admitted FIFO (never stall)")
+        self.preemptions = make("Counter", "rlsched_preemptions_total", "Running requests preempted")
+        self.batch_size = make("Histogram", "rlsched_batch_size", "Requests per scheduled batch",
+                               buckets=BATCH_BUCKETS)
+        self.queue_depth = make("Gauge", "rlsched_queue_depth", "Waiting requests per class", ["priority"])
+        self.finished = make("Counter", "rlsched_requests_finished_total", "Finished requests",
+                             ["priority", "outcome"])
+        self.attainment = make("Gauge", "rlsched_slo_attainment_ratio", "SLO attainment of finished requests",
+                               ["priority"])
+        self.invalid = make("Counter", "rlsched_invalid_request_fields_total",
+                            "Request fields replaced by defaults", ["field"])
+        self._depth = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
+        self._done: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def on(cls, registry: Any = None) -> PluginMetrics:
+        """The shared instance for ``registry`` (created on first use)."""
+        key = registry if registry is not None else "default"
+        with cls._shared_lock:
+            if key not in cls._shared:
+                cls._shared[key] = cls(registry)
+            return cls._shared[key]
+
+    @staticmethod
+    def _factory(registry: Any) -> Any:
+        def make(kind: str, name: str, doc: str, labels: list[str] | None = None, **kw: Any) -> Any:
+            if _prom is None:
+                return _Noop()
+            return getattr(_prom, kind)(name, doc, labels or [], registry=registry, **kw)
+        return make
+
+    # ------------------------------------------------------------ recording
+    def set_queue_depth(self, counts: Counter[str]) -> None:
+        for cls, gauge in self._depth.items():
+            gauge.set(counts.get(cls, 0))
+
+    def record_finish(self, priority: str, outcome: str) -> None:
+        self.finished.labels(priority=priority, outcome=outcome).inc()
+        if outcome == "aborted":
+            return
+        with self._lock:
+            self._done[(priority, outcome)] += 1
+            met, missed = self._done[(priority, "slo_met")], self._done[(priority, "slo_missed")]
+        self.attainment.labels(priority=priority).set(met / (met + missed))
+
+
+def serve(port: int, registry: Any = None) -> bool:
+    """Start prometheus_client's HTTP exporter once per process; False if unavailable."""
+    if _prom is None or port <= 0:
+        return False
+    with _SERVE_LOCK:
+        if port not in _SERVING:
+            _prom.start_http_server(port, registry=registry if registry is not None else _prom.REGISTRY)
+            _SERVING.add(port)
+    return True
+
+
+_SERVING: set[int] = set()
+_SERVE_LOCK = threading.Lock()

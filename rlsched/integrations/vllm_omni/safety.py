@@ -1,0 +1,82 @@
+"""Checks a policy's decision against the live queue before the plugin acts on it.
+
+A decision the engine cannot carry out as-is is rejected with a reason, and the
+plugin lets vLLM-Omni's FIFO schedule that call (``FALLBACK_REASONS`` are the
+``reason`` label values of ``rlsched_fallbacks_total``).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+from rlsched.sim.request import RequestRecord
+
+FALLBACK_REASONS = (
+    "exception",   # decide() raised
+    "slow",        # decide() took longer than decision_budget_ms
+    "nan",         # a NaN id or wait_until
+    "malformed",   # not a Decision-like object, or ids that are not integers
+    "too_large",   # more ids than max_num_seqs
+    "duplicate",   # an id named twice
+    "unknown_id",  # an id that is not waiting (request mode) or live (step mode)
+    "mixed_keys",  # ids whose compatibility keys differ
+    "untracked",   # the queue holds a request the plugin could not build a record for
+    "internal_error",  # the plugin's own bookkeeping raised (a bug); FIFO ran instead
+)
+
+
+def check_decision(decision: Any, state: Any) -> tuple[str | None, tuple[int, ...]]:
+    """``(None, ids)`` for a decision the engine can run as-is, else ``(reason, ())``.
+
+    An empty ``ids`` is a valid "wait" decision; what the plugin does with it is its call.
+    """
+    batch = getattr(decision, "batch", None)
+    wait_until = getattr(decision, "wait_until", None)
+    if batch is None or isinstance(batch, (str, bytes)):
+        return "malformed", ()
+    try:
+        raw = tuple(batch)
+    except TypeError:
+        return "malformed", ()
+    if wait_until is not None and (not isinstance(wait_until, Real) or isinstance(wait_until, bool)):
+        return "malformed", ()
+    if _is_nan(wait_until):
+        return "nan", ()
+    ids: list[int] = []
+    for x in raw:
+        if type(x) is not int:  # the common case skips the slower ABC checks
+            if _is_nan(x):
+                return "nan", ()
+            if isinstance(x, bool) or not isinstance(x, Integral):
+                return "malformed", ()
+        ids.append(int(x))
+    batch_ids = tuple(ids)
+    return _check_ids(batch_ids, state), batch_ids
+
+
+def _check_ids(ids: tuple[int, ...], state: Any) -> str | None:
+    if len(ids) > state.config.max_num_seqs:
+        return "too_large"
+    if len(set(ids)) != len(ids):
+        return "duplicate"
+    if not ids:
+        return None
+    pool: dict[int, RequestRecord] = state.waiting
+    if state.step_mode and state.running:
+        pool = {**pool, **{r.request.id: r for r in state.running}}
+    key = None
+    for i in ids:
+        rec = pool.get(i)
+        if rec is None:
+            return "unknown_id"
+        if key is None:
+            key = rec.key
+        elif rec.key != key:
+            return "mixed_keys"
+    return None
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, Real) and not isinstance(x, Integral) and math.isnan(x)

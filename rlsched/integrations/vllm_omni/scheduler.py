@@ -1,0 +1,241 @@
+"""vLLM-Omni schedulers driven by a ``SchedulingPolicy``.
+
+``RLRequestScheduler`` (request mode: whole waves) and ``RLStepScheduler`` (step
+mode: one denoise step per call) wrap vLLM-Omni's own ``schedule()`` and never
+rewrite its loop. Each call:
+
+1. syncs ``PluginState`` from ``_waiting``/``_running`` and asks the policy;
+2. checks the decision (``safety.check_decision``) — an exception, a NaN, an invalid
+   batch, or a decision slower than ``decision_budget_ms`` falls back to FIFO for that
+   call: ``super().schedule()`` unchanged, counted in ``fallbacks``;
+3. step mode: preempts (``preempt_request``) running requests the batch leaves out;
+4. moves the chosen waiting requests, in the policy's order, to the head of
+   ``_waiting`` (the rest keep their order) and caps ``max_num_running_reqs`` at
+   ``running + chosen`` for this call only; then ``super().schedule()`` admits exactly
+   them. vLLM-Omni's invariants hold because its own loop does the admission: one
+   compatibility key per batch, at most ``max_num_seqs``, every live id in exactly one
+   queue, nothing dropped.
+
+A "wait" decision (empty batch) admits nothing new when something is running; when
+nothing runs it is overridden and FIFO admits (the engine would otherwise spin on an
+empty schedule), counted in ``waits_overridden``. Request mode keeps vLLM-Omni's
+admission wait (``request_batch_max_wait_ms``), which runs before ``schedule()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Collection
+from typing import Any
+
+from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
+from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
+
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
+from rlsched.integrations.vllm_omni.safety import check_decision
+from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
+from rlsched.policies import SchedulingPolicy, make_policy
+from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.request import RequestRecord
+from rlsched.sim.simulator import ServingConfig
+
+QUEUE_DEPTH_INTERVAL_S = 0.1
+"""The ``rlsched_queue_depth`` gauges are refreshed at most this often (counting costs O(queue))."""
+_COMPLETED = DiffusionRequestStatus.FINISHED_COMPLETED
+_ABORTED = DiffusionRequestStatus.FINISHED_ABORTED
+
+
+class _PolicyScheduling:
+    """The policy hook shared by both schedulers (placed before the vLLM base in the MRO).
+
+    Construct with a policy (object or spec) and/or ``PluginConfig``; anything left out
+    comes from ``od_config.extras`` when the engine calls ``initialize``. Until then the
+    scheduler is plain vLLM-Omni.
+    """
+
+    step_mode = False
+    _waiting: Any
+    _running: list[str]
+    max_num_running_reqs: int
+
+    def __init__(self, policy: SchedulingPolicy | str | None = None, settings: PluginConfig | None = None, *,
+                 cost: CostModel | None = None, clock: Callable[[], float] | None = None,
+                 metrics: PluginMetrics | None = None) -> None:
+        super().__init__()  # BaseScheduler.__init__ takes no arguments
+        self._policy_arg, self._cost_arg = policy, cost
+        self.settings: PluginConfig | None = settings
+        """Plugin settings; read from ``od_config.extras`` at ``initialize`` when not given."""
+        self._clock = clock or time.monotonic
+        self.metrics = metrics or PluginMetrics.on()
+        self.rl_state: PluginState | None = None
+        """The policy's view of the queue; None until ``initialize``."""
+        self.fallbacks = 0
+        """schedule() calls that fell back to FIFO (see ``fallback_reasons``)."""
+        self.fallback_reasons: Counter[str] = Counter()
+        self.waits_overridden = 0
+        self.decisions = 0
+        self.preemptions = 0
+
+    # ----------------------------------------------------------- lifecycle
+    def initialize(self, od_config: Any, **kwargs: Any) -> None:
+        super().initialize(od_config, **kwargs)  # type: ignore[misc]
+        self.settings = settings = self.settings or PluginConfig.from_od_config(od_config)
+        arg = self._policy_arg
+        self.policy: SchedulingPolicy = make_policy(arg or settings.policy) if arg is None or isinstance(arg, str) \
+            else arg
+        cost = self._cost_arg or load_profile(settings.profile)
+        self._budget_s = settings.decision_budget_ms / 1e3
+        self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
+        self._depth_due, self._depth_was_empty = -math.inf, True
+        self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
+        # PluginState is not a Simulator but has every attribute a policy reads
+        self.policy.reset(self.rl_state)  # type: ignore[arg-type]
+        if settings.metrics_port:
+            serve(settings.metrics_port, self.metrics.registry)
+
+    def _serving_config(self) -> ServingConfig:
+        wait_ms = float(getattr(self.od_config, "request_batch_max_wait_ms", 0.0) or 0.0)  # type: ignore[attr-defined]
+        return ServingConfig("step" if self.step_mode else "request", self.max_num_running_reqs, wait_ms)
+
+    def add_request(self, request: Any) -> str:
+        rid: str = super().add_request(request)  # type: ignore[misc]
+        if self.rl_state is not None:
+            try:
+                key = self.get_request_state(rid).sampling_params_key  # type: ignore[attr-defined]
+                _, bad = self.rl_state.add(rid, request.sampling_params, key)
+                for name in bad:
+                    self.metrics.invalid.labels(field=name).inc()
+            except Exception:  # never raise into the engine; FIFO serves it (reason "untracked")
+                pass
+        return rid
+
+    def pop_request_state(self, request_id: str) -> Any:
+        state = super().pop_request_state(request_id)  # type: ignore[misc]
+        st = self.rl_state
+        if st is None or state is None:
+            return state
+        outcome = {_COMPLETED: "completed", _ABORTED: "aborted"}.get(state.status, "failed")
+        rec = st.finish(request_id, outcome)
+        if rec is not None:
+            self.metrics.record_finish(rec.request.priority, "aborted" if outcome == "aborted"
+                                       else "slo_met" if rec.slo_met else "slo_missed")
+        return state
+
+    # ------------------------------------------------------------ schedule
+    def schedule(self) -> DiffusionSchedulerOutput:
+        st = self.rl_state
+        if st is None:  # not initialized by an engine: plain vLLM-Omni
+            return super().schedule()  # type: ignore[misc]
+        try:
+            plan = self._plan(st)
+        except Exception:  # a plugin bug must not stop the engine
+            self._fallback("internal_error")
+            plan = None
+        out: DiffusionSchedulerOutput = super().schedule() if plan is None else self._run(st, plan)  # type: ignore[misc]
+        if out.num_scheduled_reqs:
+            self.metrics.batch_size.observe(out.num_scheduled_reqs)
+        return out
+
+    def _plan(self, st: PluginState) -> tuple[int, ...] | None:
+        """The batch to run (ids; empty: admit nothing new), or None to let FIFO schedule."""
+        if not self._waiting:
+            self._update_queue_depth(())
+            return None
+        if self._running and not self.step_mode:
+            return None  # request mode never calls mid-wave
+        if st.config.max_num_seqs != self.max_num_running_reqs:  # the engine may resize (DLO + DP)
+            st.config = self._serving_config()
+        progress = getattr(self, "_request_progress", None) if self.step_mode else None
+        untracked = st.sync(self._waiting, self._running, progress)
+        self._update_queue_depth(st.waiting.values())
+        if untracked:
+            self._fallback("untracked")
+            return None
+        self.decisions += 1
+        self._decisions_metric.inc()
+        t0 = time.perf_counter()
+        try:
+            decision = self.policy.decide(st)  # type: ignore[arg-type]
+        except Exception:
+            self._fallback("exception")
+            return None
+        elapsed = time.perf_counter() - t0
+        self.metrics.latency.observe(elapsed)
+        if elapsed > self._budget_s:
+            self._fallback("slow")
+            return None
+        reason, ids = check_decision(decision, st)
+        if reason is not None:
+            self._fallback(reason)
+            return None
+        if not ids and not self._running:
+            self.waits_overridden += 1
+            self.metrics.wait_overrides.inc()
+            return None
+        return ids
+
+    def _update_queue_depth(self, waiting: Collection[RequestRecord]) -> None:
+        now = time.monotonic()  # wall clock, not the plugin clock: this only paces a gauge
+        empty = not waiting
+        if now >= self._depth_due or (empty and not self._depth_was_empty):
+            self._depth_due, self._depth_was_empty = now + QUEUE_DEPTH_INTERVAL_S, empty
+            self.metrics.set_queue_depth(Counter(r.request.priority for r in waiting))
+
+    def _fallback(self, reason: str) -> None:
+        """Count a call that FIFO schedules instead of the policy."""
+        self.fallbacks += 1
+        self.fallback_reasons[reason] += 1
+        self.metrics.fallbacks.labels(reason=reason).inc()
+
+    def _run(self, st: PluginState, ids: tuple[int, ...]) -> DiffusionSchedulerOutput:
+        try:
+            cap = self._arrange(st, ids)
+        except Exception:
+            self._fallback("internal_error")
+            return super().schedule()  # type: ignore[misc, no-any-return]
+        saved = self.max_num_running_reqs
+        self.max_num_running_reqs = cap
+        try:
+            return super().schedule()  # type: ignore[misc, no-any-return]
+        finally:
+            self.max_num_running_reqs = saved
+
+    def _arrange(self, st: PluginState, ids: tuple[int, ...]) -> int:
+        """Preempt what the batch leaves out, put its waiting ids first; returns this call's cap."""
+        if not ids:  # wait while something runs: admit nothing new, keep the batch going
+            return max(1, len(self._running))
+        names = [st.name(i) for i in ids]
+        if self.step_mode:
+            keep = set(names)
+            # reversed: preempt_request appends left, so the running order survives at the head
+            for rid in [r for r in reversed(self._running) if r not in keep]:
+                if self.preempt_request(rid):  # type: ignore[attr-defined]
+                    self.preemptions += 1
+                    self.metrics.preemptions.inc()
+        running = set(self._running)
+        new = [n for n in names if n not in running]
+        waiting = self._waiting
+        if list(itertools.islice(waiting, len(new))) != new:  # already at the head: FIFO-like choices
+            for rid in new:
+                waiting.remove(rid)  # at most max_num_seqs removals, each a C-level scan
+            waiting.extendleft(reversed(new))
+        return max(1, len(self._running) + len(new))
+
+
+class RLRequestScheduler(_PolicyScheduling, RequestScheduler):
+    """Request mode (waves run to completion) under a ``SchedulingPolicy``."""
+
+    step_mode = False
+
+
+class RLStepScheduler(_PolicyScheduling, StepScheduler):
+    """Step mode (one denoise step per call, preemption at step boundaries) under a ``SchedulingPolicy``."""
+
+    step_mode = True
+
+
+__all__ = ["RLRequestScheduler", "RLStepScheduler"]

@@ -1,0 +1,84 @@
+"""Prometheus metrics module (no vLLM) and the ``rlsched deploy`` command."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+prom = pytest.importorskip("prometheus_client")
+
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics  # noqa: E402
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
+
+
+def names(registry) -> set[str]:
+    return {m.name for m in registry.collect()}
+
+
+def test_metrics_on_their_own_registry_do_not_collide() -> None:
+    a, b = PluginMetrics(prom.CollectorRegistry()), PluginMetrics(prom.CollectorRegistry())
+    a.fallbacks.labels(reason="slow").inc()
+    assert a.registry.get_sample_value("rlsched_fallbacks_total", {"reason": "slow"}) == 1
+    assert b.registry.get_sample_value("rlsched_fallbacks_total", {"reason": "slow"}) is None
+    reg = prom.CollectorRegistry()
+    assert PluginMetrics.on(reg) is PluginMetrics.on(reg)  # one set of collectors per registry
+    with pytest.raises(ValueError, match="Duplicated"):
+        PluginMetrics(reg)
+
+
+def test_slo_attainment_per_class() -> None:
+    m = PluginMetrics(prom.CollectorRegistry())
+    for outcome in ("slo_met", "slo_met", "slo_missed", "aborted"):
+        m.record_finish("realtime", outcome)
+    m.record_finish("batch", "slo_missed")
+    get = m.registry.get_sample_value
+    assert get("rlsched_slo_attainment_ratio", {"priority": "realtime"}) == pytest.approx(2 / 3)
+    assert get("rlsched_slo_attainment_ratio", {"priority": "batch"}) == 0.0
+    assert get("rlsched_requests_finished_total", {"priority": "realtime", "outcome": "aborted"}) == 1
+    m.set_queue_depth({"realtime": 3})
+    assert get("rlsched_queue_depth", {"priority": "realtime"}) == 3
+    assert get("rlsched_queue_depth", {"priority": "background"}) == 0
+
+
+def test_every_metric_is_prefixed_and_documented() -> None:
+    registered = names(PluginMetrics(prom.CollectorRegistry()).registry)
+    assert registered and all(n.startswith("rlsched_") for n in registered)
+    documented = set(re.findall(r"`(rlsched_[a-z_]+)`", DOCS.read_text()))
+    # prometheus_client reports counters without their _total suffix
+    assert {n.removesuffix("_total") for n in documented} == registered
+
+
+# ------------------------------------------------------------------ deploy
+def rlsched(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlsched", *args], capture_output=True, text=True,
+                          check=check, timeout=120)
+
+
+def test_deploy_writes_a_stage_with_engine_backend_and_extras(tmp_path: Path) -> None:
+    out = tmp_path / "deploy.yaml"
+    res = rlsched("deploy", "--policy", "edf", "--max-num-seqs", "8", "--step-execution",
+                  "--default-slo-scale", "4", "--base-config", "wan2_2_ti2v.yaml", "--out", str(out))
+    doc = yaml.safe_load(out.read_text())
+    assert doc["base_config"] == "wan2_2_ti2v.yaml"
+    stage = doc["stages"][0]
+    assert stage == {"stage_id": 0, "max_num_seqs": 8, "step_execution": True, "request_batch_max_wait_ms": 0.0,
+                     "engine_backend": "rlsched.integrations.vllm_omni.RLDiffusionEngine",
+                     "extras": {"rlsched": {"policy": "edf", "profile": "qwen-image-h200",
+                                            "default_slo_scale": 4.0}}}
+    assert f"--deploy-config {out}" in res.stdout
+    overrides = json.loads(res.stdout.split("--stage-overrides '")[1].split("'")[0])
+    assert overrides == {"0": {k: v for k, v in stage.items() if k != "stage_id"}}
+
+
+def test_deploy_rejects_unknown_policy_and_profile(tmp_path: Path) -> None:
+    for args, what in ((["--policy", "nope"], "unknown policy"), (["--policy", "edf", "--profile", "gpu9"], "gpu9")):
+        res = rlsched("deploy", *args, "--out", str(tmp_path / "d.yaml"), check=False)
+        assert res.returncode == 2 and what in res.stderr
+        assert not (tmp_path / "d.yaml").exists()

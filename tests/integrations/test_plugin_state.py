@@ -1,0 +1,226 @@
+"""The plugin's vLLM-free parts: settings, the policy-facing queue state, decision checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from rlsched.errors import ConfigError
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.safety import FALLBACK_REASONS, check_decision
+from rlsched.integrations.vllm_omni.state import PluginState, hashable, read_request
+from rlsched.policies import make_policy
+from rlsched.sim import Decision, Request, ServingConfig, load_profile
+
+
+def sp(height=512, width=512, steps=50, **kw) -> SimpleNamespace:
+    """Duck-typed vLLM sampling params (the fields the adapter reads)."""
+    base = dict(height=height, width=width, num_frames=1, num_inference_steps=steps, timesteps=None, sigmas=None,
+                do_classifier_free_guidance=False, guidance_scale=4.0, true_cfg_scale=None, extra_args={})
+    return SimpleNamespace(**{**base, **kw})
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """Like vLLM's frozen key dataclasses, including an unhashable list field."""
+
+    height: int
+    sigmas: list | None = None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make_state(mode: str = "request", **settings) -> tuple[PluginState, Clock]:
+    clock = Clock()
+    cfg = PluginConfig(telemetry=False, **settings)
+    return PluginState(load_profile("qwen-image-h200"), ServingConfig(mode, 4), cfg, clock), clock
+
+
+# ------------------------------------------------------------------ config
+def test_config_from_extras_env_and_defaults() -> None:
+    assert PluginConfig.from_extras(object(), {}) == PluginConfig()  # pydantic FieldInfo default
+    env = {"RLSCHED_POLICY": "sjf", "RLSCHED_PROFILE": "flux1-dev-h100"}
+    assert (PluginConfig.from_extras(None, env).policy, PluginConfig.from_extras(None, env).profile) \
+        == ("sjf", "flux1-dev-h100")
+    cfg = PluginConfig.from_extras({"rlsched": {"policy": "edf", "slo_scales": {"realtime": 1.5},
+                                                "default_slo_scale": 4}}, env)
+    assert cfg.policy == "edf" and cfg.profile == "flux1-dev-h100"  # extras win, env fills the rest
+    assert (cfg.slo_scale("realtime"), cfg.slo_scale("batch"), cfg.slo_scale("background")) == (1.5, 4.0, 10.0)
+    assert PluginConfig.from_extras(cfg.to_extras(), {}) == cfg
+
+
+@pytest.mark.parametrize("extras, field", [
+    ({"rlsched": {"polcy": "edf"}}, "extras.rlsched"),
+    ({"rlsched": {"default_priority": "urgent"}}, "default_priority"),
+    ({"rlsched": {"slo_scales": {"vip": 2}}}, "slo_scales"),
+    ({"rlsched": {"decision_budget_ms": math.nan}}, "decision_budget_ms"),
+    ({"rlsched": {"default_height": 0}}, "default_height"),
+    ({"rlsched": ["edf"]}, "extras.rlsched"),
+])
+def test_config_errors_name_the_field(extras, field) -> None:
+    with pytest.raises(ConfigError, match=field):
+        PluginConfig.from_extras(extras, {})
+
+
+def test_nvml_device_follows_cuda_visible_devices() -> None:
+    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "3,5"}) == 3
+    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "GPU-1f2e"}) == 0
+    assert PluginConfig(telemetry_device=2).nvml_device({"CUDA_VISIBLE_DEVICES": "3"}) == 2
+
+
+# --------------------------------------------------------- reading requests
+def test_read_request_fields_and_defaults() -> None:
+    cfg = PluginConfig(default_height=768, default_steps=30)
+    fields, bad = read_request(sp(height=None, width=None, steps=None, guidance_scale=None), cfg)
+    assert (fields["height"], fields["width"], fields["steps"], fields["cfg"]) == (768, 1024, 30, False)
+    assert (fields["priority"], fields["slo_s"], bad) == ("batch", None, [])
+    assert read_request(sp(sigmas=[1.0, 0.5, 0.0]), cfg)[0]["steps"] == 3  # StepScheduler's count order
+    assert read_request(sp(timesteps=[9, 5], sigmas=[1.0]), cfg)[0]["steps"] == 2
+    for kw, cfg_on in (({"guidance_scale": 1.0}, False), ({"guidance_scale": 1.0, "true_cfg_scale": 4.0}, True),
+                       ({"guidance_scale": None, "do_classifier_free_guidance": True}, True)):
+        assert read_request(sp(**kw), cfg)[0]["cfg"] is cfg_on
+
+
+@pytest.mark.parametrize("extra, priority, slo_s, bad", [
+    ({"priority": "realtime", "slo_ms": 4000}, "realtime", 4.0, []),
+    ({"priority": " Background "}, "background", None, []),
+    ({"priority": "urgent", "slo_ms": math.nan}, "batch", None, ["priority", "slo_ms"]),
+    ({"priority": 3, "slo_ms": -5}, "batch", None, ["priority", "slo_ms"]),
+    ({"slo_ms": True}, "batch", None, ["slo_ms"]),
+    ({"slo_ms": "4000"}, "batch", None, ["slo_ms"]),
+    ({"slo_ms": math.inf}, "batch", None, ["slo_ms"]),
+])
+def test_priority_and_slo_from_extra_args(extra, priority, slo_s, bad) -> None:
+    fields, got_bad = read_request(sp(extra_args=extra), PluginConfig())
+    assert (fields["priority"], fields["slo_s"], got_bad) == (priority, slo_s, bad)
+
+
+def test_bad_sizes_are_defaulted_not_raised() -> None:
+    fields, bad = read_request(sp(height=0, width=512.0, steps=-1, num_frames="x"), PluginConfig())
+    assert (fields["height"], fields["width"], fields["steps"], fields["num_frames"]) == (1024, 512, 50, 1)
+    assert bad == ["height", "num_frames", "num_inference_steps"]
+
+
+# ------------------------------------------------------------------ state
+def test_records_match_the_simulator_cost_model() -> None:
+    state, clock = make_state()
+    clock.t = 103.0
+    rec, bad = state.add("a", sp(1024, 1024, steps=20, extra_args={"priority": "realtime"}), Key(1024))
+    ref = state.cost.record(Request(0, 3.0, "qwen-image", "image", 1024, 1024, 1, 20, True, "realtime", 1.0))
+    assert (rec.work_s, rec.step_s, rec.mem_gb, rec.tokens) == (ref.work_s, ref.step_s, ref.mem_gb, ref.tokens)
+    assert rec.request.arrival_s == 3.0 and rec.request.slo_s == pytest.approx(2.0 * rec.work_s)
+    assert rec.deadline_s == pytest.approx(3.0 + 2.0 * rec.work_s)
+    assert state.int_id("a") == 0 and state.name(0) == "a" and bad == []
+
+
+def test_keys_interned_by_equality_even_when_unhashable() -> None:
+    state, _ = make_state()
+    a, _ = state.add("a", sp(), Key(512, [1.0, 0.5]))
+    b, _ = state.add("b", sp(), Key(512, [1.0, 0.5]))
+    c, _ = state.add("c", sp(), Key(512, [1.0, 0.4]))
+    assert a.key == b.key != c.key
+    assert hashable(Key(512, [1.0])) == hashable(Key(512, [1.0])) and hash(hashable(Key(512, [1.0])))
+
+
+def test_sync_follows_vllm_queues_and_counts_untracked() -> None:
+    state, clock = make_state("step")
+    for name in "abc":
+        state.add(name, sp(), Key(512))
+    clock.t = 107.5
+    untracked = state.sync(["c", "ghost", "a"], ["b"], {"b": SimpleNamespace(current_step=7)})
+    assert untracked == 1 and state.now == 7.5
+    assert list(state.waiting) == [2, 0] and [r.request.id for r in state.running] == [1]
+    assert state.running[0].status == "running" and state.waiting[2].status == "waiting"
+    assert state.running[0].steps_done == 7
+    assert state.remove("b").request.id == 1 and state.remove("b") is None and 1 not in state.records
+
+
+def test_policies_decide_on_the_plugin_state() -> None:
+    state, _ = make_state(default_priority="background")
+    state.add("late", sp(512, 512, extra_args={"slo_ms": 90_000}), Key(512))
+    state.add("big", sp(1024, 1024, extra_args={"slo_ms": 60_000}), Key(1024))
+    state.add("soon", sp(512, 512, extra_args={"slo_ms": 30_000}), Key(512))
+    state.sync(["late", "big", "soon"], [])
+    def decide(spec: str) -> Decision:
+        policy = make_policy(spec)
+        policy.reset(state)
+        return policy.decide(state)
+
+    assert decide("edf") == Decision((2, 0))
+    assert decide("sjf") == Decision((0, 2))
+    assert decide("fifo").batch == (0,)
+    for spec in ("priority", "drr", "static", "seed-composite"):
+        assert check_decision(decide(spec), state)[0] is None, spec
+
+
+def test_memory_from_telemetry_when_known() -> None:
+    reads = []
+
+    class Source:
+        def read(self):
+            reads.append(1)
+            return SimpleNamespace(known=len(reads) == 1, memory_used_gb=80.0)
+
+    clock = Clock()
+    state = PluginState(load_profile("qwen-image-h200"), ServingConfig(), PluginConfig(), clock, Source())
+    state.sync([], [])
+    assert state.memory_used_gb == 80.0
+    state.sync([], [])  # within telemetry_interval_s: no second read
+    assert len(reads) == 1
+    clock.t += 1.0
+    state.sync([], [])
+    assert len(reads) == 2 and state.memory_used_gb == state.cost.weights_gb  # unknown -> model estimate
+
+
+def test_vllm_free_modules_import_no_vllm() -> None:
+    code = ("import sys, rlsched.integrations.vllm_omni as p, rlsched.commands.deploy\n"
+            "from rlsched.integrations.vllm_omni import config, metrics, safety, state\n"
+            "assert not {'vllm', 'vllm_omni', 'torch'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ----------------------------------------------------------------- safety
+def test_check_decision_reasons() -> None:
+    state, _ = make_state()
+    for i, size in enumerate([512, 1024, 512, 512, 512, 512]):
+        state.add(f"r{i}", sp(size, size), Key(size))
+    state.sync([f"r{i}" for i in range(6)], [])
+    cases = {
+        Decision((0, 2)): None, Decision(()): None, Decision((), wait_until=math.inf): None,
+        Decision((0, 1)): "mixed_keys", Decision((0, 0)): "duplicate", Decision((0, 2, 3, 4, 5)): "too_large",
+        Decision((42,)): "unknown_id", Decision((math.nan,)): "nan", Decision((), wait_until=math.nan): "nan",
+        Decision((True,)): "malformed", Decision((0.0,)): "malformed", "0": "malformed", None: "malformed",
+        Decision((), wait_until="soon"): "malformed",
+    }
+    for decision, reason in cases.items():
+        assert check_decision(decision, state)[0] == reason, decision
+        assert reason is None or reason in FALLBACK_REASONS
+    import numpy as np
+    assert check_decision(Decision((np.int64(2),)), state) == (None, (2,))
+
+
+def test_finish_sets_outcome_and_calls_hooks_like_the_simulator() -> None:
+    state, clock = make_state()
+    arrived, finished = [], []
+    state.on_arrival += [arrived.append, lambda rec: 1 / 0]  # a raising hook is contained
+    state.on_finish.append(finished.append)
+    for name in "abc":
+        state.add(name, sp(extra_args={"slo_ms": 1000}), Key(512))
+    clock.t += 0.5
+    a = state.finish("a", "completed")
+    clock.t += 1.0
+    b, c = state.finish("b", "completed"), state.finish("c", "aborted")
+    assert [r.request.id for r in arrived] == [0, 1, 2] and finished == [a, b]
+    assert (a.slo_met, b.slo_met, c.status, a.finish_s) == (True, False, "aborted", 0.5)
+    assert state.finish("a", "completed") is None and not state.records

@@ -1,0 +1,1 @@
+"""Plugin tests against the real vLLM-Omni classes (make test-vllm)."""

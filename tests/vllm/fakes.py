@@ -1,0 +1,107 @@
+"""Real vLLM-Omni requests and schedulers with a fake runner (imports vllm_omni: test-vllm tier only)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from vllm_omni.diffusion.data import DiffusionOutput
+from vllm_omni.diffusion.request import OmniDiffusionRequest
+from vllm_omni.diffusion.sched import DiffusionRequestStatus
+from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
+from vllm_omni.inputs.data import OmniDiffusionSamplingParams
+
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics
+from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
+
+logging.disable(logging.INFO)
+
+
+class Clock:
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def mk_req(rid: str, size: int = 512, steps: int = 4, priority: str | None = None, slo_ms: Any = None,
+           **sp: Any) -> OmniDiffusionRequest:
+    """A Qwen-Image-like request; ``size`` sets height = width."""
+    extra = dict(sp.pop("extra_args", {}))
+    if priority is not None:
+        extra["priority"] = priority
+    if slo_ms is not None:
+        extra["slo_ms"] = slo_ms
+    params = OmniDiffusionSamplingParams(height=size, width=size, num_inference_steps=steps, seed=0,
+                                         extra_args=extra, **sp)
+    return OmniDiffusionRequest(prompt=f"prompt {rid}", sampling_params=params, request_id=rid)
+
+
+def od(max_num_seqs: int = 4, wait_ms: float = 0.0, **kw: Any) -> SimpleNamespace:
+    return SimpleNamespace(max_num_seqs=max_num_seqs, request_batch_max_wait_ms=wait_ms, **kw)
+
+
+def plugin(policy: Any, step: bool = False, max_num_seqs: int = 4, clock: Clock | None = None,
+           budget_ms: float = 1e6, **settings: Any) -> Any:
+    """An initialized plugin scheduler with its own metrics registry."""
+    cls = RLStepScheduler if step else RLRequestScheduler
+    cfg = PluginConfig(policy=policy if isinstance(policy, str) else "fifo", decision_budget_ms=budget_ms,
+                       telemetry=False, **settings)
+    sched = cls(policy, cfg, clock=clock or Clock(), metrics=PluginMetrics(CollectorRegistry()))
+    sched.initialize(od(max_num_seqs))
+    return sched
+
+
+def new_ids(out: Any) -> list[str]:
+    return [r.request_id for r in out.scheduled_new_reqs]
+
+
+def finish_wave(sched: Any, out: Any) -> set[str]:
+    """Request mode: every scheduled request completes; the engine pops what finished."""
+    ro = BatchRunnerOutput.from_list([RunnerOutput(request_id=r, finished=True, result=DiffusionOutput())
+                                      for r in out.scheduled_request_ids])
+    return pop_finished(sched, sched.update_from_output(out, ro))
+
+
+def pop_finished(sched: Any, finished: set[str]) -> set[str]:
+    done = {r for r in finished if sched.get_request_state(r) is not None}
+    for rid in sorted(done):
+        sched.pop_request_state(rid)
+    return done
+
+
+class StepRunner:
+    """Step mode: one denoise step per scheduled request; ``step_index`` = completed steps."""
+
+    def __init__(self) -> None:
+        self.progress: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    def step(self, sched: Any) -> tuple[Any, set[str]]:
+        out = sched.schedule()
+        for nr in out.scheduled_new_reqs:
+            self.total[nr.request_id] = nr.req.sampling_params.num_inference_steps
+            self.progress.setdefault(nr.request_id, nr.req.sampling_params.step_index or 0)
+        outs = []
+        for rid in out.scheduled_request_ids:
+            self.progress[rid] += 1
+            done = self.progress[rid] >= self.total[rid]
+            outs.append(RunnerOutput(request_id=rid, step_index=self.progress[rid], finished=done,
+                                     result=DiffusionOutput() if done else None))
+        return out, pop_finished(sched, sched.update_from_output(out, BatchRunnerOutput.from_list(outs)))
+
+
+def check_invariants(sched: Any) -> None:
+    """vLLM-Omni's queue invariants: each live id in exactly one queue, one key, cap respected."""
+    waiting, running = list(sched._waiting), list(sched._running)
+    assert len(set(waiting)) == len(waiting), waiting
+    assert not set(waiting) & set(running)
+    live = {rid for rid, st in sched._request_states.items() if not DiffusionRequestStatus.is_finished(st.status)}
+    assert live == set(waiting) | set(running)
+    assert len(running) <= sched.max_num_running_reqs
+    keys = {sched.get_request_state(r).sampling_params_key for r in running}
+    assert len(keys) <= 1

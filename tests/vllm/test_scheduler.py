@@ -1,0 +1,325 @@
+"""The plugin schedulers against vLLM-Omni 0.30's real RequestScheduler/StepScheduler."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
+    pytest.importorskip("vllm_omni")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler  # noqa: E402
+
+from rlsched.policies import make_policy  # noqa: E402
+from rlsched.sim import Decision, load_profile  # noqa: E402
+from tests.vllm.fakes import (  # noqa: E402
+    Clock,
+    StepRunner,
+    check_invariants,
+    finish_wave,
+    mk_req,
+    new_ids,
+    od,
+    plugin,
+)
+
+
+class Fixed:
+    """A policy that returns whatever ``fn(state)`` says."""
+
+    name = "fixed"
+
+    def __init__(self, fn) -> None:
+        self.fn, self.calls = fn, 0
+
+    def reset(self, state) -> None:
+        pass
+
+    def decide(self, state) -> Decision:
+        self.calls += 1
+        return self.fn(state)
+
+
+def ids_of(state, *names: str) -> tuple[int, ...]:
+    return tuple(state.int_id(n) for n in names)
+
+
+def waves(sched) -> list[list[str]]:
+    out = []
+    while sched.has_requests():
+        o = sched.schedule()
+        out.append(new_ids(o))
+        check_invariants(sched)
+        finish_wave(sched, o)
+    return out
+
+
+def fifo_waves(reqs, max_num_seqs: int = 4) -> list[list[str]]:
+    base = RequestScheduler()
+    base.initialize(od(max_num_seqs))
+    for r in reqs():
+        base.add_request(r)
+    return waves(base)
+
+
+# ------------------------------------------------------------ request mode
+def test_edf_orders_waves_by_deadline() -> None:
+    def reqs():
+        return [mk_req("A", slo_ms=9000), mk_req("B", slo_ms=3000), mk_req("C", 1024, slo_ms=1000),
+                mk_req("D", slo_ms=5000)]
+    sched = plugin("edf")
+    for r in reqs():
+        sched.add_request(r)
+    assert waves(sched) == [["C"], ["B", "D", "A"]]
+    assert fifo_waves(reqs) == [["A", "B"], ["C"], ["D"]]
+    assert sched.fallbacks == 0 and sched.decisions == 2
+
+
+def test_skips_the_head_of_line_block() -> None:
+    def reqs():
+        return [mk_req("A"), mk_req("B", 1024), mk_req("C"), mk_req("D")]
+    assert fifo_waves(reqs) == [["A"], ["B"], ["C", "D"]]  # vLLM-Omni: C, D wait behind B
+    sched = plugin("sjf")
+    for r in reqs():
+        sched.add_request(r)
+    assert waves(sched) == [["A", "C", "D"], ["B"]]
+
+
+def test_wave_capped_for_one_call_then_restored() -> None:
+    sched = plugin(Fixed(lambda s: Decision(ids_of(s, "R2", "R0"))), max_num_seqs=4)
+    for i in range(6):
+        sched.add_request(mk_req(f"R{i}"))
+    out = sched.schedule()
+    assert new_ids(out) == ["R2", "R0"]  # policy's order; FIFO would have taken R0..R3
+    assert sched.max_num_running_reqs == 4
+    assert list(sched._waiting) == ["R1", "R3", "R4", "R5"]
+    check_invariants(sched)
+
+
+def test_max_num_seqs_caps_every_wave() -> None:
+    sched = plugin("edf", max_num_seqs=2)
+    for i in range(5):
+        sched.add_request(mk_req(f"R{i}", slo_ms=1000 * (5 - i)))
+    assert waves(sched) == [["R4", "R3"], ["R2", "R1"], ["R0"]]
+
+
+def test_wait_while_idle_is_overridden_never_stalls() -> None:
+    sched = plugin(Fixed(lambda s: Decision((), wait_until=s.now + 1.0)))
+    sched.add_request(mk_req("A"))
+    out = sched.schedule()
+    assert new_ids(out) == ["A"]
+    assert sched.waits_overridden == 1 and sched.fallbacks == 0
+
+
+# ---------------------------------------------------------------- fallback
+def _slow(state) -> Decision:
+    time.sleep(0.005)
+    return Decision(tuple(state.waiting)[:1])
+
+
+BAD_POLICIES = {
+    "exception": lambda s: 1 / 0,
+    "nan": lambda s: Decision((), wait_until=math.nan),
+    "malformed": lambda s: "run everything",
+    "unknown_id": lambda s: Decision((12345,)),
+    "mixed_keys": lambda s: Decision(ids_of(s, "A", "B")),
+    "too_large": lambda s: Decision(tuple(s.waiting) * 2),
+    "duplicate": lambda s: Decision(ids_of(s, "A", "A")),
+    "slow": _slow,
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_POLICIES))
+def test_bad_decision_falls_back_to_fifo(reason: str) -> None:
+    def reqs():
+        return [mk_req("A"), mk_req("B", 1024), mk_req("C")]
+    budget = 0.5 if reason == "slow" else 1e6
+    sched = plugin(Fixed(BAD_POLICIES[reason]), budget_ms=budget)
+    for r in reqs():
+        sched.add_request(r)
+    first = sched.schedule()
+    assert dict(sched.fallback_reasons) == {reason: 1}
+    assert _metric(sched, "rlsched_fallbacks_total", reason=reason) == 1
+    finish_wave(sched, first)
+    assert [new_ids(first)] + waves(sched) == fifo_waves(reqs)  # every later call falls back too
+    assert sched.fallbacks == 3 == sched.decisions
+
+
+def test_nan_id_and_bool_ids_are_rejected() -> None:
+    for fn, reason in ((lambda s: Decision((math.nan,))), "nan"), ((lambda s: Decision((True,))), "malformed"):
+        sched = plugin(Fixed(fn))
+        sched.add_request(mk_req("A"))
+        assert new_ids(sched.schedule()) == ["A"]
+        assert dict(sched.fallback_reasons) == {reason: 1}
+
+
+def test_untracked_request_is_served_by_fifo(monkeypatch) -> None:
+    sched = plugin("edf")
+    monkeypatch.setattr(sched.rl_state, "add", lambda *a: 1 / 0)
+    sched.add_request(mk_req("A"))
+    assert new_ids(sched.schedule()) == ["A"]
+    assert dict(sched.fallback_reasons) == {"untracked": 1}
+
+
+# -------------------------------------------------------- request fields
+def test_priority_and_slo_from_extra_args_with_defaults() -> None:
+    sched = plugin("edf", default_priority="background", slo_scales={"background": 7.0})
+    sched.add_request(mk_req("A", priority="realtime", slo_ms=4000))
+    sched.add_request(mk_req("B"))
+    sched.add_request(mk_req("C", priority="urgent", slo_ms=math.nan))
+    sched.add_request(mk_req("D", steps=8, guidance_scale=4.0))
+    st_ = sched.rl_state
+    a, b, c, d = (st_.records[st_.int_id(n)] for n in "ABCD")
+    assert (a.request.priority, a.request.slo_s) == ("realtime", 4.0)
+    assert b.request.priority == "background" and b.request.slo_s == pytest.approx(7.0 * b.work_s)
+    assert c.request.priority == "background" and c.request.slo_s == pytest.approx(7.0 * c.work_s)
+    assert st_.invalid == {"priority": 1, "slo_ms": 1}
+    assert _metric(sched, "rlsched_invalid_request_fields_total", field="slo_ms") == 1
+    cost = load_profile("qwen-image-h200")
+    assert d.request.cfg and not b.request.cfg and d.request.num_inference_steps == 8
+    assert d.work_s > b.work_s and b.work_s == cost.record(b.request).work_s
+    assert sorted(x for w in waves(sched) for x in w) == ["A", "B", "C", "D"] and sched.fallbacks == 0
+
+
+# --------------------------------------------------------------- step mode
+def test_step_mode_preempts_for_an_urgent_request() -> None:
+    clock = Clock()
+    sched, runner = plugin("edf", step=True, clock=clock), StepRunner()
+    sched.add_request(mk_req("A", steps=4, slo_ms=60_000))
+    out, _ = runner.step(sched)
+    assert new_ids(out) == ["A"]
+    sched.add_request(mk_req("B", 1024, steps=2, slo_ms=1000))  # other key, tighter deadline
+    out, _ = runner.step(sched)
+    assert new_ids(out) == ["B"] and sched.preemptions == 1
+    assert sched.get_request_state("A").status == DiffusionRequestStatus.PREEMPTED
+    assert list(sched._waiting) == ["A"]
+    check_invariants(sched)
+    out, done = runner.step(sched)
+    assert done == {"B"}
+    out, _ = runner.step(sched)
+    assert out.scheduled_cached_reqs.request_ids == ["A"] and not out.scheduled_new_reqs  # resumes its latents
+    assert sched.rl_state.records[sched.rl_state.int_id("A")].steps_done == 1
+    while sched.has_requests():
+        runner.step(sched)
+        check_invariants(sched)
+    assert runner.progress == {"A": 4, "B": 2} and sched.fallbacks == 0
+
+
+def test_step_mode_joins_compatible_requests_past_the_block() -> None:
+    sched, runner = plugin("sjf", step=True), StepRunner()
+    sched.add_request(mk_req("A", steps=3))
+    runner.step(sched)
+    sched.add_request(mk_req("B", 1024, steps=3))
+    sched.add_request(mk_req("C", steps=2))  # StepScheduler: blocked behind B although A's key matches
+    out, _ = runner.step(sched)
+    assert new_ids(out) == ["C"] and out.scheduled_cached_reqs.request_ids == ["A"]
+    check_invariants(sched)
+
+    base, base_runner = StepScheduler(), StepRunner()
+    base.initialize(od())
+    base.add_request(mk_req("A", steps=3))
+    base_runner.step(base)
+    base.add_request(mk_req("B", 1024, steps=3))
+    base.add_request(mk_req("C", steps=2))
+    out, _ = base_runner.step(base)
+    assert new_ids(out) == [] and out.scheduled_cached_reqs.request_ids == ["A"]
+
+
+def test_step_mode_wait_keeps_the_running_batch() -> None:
+    policy = Fixed(lambda s: Decision() if s.running else Decision(tuple(s.waiting)[:1]))
+    sched, runner = plugin(policy, step=True), StepRunner()
+    sched.add_request(mk_req("A", steps=3))
+    runner.step(sched)
+    sched.add_request(mk_req("B", steps=3))
+    out, _ = runner.step(sched)
+    assert not out.scheduled_new_reqs and out.scheduled_cached_reqs.request_ids == ["A"]
+    assert sched.preemptions == 0 and sched.waits_overridden == 0
+
+
+# ----------------------------------------------------------- lifecycle
+def test_abort_and_slo_metrics() -> None:
+    clock = Clock()
+    sched = plugin("edf", clock=clock)
+    sched.add_request(mk_req("A", priority="realtime", slo_ms=1000))
+    sched.add_request(mk_req("B", 1024, priority="batch", slo_ms=1000))
+    sched.add_request(mk_req("C", 2048, priority="background"))
+    out = sched.schedule()
+    sched.finish_requests("C", DiffusionRequestStatus.FINISHED_ABORTED)  # client went away while waiting
+    clock.t = 0.5
+    finish_wave(sched, out)  # A: on time
+    clock.t = 5.0
+    out = sched.schedule()
+    assert {r for r in out.finished_req_ids if sched.get_request_state(r)} == {"C"}
+    sched.pop_request_state("C")  # what the engine does for a finished id it emits
+    finish_wave(sched, out)  # B: late
+    assert not sched.has_requests() and not sched.rl_state.records
+    assert _metric(sched, "rlsched_slo_attainment_ratio", priority="realtime") == 1.0
+    assert _metric(sched, "rlsched_slo_attainment_ratio", priority="batch") == 0.0
+    assert _metric(sched, "rlsched_requests_finished_total", priority="background", outcome="aborted") == 1
+    assert _metric(sched, "rlsched_decisions_total", policy="edf") == 2
+    assert _metric(sched, "rlsched_batch_size_count") == 2
+
+
+def test_uninitialized_scheduler_is_plain_vllm_omni() -> None:
+    from rlsched.integrations.vllm_omni import RLRequestScheduler
+    sched = RLRequestScheduler("edf")
+    assert sched.rl_state is None  # nothing happens until the engine calls initialize()
+    sched.initialize(od(extras={"rlsched": {"policy": "sjf", "telemetry": False}}))
+    assert sched.policy.name == "edf" and sched.settings.policy == "sjf"
+
+
+# ------------------------------------------------------ property: no loss
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), step=st.booleans(), cap=st.integers(1, 4))
+def test_random_policies_never_break_invariants_or_drop_requests(seed: int, step: bool, cap: int) -> None:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+
+    def chaos(state) -> Decision:
+        pool = list(state.waiting) + ([r.request.id for r in state.running] if state.step_mode else [])
+        k = int(rng.integers(0, min(len(pool), cap + 1) + 1))
+        picks = list(rng.choice(pool, size=k, replace=False)) if k and pool else []
+        if rng.random() < 0.1:
+            picks.append(99999)
+        return Decision(tuple(int(x) for x in picks))
+
+    sched = plugin(Fixed(chaos), step=step, max_num_seqs=cap)
+    runner, added, finished = StepRunner(), 0, set()
+    for _ in range(200):
+        if added < 12 and rng.random() < 0.5:
+            size = int(rng.choice([512, 1024]))
+            sched.add_request(mk_req(f"R{added}", size, steps=int(rng.integers(1, 4))))
+            added += 1
+        if not sched.has_requests():
+            continue
+        if step:
+            out, done = runner.step(sched)
+        else:
+            out = sched.schedule()
+            done = finish_wave(sched, out)
+        assert out.num_scheduled_reqs > 0  # never an empty call while requests wait
+        assert out.num_scheduled_reqs <= cap
+        finished |= done
+        check_invariants(sched)
+    while sched.has_requests():
+        finished |= runner.step(sched)[1] if step else finish_wave(sched, sched.schedule())
+    assert finished == {f"R{i}" for i in range(added)}
+
+
+def test_make_policy_specs_work_in_the_plugin() -> None:
+    for spec in ("fifo", "sjf", "edf", "priority", "drr", "static", "seed-composite"):
+        sched = plugin(make_policy(spec))
+        for i, size in enumerate([512, 1024, 512]):
+            sched.add_request(mk_req(f"R{i}", size))
+        assert sorted(x for w in waves(sched) for x in w) == ["R0", "R1", "R2"]
+        assert sched.fallbacks == 0, (spec, sched.fallback_reasons)
+
+
+def _metric(sched, name: str, **labels: str) -> float | None:
+    return sched.metrics.registry.get_sample_value(name, labels)
