@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,18 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def print_json(obj: Any) -> None:
-    print(json.dumps(_clean(obj), default=_jsonable))
+    from rlsched.sim.metrics import json_safe
 
-
-def _clean(obj: Any) -> Any:
-    """NaN/inf → null so the output is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
+    print(json.dumps(json_safe(obj), default=_jsonable))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlsched.policies import make_policy
 from rlsched.sim import Scenario, Simulator, load_scenario
-from rlsched.sim.metrics import summarize
+from rlsched.sim.metrics import json_safe, summarize
 
 
 @dataclass(frozen=True)
@@ -223,20 +223,10 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     }
     if target:
         summary["headline"] = headline(cells, target)
-    (out / "results.json").write_text(json.dumps(_json_clean(summary), indent=1))
+    (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1))
     (out / "results.md").write_text(_markdown(cells, summary.get("headline")))
     _plots(grid, cells, out)
     return summary
-
-
-def _json_clean(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_clean(v) for v in obj]
-    return obj
 
 
 def _pm(cell: Cell, key: str, pct: bool = True) -> str:

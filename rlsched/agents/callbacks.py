@@ -57,17 +57,21 @@ class SchedulerMetrics(BaseCallback):
 class BaselineEval(BaseCallback):
     """Every ``every`` steps: the current policy and the baselines on the same validation workloads.
 
+    ``on_best(score)`` runs whenever the policy's mean validation score is the best so far
+    (the trainer saves a ``best/`` checkpoint: validation seeds, never evaluation seeds).
+
     ``evaluate(policy_spec_or_object) -> {scenario: weighted attainment}``; baselines are
     evaluated once (they do not change) and re-logged at every point so the curves align.
     """
 
     def __init__(self, every: int, evaluate: Callable[[Any], dict[str, float]], baselines: tuple[str, ...],
-                 current: Callable[[], Any]) -> None:
+                 current: Callable[[], Any], on_best: Callable[[float], None] | None = None) -> None:
         super().__init__()
         self.every, self.evaluate, self.current = every, evaluate, current
-        self.baselines = baselines
+        self.baselines, self.on_best = baselines, on_best
         self._base: dict[str, dict[str, float]] = {}
         self._next = every
+        self.best = -np.inf
 
     def _on_step(self) -> bool:
         if self.num_timesteps >= self._next:
@@ -84,6 +88,11 @@ class BaselineEval(BaseCallback):
                 self.logger.record(f"eval/{sc}/{who}", value)
             self.logger.record(f"eval/mean/{who}", float(np.mean(list(per_scenario.values()))))
         self.logger.dump(self.num_timesteps)
+        mean = float(np.mean(list(scores["policy"].values())))
+        if mean > self.best:
+            self.best = mean
+            if self.on_best:
+                self.on_best(mean)
 
 
 class HyperparamText(BaseCallback):

@@ -39,11 +39,13 @@ def layer_names(tensors: dict[str, np.ndarray]) -> list[str]:
     return [*hidden, "action_net"]
 
 
-def export_run(run_dir: Path, out: Path, source: str = "last") -> Path:
+def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
     """Write ``out/policy.safetensors`` + ``out/policy.json`` from ``run_dir/<source>``."""
     from rlsched.envs.observation import OBS_DIM, SCHEMA_VERSION
 
     src = run_dir / source
+    if source == "best" and not (src / "model.zip").is_file():
+        src = run_dir / "last"
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     agent = cfg["agent"]
     tensors = actor_tensors(src / "model.zip")
@@ -57,7 +59,8 @@ def export_run(run_dir: Path, out: Path, source: str = "last") -> Path:
         "obs_norm": _obs_norm(src / "obs_norm.npz"),
         "projection": dataclasses.asdict(ProjectionConfig(**agent["env"]["projection"])),
         "scenarios": agent["env"]["scenarios"], "training_config": cfg,
-        "trained_timesteps": _timesteps(run_dir), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "trained_timesteps": _timesteps(run_dir), "source": src.name,
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     return save_checkpoint(out, tensors, meta)
 

@@ -14,8 +14,8 @@ import yaml
 from rlsched.agents.config import AgentConfig
 from rlsched.errors import ConfigError
 
-LAST = "last"
-"""Sub-folder of the run dir holding the newest checkpoint (model.zip + obs_norm.npz)."""
+LAST, BEST = "last", "best"
+"""Sub-folders of the run dir: the newest checkpoint, and the best on the validation seeds."""
 
 
 def make_env_fn(cfg: AgentConfig, rank: int, seed: int) -> Any:
@@ -128,7 +128,8 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     callbacks = CallbackList([
         HyperparamText(yaml.safe_dump(cfg.to_dict(), sort_keys=False)),
         SchedulerMetrics(),
-        BaselineEval(cfg.eval_every, evaluate, cfg.eval_baselines, lambda: current_policy(model, venv, cfg)),
+        BaselineEval(cfg.eval_every, evaluate, cfg.eval_baselines, lambda: current_policy(model, venv, cfg),
+                     on_best=lambda score: _save_best(model, venv, run_dir, score)),
         PeriodicCheckpoint(cfg.checkpoint_every, run_dir, venv),
     ])
     start = time.perf_counter()
@@ -139,6 +140,14 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
         {"seconds": time.perf_counter() - start, "timesteps": int(model.num_timesteps)}))
     venv.close()
     return last
+
+
+def _save_best(model: Any, venv: Any, run_dir: Path, score: float) -> None:
+    from rlsched.agents.checkpointing import PeriodicCheckpoint
+
+    folder = PeriodicCheckpoint.save(model, venv, run_dir / BEST)
+    (folder / "validation.json").write_text(json.dumps({"timesteps": int(model.num_timesteps),
+                                                        "weighted_slo_attainment": score}))
 
 
 def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:

@@ -39,7 +39,9 @@ def run_train(args: argparse.Namespace) -> int:
 def add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run dir written by `rlsched train`")
     p.add_argument("--out", required=True, help="checkpoint folder to write (e.g. checkpoints/default)")
-    p.add_argument("--source", default="last", help="checkpoint inside the run dir (last, steps_N)")
+    p.add_argument("--source", default="best",
+                   help="checkpoint inside the run dir: best (on the validation seeds; falls back to last), "
+                        "last, steps_N")
     p.set_defaults(handler=run_export)
 
 

@@ -55,6 +55,17 @@ def summarize(sim: Simulator) -> dict[str, Any]:
     return out
 
 
+def json_safe(obj: Any) -> Any:
+    """NaN/inf → None, recursively, so ``json.dumps`` writes strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def weighted_attainment(per_class: dict[str, dict[str, Any]]) -> float:
     """Σ w_c·attainment_c / Σ w_c over the classes that had requests."""
     num = den = 0.0

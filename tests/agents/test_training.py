@@ -50,6 +50,12 @@ def test_tensorboard_has_scheduler_and_eval_scalars(run_dir: Path) -> None:
     assert any(t.startswith("config") for t in events.Tags()["tensors"])  # hyperparameters as text
 
 
+def test_best_checkpoint_is_kept_by_validation_score(run_dir: Path) -> None:
+    best = json.loads((run_dir / "best" / "validation.json").read_text())
+    assert 0.0 <= best["weighted_slo_attainment"] <= 1.0 and best["timesteps"] >= 64
+    assert (run_dir / "best" / "model.zip").is_file() and (run_dir / "best" / "obs_norm.npz").is_file()
+
+
 def test_resume_continues_the_step_count(run_dir: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -63,7 +69,7 @@ def test_resume_continues_the_step_count(run_dir: Path, tmp_path: Path) -> None:
 def test_export_matches_sb3_actions(run_dir: Path, tmp_path: Path) -> None:
     from stable_baselines3 import PPO
 
-    out = export_run(run_dir, tmp_path / "ckpt")
+    out = export_run(run_dir, tmp_path / "ckpt", source="last")
     net = load_checkpoint(out, expect_schema=SCHEMA_VERSION)
     model = PPO.load(run_dir / "last" / "model.zip", device="cpu")
     stats = np.load(run_dir / "last" / "obs_norm.npz")
