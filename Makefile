@@ -30,7 +30,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(VENV)/bin/rlsched simulate --scenario default --compare fifo,sjf,edf,priority,drr
+	$(VENV)/bin/rlsched simulate --scenario default --seed 1000 \
+	  --compare fifo,edf,seed-composite,static:agents/tuned/default.json,rl:checkpoints/default
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -216,7 +216,9 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     """results.md, results.json and plots under ``out``; returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
     cells = aggregate(grid.rows)
-    target = next((c.policy for c in cells if c.policy.startswith(("rl", "static"))), None)
+    names = list(dict.fromkeys(c.policy for c in cells))
+    target = next((p for p in names if p.startswith("rl")), None) or next(
+        (p for p in names if p.startswith("static")), None)
     summary: dict[str, Any] = {
         "cells": [dataclasses.asdict(c) for c in cells],
         "seeds": sorted({r["seed"] for r in grid.rows}),

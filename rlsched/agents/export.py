@@ -59,7 +59,7 @@ def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
         "obs_norm": _obs_norm(src / "obs_norm.npz"),
         "projection": dataclasses.asdict(ProjectionConfig(**agent["env"]["projection"])),
         "scenarios": agent["env"]["scenarios"], "training_config": cfg,
-        "trained_timesteps": _timesteps(run_dir), "source": src.name,
+        "trained_timesteps": _timesteps(src), "run_timesteps": _timesteps(run_dir), "source": src.name,
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     return save_checkpoint(out, tensors, meta)
@@ -73,9 +73,11 @@ def _obs_norm(path: Path) -> dict[str, Any] | None:
             "epsilon": float(data["epsilon"])}
 
 
-def _timesteps(run_dir: Path) -> int | None:
-    path = run_dir / "train_time.json"
-    if path.is_file():
-        import json
-        return int(json.loads(path.read_text())["timesteps"])
+def _timesteps(folder: Path) -> int | None:
+    """Steps behind a checkpoint (``validation.json``) or a whole run (``train_time.json``)."""
+    import json
+
+    for name in ("validation.json", "train_time.json"):
+        if (folder / name).is_file():
+            return int(json.loads((folder / name).read_text())["timesteps"])
     return None

@@ -115,7 +115,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Starting State
 
     A drawn scenario, mode, rate scale and arrival window (see Arguments); the
-    workload seed is drawn from ``self.np_random`` in [0, 1000) (evaluation seeds are
+    workload seed is drawn from ``self.np_random`` in [0, 900) (validation: 900-999, evaluation
     ≥ 1000). The GPU and queue start empty at the window's start; the first step
     is the first decision point.
 
@@ -135,7 +135,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     | `mode`          | str, list or None      | `None`       | `request` / `step`, drawn; None: the scenario's     |
     | `rate_scale`    | float or (low, high)   | `(0.5, 1.5)` | arrival-rate multiplier, uniform per episode        |
     | `window_s`      | float, range or None   | `None`       | arrival window at a uniform start; None: all of it  |
-    | `workload_seed` | int or None            | `None`       | fixed workload seed (evaluation); None: in [0, 1000) |
+    | `workload_seed` | int or None            | `None`       | fixed workload seed (evaluation); None: in [0, 900)  |
     | `late_penalty`  | float                  | `0.5`        | λ above                                             |
     | `auto_resolve`  | bool                   | `True`       | resolve decision points the action cannot change    |
     | `projection`    | ProjectionConfig, None | `None`       | projection knobs (``ProjectionConfig`` defaults)    |

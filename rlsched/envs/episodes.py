@@ -13,8 +13,8 @@ from rlsched.sim import Request, Scenario, load_scenario
 from rlsched.sim.cost import CostModel
 from rlsched.sim.simulator import MODES
 
-TRAIN_SEEDS = 1000
-"""Training workloads use seeds [0, 1000); evaluation uses seeds >= 1000."""
+TRAIN_SEEDS = 900
+"""Training workloads use seeds [0, 900); validation (checkpoint choice) 900-999; evaluation >= 1000."""
 _EMPTY_RETRIES = 20
 
 

@@ -7,6 +7,7 @@ global random state. Times are seconds from the start of the run.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -134,8 +135,21 @@ def _csv_rows(path: Path) -> list[list[str]]:
 
 
 def azure_arrivals(path: str | Path) -> np.ndarray:
-    """Arrival times (s from the first row) of an Azure LLM trace CSV (``TIMESTAMP,...``)."""
+    """Arrival times (s from the first row) of an Azure LLM trace CSV (``TIMESTAMP,...``); read-only."""
     path = Path(path)
+    return _azure_cached(str(path.resolve()), _mtime(path))
+
+
+def _mtime(path: Path) -> float:
+    if not path.is_file():
+        raise ConfigError(str(path), "trace file not found")
+    return path.stat().st_mtime
+
+
+@functools.lru_cache(maxsize=8)
+def _azure_cached(name: str, mtime: float) -> np.ndarray:
+    """Parsed once per file version: environments reset often and traces are large."""
+    path = Path(name)
     rows = _csv_rows(path)
     if not rows or rows[0][:1] != ["TIMESTAMP"]:
         raise TraceFormatError(str(path), 1, "expected header starting with TIMESTAMP")
@@ -146,18 +160,24 @@ def azure_arrivals(path: str | Path) -> np.ndarray:
         except (ValueError, IndexError):
             raise TraceFormatError(str(path), lineno, f"bad TIMESTAMP {row[:1]!r}") from None
     arr = np.sort(np.asarray(times))
-    return arr - arr[0] if arr.size else arr
+    arr = arr - arr[0] if arr.size else arr
+    arr.flags.writeable = False
+    return arr
 
 
 _HETU = re.compile(r"^Request\((.*)\)\s*$")
 _HETU_FIELDS = ("timestamp", "height", "width", "num_frames", "num_inference_steps")
 
 
-def hetudit_rows(path: str | Path) -> list[dict[str, float]]:
-    """Parse the Hetu-DiT text format; returns dicts with timestamp and shape fields."""
+def hetudit_rows(path: str | Path) -> tuple[dict[str, float], ...]:
+    """Parse the Hetu-DiT text format; dicts with timestamp and shape fields (do not mutate)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "trace file not found")
+    return _hetudit_cached(str(path.resolve()), _mtime(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _hetudit_cached(name: str, mtime: float) -> tuple[dict[str, float], ...]:
+    path = Path(name)
     out = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
@@ -170,7 +190,7 @@ def hetudit_rows(path: str | Path) -> list[dict[str, float]]:
             out.append({k: float(fields[k]) for k in _HETU_FIELDS})
         except (KeyError, ValueError) as exc:
             raise TraceFormatError(str(path), lineno, f"missing or bad field {exc}") from None
-    return out
+    return tuple(out)
 
 
 RLSCHED_CSV_REQUIRED = ("arrival_s", "height", "width", "num_frames", "num_inference_steps", "priority")

@@ -112,3 +112,13 @@ def test_plugin_with_the_engine_admission_wait() -> None:
     assert result["wait_ms"] == 50 and result["identical_batches"]
     sim_att, plugin_att = result["slo_attainment"]
     assert not math.isclose(sim_att, plugin_att) and abs(sim_att - plugin_att) < 0.02
+
+
+def test_frozen_rl_policy_serves_through_the_plugin() -> None:
+    # The shipped numpy-only policy inside the real RequestScheduler: no fallbacks, and SLO
+    # attainment as in the pure simulator. Batches may differ in places: the plugin reads GPU
+    # telemetry from NVML ("unknown" here) where the simulator feeds simulated telemetry.
+    result = compare("default", "rl:checkpoints/default", 0, DURATION_S, 1.0, "request", 0.0)
+    assert result["scheduler"] == "RLRequestScheduler" and result["fallbacks"] == {}
+    sim_att, plugin_att = result["weighted_slo_attainment"]
+    assert abs(sim_att - plugin_att) < 0.03
