@@ -9,13 +9,14 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-all test-vllm lint bench help
+.PHONY: run test test-vllm lint bench results help
 
 help:
 	@echo "make run    - compare policies on the default scenario"
 	@echo "make test   - install (first time) and run the test suite"
 	@echo "make test-vllm - plugin tests against the real vLLM-Omni classes (own venv)"
 	@echo "make bench  - speed benchmarks"
+	@echo "make results - the README results table and plots (results/default)"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,7 +41,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests
 
 bench: $(VENV)/.installed
-	$(VENV)/bin/rlsched bench sim
+	@for b in sim projection env decision; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
 
 # The plugin tier: vLLM 0.30.0 + vLLM-Omni 0.30.0 (CPU torch) in their own venv, installed
 # --no-deps plus a pinned list of their pure-Python dependencies, so no CUDA wheel is pulled.
@@ -65,3 +66,10 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 
 test-vllm: $(VLLM_VENV)/.installed
 	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
+
+# The README's results section: every policy on held-out seeds (>= 1000), 4 loads, 5 scenarios.
+RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default
+results: $(VENV)/.installed
+	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
+	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004 \
+	  --rate-scales 0.5,0.75,1.0,1.25 --workers 2 --out results/default

@@ -231,6 +231,16 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     return summary
 
 
+def label(policy: str) -> str:
+    """Short display name: ``static:agents/tuned/{scenario}.json`` → ``static (tuned)``."""
+    name, _, arg = policy.partition(":")
+    if name == "static" and arg:
+        return "static (tuned)"
+    if name == "rl":
+        return f"rl ({Path(arg).name})" if arg else "rl (default)"
+    return policy
+
+
 def _pm(cell: Cell, key: str, pct: bool = True) -> str:
     m, ci = cell.mean[key], cell.ci95[key]
     if math.isnan(m):
@@ -248,15 +258,17 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
                   "|---|" + "---|" * len(loads)]
         for pol in dict.fromkeys(c.policy for c in cells):
             row = {c.rate_scale: c for c in cells if c.scenario == sc and c.policy == pol}
-            lines.append(f"| {pol} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads) + " |")
+            lines.append(f"| {label(pol)} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads)
+                         + " |")
         lines.append("")
     if head:
-        lines += [f"### {head['target']} at loads where FIFO meets 40–80 % of SLOs", "",
+        lines += [f"### {label(head['target'])} at loads where FIFO meets 40–80 % of SLOs", "",
                   "| scenario | load | target | fifo | best other | ×fifo | ×best |", "|---|---|---|---|---|---|---|"]
         for sc, rows in head["per_scenario"].items():
             for r in rows:
                 lines.append(f"| {sc} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | {100 * r['fifo']:.1f} | "
-                             f"{r['best']} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | {r['vs_best']:.2f} |")
+                             f"{label(r['best'])} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | "
+                             f"{r['vs_best']:.2f} |")
         lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs fifo, ×{head['mean_vs_best']:.2f} vs the best other "
                   "policy.", ""]
     return "\n".join(lines)
@@ -271,18 +283,23 @@ def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
 
     scenarios = sorted({c.scenario for c in cells})
     policies = list(dict.fromkeys(c.policy for c in cells))
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(4.2 * len(scenarios), 3.6), squeeze=False)
-    for ax, sc in zip(axes[0], scenarios):
+    cols = min(3, len(scenarios))
+    rows = -(-len(scenarios) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(scenarios):]:
+        ax.axis("off")
+    for ax, sc in zip(axes.flat, scenarios):
         for pol in policies:
             pts = sorted((c.rate_scale, c.mean["weighted_slo_attainment"], c.ci95["weighted_slo_attainment"])
                          for c in cells if c.scenario == sc and c.policy == pol)
             x, y, e = (np.array(v, dtype=float) for v in zip(*pts))
-            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), marker="o", capsize=3, label=pol)
+            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), marker="o", capsize=3, label=label(pol))
         ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
     fig.tight_layout()
-    fig.savefig(out / "slo_vs_load.png", dpi=110)
+    fig.savefig(out / "slo_vs_load.png", dpi=100)
     plt.close(fig)
     _cdf_plot(grid, scenarios, policies, out, plt, np)
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -290,7 +307,8 @@ def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
     bins = np.arange(0.5, top + 1.5)
     for pol in policies:
         if grid.batch_sizes.get(pol):
-            ax.hist(grid.batch_sizes[pol], bins=bins, histtype="step", density=True, label=pol, linewidth=1.5)
+            ax.hist(grid.batch_sizes[pol], bins=bins, histtype="step", density=True, label=label(pol),
+                    linewidth=1.5)
     ax.set(title=f"batch sizes at load ×{grid.reference_load:g}, all scenarios", xlabel="batch size",
            ylabel="fraction of batches")
     ax.legend(fontsize=7)
@@ -307,7 +325,7 @@ def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], out: Path, 
             for pol in policies:
                 vals = np.sort(np.asarray(grid.latency_ratio.get((sc, pol, cls), []), dtype=float))
                 if vals.size:
-                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=pol)
+                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=label(pol))
             ax.axvline(1.0, color="grey", linestyle=":")
             ax.set(xscale="log", xlim=(0.3, 30), ylim=(0, 1), title=f"{sc} — {cls}",
                    xlabel="latency / SLO", ylabel="CDF")

@@ -77,18 +77,24 @@ class FrozenNetwork:
     obs_eps: float
     meta: dict[str, Any]
 
+    def __post_init__(self) -> None:
+        # Hot path (one call per scheduling decision): precompute 1/std and transposed weights.
+        object.__setattr__(self, "_inv_std", (1.0 / np.sqrt(self.obs_var + self.obs_eps)).astype(np.float32))
+        object.__setattr__(self, "_layers_t", tuple((np.ascontiguousarray(w.T), b) for w, b in self.layers))
+
     def normalise(self, obs: np.ndarray) -> np.ndarray:
-        z = (obs - self.obs_mean) / np.sqrt(self.obs_var + self.obs_eps)
-        return np.clip(z, -self.obs_clip, self.obs_clip)
+        """What SB3's VecNormalize feeds the network: clip((obs − mean)/sqrt(var + eps), ±clip)."""
+        z = (obs - self.obs_mean) * self._inv_std
+        return np.minimum(np.maximum(z, -self.obs_clip), self.obs_clip)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic action (the Gaussian mean), clipped to [-1, 1]."""
         x = self.normalise(np.asarray(obs, dtype=np.float32))
         act = np.tanh if self.activation == "tanh" else _relu
-        for w, b in self.layers[:-1]:
-            x = act(x @ w.T + b)
-        w, b = self.layers[-1]
-        return np.clip(x @ w.T + b, -1.0, 1.0)
+        for wt, b in self._layers_t[:-1]:
+            x = act(x @ wt + b)
+        wt, b = self._layers_t[-1]
+        return np.minimum(np.maximum(x @ wt + b, -1.0), 1.0)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:

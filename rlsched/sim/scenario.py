@@ -157,7 +157,8 @@ def _trace_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale: f
         rows = [r for r in wl.hetudit_rows(path) if r["timestamp"] / scale < duration]
         base = (sc.mix or sc._shape_pool())[0]
         shapes = [dataclasses.replace(base, height=int(r["height"]), width=int(r["width"]),
-                                      num_frames=int(r["num_frames"]), steps=int(r["num_inference_steps"]))
+                                      num_frames=int(r["num_frames"]), steps=int(r["num_inference_steps"]),
+                                      modality="video" if r["num_frames"] > 1 else "image")
                   for r in rows]
         times = np.array([r["timestamp"] / scale for r in rows])
         return _build(sc, times, shapes, rng, cost)
