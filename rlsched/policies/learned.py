@@ -21,6 +21,7 @@ from rlsched.policies.checkpoint import load_checkpoint
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
+from rlsched.telemetry.base import TelemetrySample
 
 Act = Callable[[np.ndarray], np.ndarray]
 
@@ -53,16 +54,16 @@ class LearnedPolicy:
         self.telemetry = telemetry
         """A ``Telemetry``; None in a simulator means ``SimTelemetry`` of that simulator."""
         self._max_wait_s = self.projected.config.batch_timeout_ms / 1e3
+        self._telemetry = telemetry
 
     def reset(self, state: Simulator) -> None:
         from rlsched.telemetry.sim import SimTelemetry
 
         self.projected.reset(state)
         self.encoder.reset(state.now)
-        if isinstance(state, Simulator):
-            self._telemetry = self.telemetry or SimTelemetry(state)
-        else:  # the plugin's queue view: NVML (or unknown) telemetry
-            self._telemetry = self.telemetry or getattr(state, "telemetry", None)
+        # In a simulator: simulated telemetry, as in training. Elsewhere (the plugin's queue
+        # view) the state carries its latest NVML ``TelemetrySample`` itself.
+        self._telemetry = self.telemetry or (SimTelemetry(state) if isinstance(state, Simulator) else None)
         if hasattr(state, "on_arrival"):
             state.on_arrival.append(self.note_arrival)
             state.on_finish.append(self.note_finish)
@@ -77,10 +78,16 @@ class LearnedPolicy:
         only = trivial_candidate(state, self._max_wait_s)
         if only is not None:
             return Decision((only.request.id,))
-        sample = self._telemetry.read() if self._telemetry is not None else None
-        obs = self.encoder.encode(state, sample)
+        obs = self.encoder.encode(state, self._sample(state))
         self.projected.set_action(self.act(obs))
         return self.projected.decide(state)
+
+
+    def _sample(self, state: Any) -> TelemetrySample | None:
+        if self._telemetry is not None:
+            return self._telemetry.read()
+        sample = getattr(state, "telemetry", None)
+        return sample if isinstance(sample, TelemetrySample) else None
 
 
 def rl_policy(path: str | Path) -> LearnedPolicy:

@@ -30,3 +30,23 @@ def test_garbage_is_a_checkpoint_error(tmp_path: Path) -> None:
     (tmp_path / "x.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
     with pytest.raises(CheckpointError):
         read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_learned_policy_reads_the_states_telemetry_sample() -> None:
+    from types import SimpleNamespace
+
+    from rlsched.policies.learned import LearnedPolicy
+    from rlsched.telemetry.base import TelemetrySample
+
+    seen = []
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        seen.append(obs)
+        return np.zeros(9)
+
+    policy = LearnedPolicy(act)
+    sample = TelemetrySample(100.0, 141.0, 0.5, 0.25)
+    state = SimpleNamespace(telemetry=sample)
+    assert policy._sample(state) is sample  # the plugin's view carries its latest NVML sample
+    assert policy._sample(SimpleNamespace(telemetry=None)) is None
+    assert policy._sample(SimpleNamespace()) is None
