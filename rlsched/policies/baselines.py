@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from rlsched.policies.base import register, same_key_batch
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
-from rlsched.sim.simulator import Decision, Simulator
+from rlsched.sim.simulator import WAIT, Decision, Simulator
 
 
 class Fifo:
@@ -154,7 +154,9 @@ class Drr:
         for rec in state.waiting.values():
             by_key.setdefault(rec.key, []).append(rec)
         self._sync_keys(by_key)
-        while True:
+        if not by_key:
+            return WAIT
+        while True:  # terminates: every round adds a positive quantum to every key
             for key in self._order:
                 batch = self._try(key, by_key[key], state.config.max_num_seqs)
                 if batch:

@@ -19,11 +19,12 @@ mode one denoise step of a batch drawn from running and waiting requests starts
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlsched.errors import ConfigError, InvalidDecision
+from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import (
     COMPLETED,
@@ -90,13 +91,16 @@ class Simulator:
     """Event loop, queue state and per-request records. Policies read, never write."""
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
-                 slo_deadline: bool = True, horizon_s: float = INF) -> None:
+                 horizon_s: float = INF) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
         self.step_mode = config.step_mode
         self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
+        ids = [r.id for r in self._arrivals]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i, n in Counter(ids).items() if n > 1)
+            raise InvalidRequest("id", dup, "duplicate request id in the workload")
         self._next = 0
         self.records: dict[int, RequestRecord] = {}
-        self._slo_deadline = slo_deadline
         self.now = 0.0
         self.waiting: dict[int, RequestRecord] = {}
         """Waiting records in queue order (arrival order; preempted ones first)."""
@@ -140,8 +144,6 @@ class Simulator:
             self._timer_s = INF
 
     def _arrive(self, req: Request) -> None:
-        if req.id in self.records:
-            raise InvalidDecision(f"duplicate request id {req.id}")
         rec = self.cost.record(req)
         rec.deadline_s = req.arrival_s + req.slo_s
         rec.key = req.key(self.step_mode)

@@ -107,3 +107,18 @@ def test_horizon_cuts_the_run() -> None:
     assert m["requests_unfinished"] > 0
     assert m["requests_completed"] + m["requests_unfinished"] + m["requests_failed"] == m["requests_total"]
     assert not math.isnan(m["slo_attainment"])
+
+
+def test_drr_with_nothing_waiting_waits(make_sim) -> None:
+    sim = make_sim([make_request(0, 0.0)])
+    policy = make_policy("drr")
+    policy.reset(sim)
+    sim.waiting.clear()  # e.g. a plugin call after the queue drained
+    assert policy.decide(sim) == Decision()
+
+
+def test_duplicate_ids_are_refused_up_front(make_sim) -> None:
+    from rlsched.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="'id'"):
+        make_sim([make_request(3, 0.0), make_request(3, 1.0)])
