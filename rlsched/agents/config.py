@@ -52,6 +52,10 @@ class PPOConfig:
     """Tuned ``static`` files (``rlsched tune``); the mean of their actions initialises the
     action head's bias, so training starts from the tuned heuristic and learns
     state-dependent corrections. Empty: SB3's default (action ≈ 0)."""
+    bc_steps_per_scenario: int = 0
+    """> 0: behaviour-clone each scenario's tuned action (files in ``init_action_from``
+    named after the scenarios) on this many demonstration steps per scenario first."""
+    bc_epochs: int = 10
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()  # train_time.json: behaviour cloning + PPO
     venv = build_vec_env(cfg, seed)
     last = run_dir / LAST
     if resume and (last / "model.zip").is_file():
@@ -123,6 +124,11 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
             raise ConfigError(str(run_dir), "--resume: no checkpoint in this run dir")
         model = build_model(cfg, venv, run_dir, seed)
         done = 0
+        if cfg.ppo.bc_steps_per_scenario:
+            from rlsched.agents.pretrain import clone
+
+            mse = clone(model, venv, cfg, seed)
+            (run_dir / "pretrain.json").write_text(json.dumps({"behaviour_cloning_mse": mse}))
     (run_dir / "config.yaml").write_text(yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
     evaluate = validation_eval(cfg)
     callbacks = CallbackList([
@@ -132,7 +138,6 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
                      on_best=lambda score: _save_best(model, venv, run_dir, score)),
         PeriodicCheckpoint(cfg.checkpoint_every, run_dir, venv),
     ])
-    start = time.perf_counter()
     model.learn(total_timesteps=max(cfg.timesteps - done, 0), callback=callbacks, progress_bar=progress,
                 reset_num_timesteps=not resume, tb_log_name="ppo")
     PeriodicCheckpoint.save(model, venv, last)
