@@ -43,6 +43,7 @@ from rlsched.sim.cost import CostModel
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, FAILED_OOM, Request
 from rlsched.sim.simulator import Decision, ServingConfig, Simulator
+from rlsched.telemetry.sim import SimTelemetry
 
 CFG_GUIDANCE = 4.0
 """guidance_scale sent for a request with CFG (> 1 turns CFG on); None (→ 1.0) without."""
@@ -113,6 +114,9 @@ def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingCo
                 clock: SimClock | None = None) -> LoopResult:
     """Drive ``scheduler`` over ``requests`` with the simulator as clock and GPU."""
     sim = Simulator(requests, cost, serving)
+    state = getattr(scheduler, "rl_state", None)
+    if state is not None:  # the simulator plays the GPU, so it also plays NVML
+        state.use_telemetry(SimTelemetry(sim))
     clock = clock or SimClock()
     result = LoopResult(sim, scheduler=scheduler)
     arrivals = sorted(requests, key=lambda r: r.arrival_s)  # the simulator's order

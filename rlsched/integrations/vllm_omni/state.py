@@ -258,6 +258,10 @@ class PluginState:
             if p is not None:
                 rec.steps_done = min(int(p.current_step), rec.request.num_inference_steps)
 
+    def use_telemetry(self, source: Any) -> None:
+        """Read GPU telemetry from ``source`` (a ``Telemetry``) from now on."""
+        self._telemetry_source, self._telemetry_due = source, -math.inf
+
     def _read_telemetry(self) -> None:
         if self._telemetry_source is None or self.now < self._telemetry_due:
             return
