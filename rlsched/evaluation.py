@@ -73,7 +73,9 @@ def _f(x: float) -> str:
 # ------------------------------------------------------------------ the grid
 
 EVAL_SEED_BASE = 1000
-"""Evaluation seeds start here; training and tuning use seeds below it."""
+"""Evaluation seeds start here; nothing trains, tunes or selects checkpoints on them."""
+VALIDATION_SEED_BASE = 900
+"""Seeds [900, 1000) choose checkpoints during training; training and tuning use seeds below."""
 
 
 @dataclass(frozen=True)

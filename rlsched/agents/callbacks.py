@@ -16,8 +16,9 @@ class SchedulerMetrics(BaseCallback):
     """``sched/*`` scalars, averaged over each rollout from the envs' info dicts.
 
     ``sched/slo_attainment/<class>`` and ``sched/goodput`` (weighted attainment so far)
-    come from the last info of each finished episode; ``sched/batch_size``,
-    ``sched/queue_wait_p99`` and ``sched/weight/<class>`` from every step.
+    come from the last info of each finished episode; ``sched/batch_size`` and
+    ``sched/weight/<class>`` from every step; ``sched/queue_wait_p99`` over the queueing
+    delays of the requests the agent started during the rollout.
     """
 
     def _on_rollout_start(self) -> None:
@@ -30,8 +31,7 @@ class SchedulerMetrics(BaseCallback):
         for info, done in zip(self.locals["infos"], self.locals["dones"]):
             self._sizes.append(info.get("batch_size", 0))
             self._weights.append(tuple(info.get("class_weights", ())))
-            if "oldest_wait_s" in info:
-                self._waits.append(info["oldest_wait_s"])
+            self._waits.extend(info.get("queue_wait_s", ()))
             if done:
                 self._episodes.append(info)
         return True

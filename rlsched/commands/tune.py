@@ -28,7 +28,7 @@ import numpy as np
 
 from rlsched.cli import command, print_json
 from rlsched.errors import ConfigError
-from rlsched.evaluation import EVAL_SEED_BASE, RunSpec, prepare
+from rlsched.evaluation import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.policies.projected import (
     ACTION_DIM,
     ActionParams,
@@ -65,8 +65,9 @@ class TuneSpec:
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ConfigError("tune.seeds", "give at least one training seed")
-        if max(self.seeds) >= EVAL_SEED_BASE or min(self.seeds) < 0:
-            raise ConfigError("tune.seeds", f"training seeds must be in [0, {EVAL_SEED_BASE}); "
+        if max(self.seeds) >= VALIDATION_SEED_BASE or min(self.seeds) < 0:
+            raise ConfigError("tune.seeds", f"training seeds must be in [0, {VALIDATION_SEED_BASE}); "
+                              f"{VALIDATION_SEED_BASE}-{EVAL_SEED_BASE - 1} are validation seeds and "
                               f"seeds >= {EVAL_SEED_BASE} are kept for evaluation")
         if self.trials < 1:
             raise ConfigError("tune.trials", "must be >= 1")
@@ -164,7 +165,7 @@ def to_json(spec: TuneSpec, result: TuneResult) -> dict[str, Any]:
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
     p.add_argument("--trials", type=int, default=40, help="candidate vectors to simulate")
-    p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {EVAL_SEED_BASE}")
+    p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
     p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the search's own draws")

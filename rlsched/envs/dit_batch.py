@@ -151,7 +151,8 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     requests: the share of them within SLO), ``weighted_slo_attainment`` (so far;
     unfinished requests count as missed), ``auto_resolved`` (trivial points passed in
     the step) and ``time_s`` (simulated); ``reset`` adds ``scenario``, ``mode``,
-    ``rate_scale``, ``workload_seed`` and ``window_s`` (start, end).
+    ``rate_scale``, ``workload_seed`` and ``window_s`` (start, end); ``step`` adds
+    ``queue_wait_s`` (queueing delays of the requests the action started for the first time).
 
     ## Version History
 
@@ -196,10 +197,13 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
             raise gym.error.ResetNeeded("call reset() before step()")
         self.policy.set_action(action)
         decision = self.policy.decide(self.sim)
+        waits = self._queue_waits(decision)
         self._apply(decision)
         alive = self._advance(resolve=self.auto_resolve)
         obs = self._observe()
-        return obs, self.reward.take(), not alive, False, self._info(len(decision.batch))
+        info = self._info(len(decision.batch))
+        info["queue_wait_s"] = waits
+        return obs, self.reward.take(), not alive, False, info
 
     # -------------------------------------------------------------- episode
     def _start(self, episode: Episode) -> None:
@@ -242,6 +246,12 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     def _trivial(self) -> RequestRecord | None:
         """The single candidate when every action would start it alone now, else None."""
         return trivial_candidate(self.sim, self._max_wait_s)
+
+    def _queue_waits(self, decision: Decision) -> list[float]:
+        """Queueing delay of the requests this decision starts for the first time."""
+        sim = self.sim
+        return [sim.now - rec.request.arrival_s for rec in (sim.records[i] for i in decision.batch)
+                if rec.first_scheduled_s != rec.first_scheduled_s]  # NaN: never scheduled yet
 
     def _note_arrivals(self) -> None:
         sim = self.sim

@@ -40,8 +40,9 @@ def test_tensorboard_has_scheduler_and_eval_scalars(run_dir: Path) -> None:
     events = EventAccumulator(str(next((run_dir / "tb").glob("ppo_*"))), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"sched/batch_size", "sched/goodput", "sched/weight/realtime", "eval/mean/policy", "eval/mean/fifo",
-            "eval/default/policy", "rollout/ep_rew_mean", "train/value_loss"} <= tags
+    assert {"sched/batch_size", "sched/goodput", "sched/weight/realtime", "sched/queue_wait_p99",
+            "eval/mean/policy", "eval/mean/fifo", "eval/default/policy", "rollout/ep_rew_mean",
+            "train/value_loss"} <= tags
     assert any(t.startswith("sched/slo_attainment/") for t in tags)
     weights = [events.Scalars(f"sched/weight/{c}")[-1].value for c in ("realtime", "batch", "background")]
     assert sum(weights) == pytest.approx(1.0, abs=1e-4)
