@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.commands.bench import bench
+from rlsched.commands.bench import bench, percentiles_us
 from rlsched.envs.observation import OBS_DIM
 from rlsched.policies.checkpoint import FrozenNetwork
 from rlsched.policies.learned import LearnedPolicy, rl_policy
@@ -69,6 +69,5 @@ def decision_speed(args: argparse.Namespace) -> dict[str, Any]:
             t = time.perf_counter_ns()
             policy.decide(sim)
             us[i] = (time.perf_counter_ns() - t) / 1e3
-        p50, p99 = np.percentile(us, [50, 99])
-        out[str(n)] = {"p50_us": round(float(p50), 1), "p99_us": round(float(p99), 1), "calls": calls}
+        out[str(n)] = percentiles_us(us)
     return out

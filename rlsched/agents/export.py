@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import time
 import zipfile
 from pathlib import Path
@@ -75,8 +76,6 @@ def _obs_norm(path: Path) -> dict[str, Any] | None:
 
 def _timesteps(folder: Path) -> int | None:
     """Steps behind a checkpoint (``validation.json``) or a whole run (``train_time.json``)."""
-    import json
-
     for name in ("validation.json", "train_time.json"):
         if (folder / name).is_file():
             return int(json.loads((folder / name).read_text())["timesteps"])

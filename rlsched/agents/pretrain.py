@@ -21,12 +21,20 @@ from rlsched.agents.config import AGENTS_DIR, AgentConfig
 from rlsched.errors import ConfigError
 
 
+def read_tuned_actions(paths: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """File stem → action of tuned ``static`` files (paths relative to the project root allowed)."""
+    out = {}
+    for name in paths:
+        path = Path(name) if Path(name).is_file() else AGENTS_DIR.parent / name
+        if not path.is_file():
+            raise ConfigError(name, "init_action_from: tuned file not found (run `rlsched tune`)")
+        out[Path(name).stem] = np.asarray(json.loads(path.read_text())["action"], dtype=np.float32)
+    return out
+
+
 def tuned_actions(cfg: AgentConfig) -> dict[str, np.ndarray]:
     """Scenario name → tuned action, from ``ppo.init_action_from`` (files named after scenarios)."""
-    out = {}
-    for name in cfg.ppo.init_action_from:
-        path = Path(name) if Path(name).is_file() else AGENTS_DIR.parent / name
-        out[Path(name).stem] = np.asarray(json.loads(path.read_text())["action"], dtype=np.float32)
+    out = read_tuned_actions(cfg.ppo.init_action_from)
     missing = [sc for sc in cfg.env.scenarios if Path(sc).stem not in out]
     if missing:
         raise ConfigError("ppo.init_action_from", f"behaviour cloning needs a tuned action for {missing}")

@@ -75,15 +75,9 @@ def build_model(cfg: AgentConfig, env: Any, run_dir: Path, seed: int) -> Any:
 
 def initial_action(paths: tuple[str, ...]) -> np.ndarray:
     """Mean action of tuned ``static`` files (paths relative to the project root allowed)."""
-    from rlsched.agents.config import AGENTS_DIR
+    from rlsched.agents.pretrain import read_tuned_actions
 
-    actions = []
-    for name in paths:
-        path = Path(name) if Path(name).is_file() else AGENTS_DIR.parent / name
-        if not path.is_file():
-            raise ConfigError(name, "init_action_from: tuned file not found (run `rlsched tune`)")
-        actions.append(json.loads(path.read_text())["action"])
-    return np.asarray(actions, dtype=np.float32).mean(axis=0)
+    return np.mean(list(read_tuned_actions(paths).values()), axis=0).astype(np.float32)
 
 
 def save_obs_norm(venv: Any, path: Path) -> None:

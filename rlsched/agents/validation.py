@@ -8,6 +8,7 @@ from typing import Any
 from rlsched.agents.config import AgentConfig
 from rlsched.evaluation import RunSpec, prepare
 from rlsched.policies import make_policy
+from rlsched.sim import load_scenario
 from rlsched.sim.metrics import summarize
 
 
@@ -17,10 +18,12 @@ def validation_eval(cfg: AgentConfig) -> Callable[[Any], dict[str, float]]:
     def evaluate(policy: Any) -> dict[str, float]:
         out = {}
         for sc in cfg.env.scenarios:
+            scenario = load_scenario(sc)  # once per scenario, not per seed
             vals = []
             for seed in cfg.eval_seeds:
                 pol = make_policy(policy) if isinstance(policy, str) else policy
-                sim = prepare(RunSpec(sc, "validation", seed, cfg.eval_rate_scale, cfg.eval_duration_s))
+                spec = RunSpec(sc, "validation", seed, cfg.eval_rate_scale, cfg.eval_duration_s)
+                sim = prepare(spec, scenario)
                 vals.append(summarize(sim.run(pol))["weighted_slo_attainment"])
             out[sc] = float(sum(vals) / len(vals))
         return out

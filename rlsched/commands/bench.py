@@ -57,6 +57,14 @@ def _load_benches() -> None:
                 raise
 
 
+def percentiles_us(us: Any) -> dict[str, float]:
+    """p50/p99 of per-call times in microseconds, as every latency bench reports them."""
+    import numpy as np
+
+    p50, p99 = np.percentile(us, [50, 99])
+    return {"p50_us": round(float(p50), 1), "p99_us": round(float(p99), 1), "calls": int(len(us))}
+
+
 def median_time(fn: Callable[[], Any], repeats: int) -> float:
     times = []
     for _ in range(repeats):

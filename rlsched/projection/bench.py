@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.commands.bench import bench
+from rlsched.commands.bench import bench, percentiles_us
 from rlsched.projection.instances import realistic
 from rlsched.projection.knapsack import project
 
@@ -27,7 +27,7 @@ def projection_speed(args: argparse.Namespace) -> dict[str, Any]:
     """p50/p99 of ``project`` at 16, 256 and 4,096 waiting requests."""
     rng = np.random.default_rng(0)
     scale = max(1, args.repeats) / 5
-    return {str(n): _percentiles(_time_calls(rng, n, max(50, int(CALLS[n] * scale)))) for n in QUEUE_SIZES}
+    return {str(n): percentiles_us(_time_calls(rng, n, max(50, int(CALLS[n] * scale)))) for n in QUEUE_SIZES}
 
 
 def _time_calls(rng: np.random.Generator, n: int, calls: int) -> np.ndarray:
@@ -48,8 +48,3 @@ def _warm_up(cases: list, seconds: float = 0.3) -> None:
     while time.perf_counter() < end:
         for items, res in cases[:20]:
             project(items, res)
-
-
-def _percentiles(us: np.ndarray) -> dict[str, float]:
-    p50, p99 = np.percentile(us, [50, 99])
-    return {"p50_us": round(float(p50), 1), "p99_us": round(float(p99), 1), "calls": int(us.size)}
