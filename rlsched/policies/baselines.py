@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
-from rlsched.policies.base import register, same_key_batch
+from rlsched.errors import ConfigError
+from rlsched.policies.base import register
+from rlsched.policies.queue_index import QueueIndex
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import WAIT, Decision, Simulator
 
@@ -84,23 +87,37 @@ class OrderedPolicy:
 
     In step mode the policy is preemptive: running requests compete with waiting
     ones at every step boundary (they keep their progress when they yield).
+    ``rank`` must not change while a request waits: waiting requests live in a
+    ``QueueIndex`` (one sorted list per key), so a decision reads the key heads —
+    O(keys + log n), not a sort of the queue.
     """
 
     name = "ordered"
 
     def reset(self, state: Simulator) -> None:
-        pass
+        self.index = QueueIndex(_KEY, lambda rec: self.rank(rec, state.now))
 
     def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
         raise NotImplementedError
 
     def decide(self, state: Simulator) -> Decision:
-        pool = list(state.waiting.values())
-        if state.config.step_mode:
-            pool += state.running
-        now = state.now
-        pool.sort(key=lambda r: self.rank(r, now))
-        return Decision(same_key_batch(pool, state.config.max_num_seqs))
+        self.index.sync(state)
+        now, cap = state.now, state.config.max_num_seqs
+        running = [(*self.rank(r, now), r.request.id, r) for r in state.running] if state.config.step_mode else []
+        heads = [entries[0] for _, entries in self.index.heads()] + running
+        if not heads:
+            return WAIT
+        key = min(heads, key=_ORDER)[-1].key
+        same = self.index.groups.get(key, [])[:cap] + [e for e in running if e[-1].key == key]
+        return Decision(tuple(e[-1].request.id for e in sorted(same, key=_ORDER)[:cap]))
+
+
+def _KEY(rec: RequestRecord) -> tuple:
+    return rec.key
+
+
+def _ORDER(entry: tuple) -> tuple:
+    return entry[:-1]
 
 
 class Sjf(OrderedPolicy):
@@ -141,24 +158,27 @@ class Drr:
     name = "drr"
 
     def __init__(self, quantum_s: float = 10.0, budget_s: float = 60.0) -> None:
+        if not (math.isfinite(quantum_s) and quantum_s > 0):  # 0 would never earn a batch: a hang
+            raise ConfigError("drr quantum_s", f"must be a finite number > 0, not {quantum_s!r}")
         self.quantum_s, self.budget_s = quantum_s, budget_s
 
     def reset(self, state: Simulator) -> None:
         self._deficit: dict[tuple, float] = {}
         self._order: list[tuple] = []
+        self.index = QueueIndex(_KEY, _ARRIVAL)
 
     def decide(self, state: Simulator) -> Decision:
         if state.config.step_mode and state.running:
             return Decision(tuple(r.request.id for r in state.running) + Fifo._join(state, state.config.max_num_seqs))
-        by_key: dict[tuple, list[RequestRecord]] = {}
-        for rec in state.waiting.values():
-            by_key.setdefault(rec.key, []).append(rec)
+        self.index.sync(state)
+        by_key = self.index.groups
         self._sync_keys(by_key)
         if not by_key:
             return WAIT
+        cap = state.config.max_num_seqs
         while True:  # terminates: every round adds a positive quantum to every key
             for key in self._order:
-                batch = self._try(key, by_key[key], state.config.max_num_seqs)
+                batch = self._try(key, QueueIndex.first(by_key[key], cap), cap)
                 if batch:
                     self._order.remove(key)
                     self._order.append(key)
@@ -166,7 +186,7 @@ class Drr:
             for key in self._order:
                 self._deficit[key] += self.quantum_s
 
-    def _sync_keys(self, by_key: dict[tuple, list[RequestRecord]]) -> None:
+    def _sync_keys(self, by_key: dict) -> None:
         self._order = [k for k in self._order if k in by_key] + [k for k in by_key if k not in self._deficit]
         self._deficit = {k: self._deficit.get(k, 0.0) for k in self._order}
 
@@ -180,6 +200,10 @@ class Drr:
             out.append(rec.request.id)
         self._deficit[key] -= spent
         return tuple(out)
+
+
+def _ARRIVAL(rec: RequestRecord) -> tuple[float]:
+    return (rec.request.arrival_s,)
 
 
 def _num(arg: str, default: float) -> float:

@@ -26,14 +26,18 @@ threshold bounds their wait).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
 
+from rlsched.errors import ConfigError
+from rlsched.policies.queue_index import QueueIndex
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
+from rlsched.sim.cost import CostModel
 from rlsched.sim.simulator import Decision, Simulator
 
 ACTION_DIM = len(PRIORITY_CLASSES) + len(MODALITIES) + 2
@@ -41,24 +45,44 @@ ACTION_DIM = len(PRIORITY_CLASSES) + len(MODALITIES) + 2
 
 @dataclass(frozen=True)
 class ProjectionConfig:
-    """Fixed knobs of the projection (the seed design's defaults)."""
+    """Fixed knobs of the projection, shared by every projection policy (``static``, ``rl``)
+    so that two of them differ only by their actions."""
 
     memory_safety_margin: float = 0.2
     """Fraction of free GPU memory kept in reserve."""
     batch_timeout_ms: float = 50.0
     """Longest admission wait a policy may choose to coalesce a batch."""
-    starvation_threshold_s: float = 30.0
-    """Requests waiting longer than this are admitted first."""
-    starvation_slo_multiple: float = 0.0
-    """> 0: a request starves only after max(threshold, multiple × its SLO) — scale-aware
-    bounded starvation for workloads whose requests take seconds to half an hour."""
+    starvation_threshold_s: float = 300.0
+    """A savable request waiting longer than its threshold, max(this, ``starvation_slo_multiple``
+    × its SLO), is admitted first (bounded starvation)."""
+    starvation_slo_multiple: float = 0.5
+    """Scale-aware threshold: a 30-minute video must not starve images, nor the reverse.
+    Below 1 the threshold falls inside the SLO, so starving requests are still savable."""
+    lost_starvation_multiple: float = math.inf
+    """A lost request (one that can no longer meet its SLO) waiting longer than this × its
+    threshold is admitted first even over savable ones: a hard bound on every wait, paid for
+    with savable requests under overload. inf: lost requests run when no savable one fits."""
+    shed_lost: bool = False
+    """Reject lost requests instead of serving them late (``rejected``, reason ``lost``)."""
     max_batch_size_per_modality: dict[str, int] = field(
         default_factory=lambda: {"image": 8, "video": 2, "audio": 16, "text": 16})
     """Upper batch-size cap per modality (also capped by max_num_seqs)."""
+    batch_marginal_cost: float = 0.5
+    """Per-key cap from the cost model: a batch grows while one more request adds at most
+    this fraction of its standalone time (small images batch almost free; large ones do not)."""
     late_value: float = 0.05
-    """Utility factor kept by a request that can no longer meet its SLO."""
+    """Utility factor kept by a lost request (it still fills free batch slots)."""
     running_bonus: float = 1.5
     """Step mode: utility factor of running requests (avoids thrashing preemptions)."""
+
+    def __post_init__(self) -> None:
+        for name in ("starvation_threshold_s", "starvation_slo_multiple", "lost_starvation_multiple",
+                     "batch_marginal_cost", "late_value", "running_bonus", "batch_timeout_ms"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0):
+                raise ConfigError(f"projection.{name}", f"must be a number >= 0, not {value!r}")
+        if not 0 <= self.memory_safety_margin < 1:
+            raise ConfigError("projection.memory_safety_margin", f"must be in [0, 1), not {self.memory_safety_margin!r}")
 
 
 @dataclass(frozen=True)
@@ -174,8 +198,53 @@ class RecordTable:
         self._floats[row] = (q.arrival_s, rec.deadline_s, rec.work_s, q.num_inference_steps, rec.mem_gb, rec.tokens)
 
 
+_PARTIAL = ("partial",)
+"""Index group of preempted requests: their remaining time differs from a fresh request's."""
+
+
+def _group(rec: RequestRecord) -> tuple:
+    """(key, class, standalone work): within a group the lost requests are a deadline prefix."""
+    if rec.steps_done:
+        return _PARTIAL
+    return (rec.key, CLASS_INDEX[rec.request.priority], rec.work_s)
+
+
+def _by_deadline(rec: RequestRecord) -> tuple[float, float]:
+    return (rec.deadline_s, rec.request.arrival_s)
+
+
+def batching_cap(cost: CostModel, rec: RequestRecord, limit: int, marginal: float, step_mode: bool) -> int:
+    """Largest batch of ``rec``'s key, up to ``limit``, in which each added request costs at most
+    ``marginal`` × one request's standalone time (wave time in request mode, step time in step mode)."""
+    model = cost.models[rec.request.model]
+    steps = 1 if step_mode else rec.request.num_inference_steps
+    extra = 0.0 if step_mode else rec.encode_s + rec.decode_s
+
+    def wave(b: int) -> float:
+        return steps * model.step_time(b * rec.tokens, b * rec.quad) + b * extra
+
+    one, b = wave(1), 1
+    while b < limit and wave(b + 1) - wave(b) <= marginal * one:
+        b += 1
+    return b
+
+
 class ProjectedPolicy:
-    """Utilities from ``ActionParams``; batch from the knapsack projection."""
+    """Utilities from ``ActionParams``; batch from the knapsack projection.
+
+    Candidates come from a ``QueueIndex`` grouped by (key, class, standalone work) and
+    sorted by deadline, so the requests that can no longer meet their SLO (lost) are a
+    prefix of each group, found by bisection. Per group the projection sees the first
+    ``cap`` lost and the first ``cap`` savable requests (the most urgent of each, and the
+    only ones the best batch of that key can hold), every preempted request and, in
+    step mode, the running ones: a decision costs O(groups · cap + log n), not O(n).
+
+    Semantics that degrade gracefully under overload (see ``rlsched.projection.project``):
+    savable requests come first and a lost request never displaces a savable one; a
+    savable request waiting past its threshold pins the batch; lost requests fill free
+    slots of the chosen batch and run when no savable request fits (or are rejected with
+    ``shed_lost``).
+    """
 
     name = "projected"
 
@@ -183,20 +252,25 @@ class ProjectedPolicy:
         self.params = params or ActionParams()
         self.config = config or ProjectionConfig()
         self.table = RecordTable()
+        self.index = QueueIndex(_group, _by_deadline)
+        self._caps: dict[tuple, int] = {}
         self._resources: tuple[object, Resources] = (None, Resources(0.0))
 
     def reset(self, state: Simulator) -> None:
-        pass
+        self.index = QueueIndex(_group, _by_deadline)
+        self._caps = {}
 
     def set_action(self, action: np.ndarray) -> None:
         self.params = decode_action(action)
 
     def decide(self, state: Simulator) -> Decision:
-        recs = list(state.waiting.values())
-        if state.config.step_mode:
-            recs += state.running
-        if not recs:
-            return Decision()
+        recs, lost = self.candidates(state)
+        decision = self._choose(state, recs) if recs else Decision()
+        if lost:
+            return Decision(decision.batch, decision.wait_until, tuple(r.request.id for r in lost), "lost")
+        return decision
+
+    def _choose(self, state: Simulator, recs: list[RequestRecord]) -> Decision:
         if len(recs) == 1:
             return self._decide_alone(state, recs[0])
         items = self._items(state, recs, self._running_mask(state, len(recs)))
@@ -208,35 +282,64 @@ class ProjectedPolicy:
             tuple(r.request.id for r in picked))
 
     # ------------------------------------------------------------- internals
+    def candidates(self, state: Simulator) -> tuple[list[RequestRecord], list[RequestRecord]]:
+        """The requests the projection considers (see the class docstring), and the lost
+        waiting requests to reject now (``shed_lost``; empty otherwise)."""
+        self.index.sync(state)
+        now, shed = state.now, self.config.shed_lost
+        out: list[RequestRecord] = []
+        lost: list[RequestRecord] = []
+        for group, entries in self.index.heads():
+            if group is _PARTIAL:  # few: preempted requests, each checked on its own
+                partial = QueueIndex.first(entries, len(entries))
+                if shed:
+                    lost += (r for r in partial if _late(r, now))
+                    partial = [r for r in partial if not _late(r, now)]
+                out += partial
+                continue
+            n = self.key_cap(state, entries[0][-1])
+            b = QueueIndex.bisect(entries, (now + group[2],))
+            if shed:
+                lost += QueueIndex.first(entries, b)
+            else:
+                out += QueueIndex.first(entries, min(b, n))
+            out += QueueIndex.first(entries, n, b)
+        if state.config.step_mode:
+            out += state.running
+        return out, lost
+
+    def key_cap(self, state: Simulator, rec: RequestRecord) -> int:
+        """Batch cap of ``rec``'s key: the cost model's batching cap scaled by the action."""
+        base = self._caps.get(rec.key)
+        modality = rec.request.modality
+        if base is None:
+            top = state.config.max_num_seqs
+            limit = max(1, min(top, self.config.max_batch_size_per_modality.get(modality, top)))
+            base = self._caps[rec.key] = batching_cap(state.cost, rec, limit, self.config.batch_marginal_cost,
+                                                      state.config.step_mode)
+        return max(1, round(self.params.cap_frac[MODALITY_INDEX[modality]] * base))
+
     def resources(self, state: Simulator) -> Resources:
         cost, cfg = state.cost, self.config
         if self._resources[0] is not cost:  # CostModel.weights_gb sums every model: once per profile
             free = (cost.gpu_memory_gb - cost.weights_gb) * (1 - cfg.memory_safety_margin)
-            self._resources = (cost, Resources(free, starvation_threshold_s=cfg.starvation_threshold_s))
+            threshold = cfg.starvation_threshold_s
+            self._resources = (cost, Resources(free, starvation_threshold_s=threshold,
+                                               lost_starvation_threshold_s=threshold * cfg.lost_starvation_multiple))
         return self._resources[1]
-
-    def caps(self, state: Simulator) -> np.ndarray:
-        """Batch cap per modality index."""
-        top = state.config.max_num_seqs
-        limits = self.config.max_batch_size_per_modality
-        return np.array([max(1, min(top, round(f * limits.get(m, top))))
-                         for m, f in zip(MODALITIES, self.params.cap_frac, strict=True)], dtype=np.int64)
-
-    def items(self, state: Simulator, recs: list[RequestRecord]) -> Items:
-        running = None
-        if state.config.step_mode:
-            running = np.fromiter([r.status == RUNNING for r in recs], bool, len(recs))
-        return self._items(state, recs, running)
 
     def _items(self, state: Simulator, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
         now = state.now
         rows = self.table.gather(recs)
         remaining = rows.remaining_s(recs, state.config.step_mode)
-        util = self.utility(rows.cls, remaining, rows.deadline_s - now)
+        time_left = rows.deadline_s - now
+        util = self.utility(rows.cls, remaining, time_left)
         if running is not None:
             util = np.where(running, util * self.config.running_bonus, util)
         key_id = _first_seen_order(rows.key_id)
-        return Items(util, rows.mem_gb, rows.tokens, key_id, self.caps(state)[rows.modality], self._wait(rows, now))
+        caps = np.fromiter((self.key_cap(state, r) for r in recs), np.int64, len(recs))
+        return Items(util, rows.mem_gb, rows.tokens, key_id, caps, self._wait(rows, now),
+                     lost=remaining > time_left)
 
     def _wait(self, rows: Rows, now: float) -> np.ndarray:
         """Waits as the projection's starvation test should see them.
@@ -250,7 +353,7 @@ class ProjectedPolicy:
             return wait
         base = self.config.starvation_threshold_s
         own = np.maximum(base, m * (rows.deadline_s - rows.arrival_s))
-        return np.where(np.isfinite(own), wait * (base / own), wait)
+        return np.where(np.isfinite(own) & (own > 0), wait * (base / np.maximum(own, 1e-12)), wait)
 
     def utility(self, cls: np.ndarray, remaining: np.ndarray, time_left: np.ndarray) -> np.ndarray:
         w = np.asarray(self.params.class_weights)[cls]
@@ -261,7 +364,7 @@ class ProjectedPolicy:
 
     @staticmethod
     def _running_mask(state: Simulator, n: int) -> np.ndarray | None:
-        """Step mode: candidates are waiting + running, so the running ones are the tail."""
+        """Step mode: candidates end with the running requests."""
         if not state.config.step_mode:
             return None
         mask = np.zeros(n, dtype=bool)
@@ -274,8 +377,7 @@ class ProjectedPolicy:
         alone = Decision((rec.request.id,))
         if rec.mem_gb > self.resources(state).memory_gb:  # the projection's fit test; fallback
             return alone
-        cap = int(self.caps(state)[MODALITY_INDEX[rec.request.modality]])
-        return self._maybe_wait(state, [rec], cap) or alone
+        return self._maybe_wait(state, [rec], self.key_cap(state, rec)) or alone
 
     def _maybe_wait(self, state: Simulator, picked: list[RequestRecord], cap: int) -> Decision | None:
         wait_s = self.params.wait_frac * self.config.batch_timeout_ms / 1e3
@@ -292,6 +394,11 @@ class ProjectedPolicy:
         return Decision((oldest.request.id,))
 
 
+def _late(rec: RequestRecord, now: float) -> bool:
+    """Can no longer meet its SLO, even started alone now."""
+    return rec.deadline_s - now < rec.remaining_s
+
+
 def _first_seen_order(key_id: np.ndarray) -> np.ndarray:
     """Renumber ids 0, 1, … in order of first appearance (the projection breaks ties by id)."""
     n = key_id.size
@@ -304,5 +411,5 @@ def _first_seen_order(key_id: np.ndarray) -> np.ndarray:
     return rank[key_id]
 
 
-__all__ = ["ACTION_DIM", "ActionParams", "ProjectedPolicy", "ProjectionConfig", "decode_action",
+__all__ = ["ACTION_DIM", "ActionParams", "ProjectedPolicy", "ProjectionConfig", "batching_cap", "decode_action",
            "encode_params"]

@@ -350,10 +350,9 @@ def load_static(arg: str) -> ProjectedPolicy:
         action = np.asarray(data.get("action", []), dtype=np.float64)
         if action.shape != (ACTION_DIM,):
             raise ConfigError(arg, f"'action' must hold {ACTION_DIM} numbers, not {action.shape}")
-        threshold = float(data.get("starvation_threshold_s", ProjectionConfig().starvation_threshold_s))
-        multiple = float(data.get("starvation_slo_multiple", 0.0))
-        policy = ProjectedPolicy(decode_action(action), ProjectionConfig(starvation_threshold_s=threshold,
-                                                                         starvation_slo_multiple=multiple))
+        # the projection's knobs are shared by every projection policy (ProjectionConfig
+        # defaults), so static and rl differ only by their actions
+        policy = ProjectedPolicy(decode_action(action), ProjectionConfig())
     policy.name = "static"
     return policy
 

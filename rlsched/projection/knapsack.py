@@ -16,9 +16,18 @@ the key's cap, Σ tokens ≤ compute budget. ``project`` runs at every decision 
 
 ``scripts/projection_gap.py`` measures the gap to ``rlsched.projection.exact``.
 
-Starvation: if some request that fits alone has waited longer than the threshold,
-the batch is pinned to the key of the longest-waiting one; starving requests of
-that key are taken first, oldest first, and the local search never drops them.
+Overload (``Items.lost`` marks requests that can no longer meet their SLO):
+
+* **Savable first.** While some savable request fits, the batch is chosen among
+  savable requests only, so a lost request never displaces a savable one; lost
+  requests of the chosen key then fill the slots and memory left (they ride along).
+  Only when every fitting request is lost are lost requests chosen on their own.
+* **Bounded starvation.** If a request of the tier being served (savable, or lost when
+  no savable one fits) has waited longer than ``starvation_threshold_s``, the batch is
+  pinned to the key of the longest-waiting one; starving requests of that key are
+  taken first, oldest first, and the local search never drops them. A lost request
+  waiting longer than ``lost_starvation_threshold_s`` pins the batch even over
+  savable ones (a hard bound on every wait; infinite by default).
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ class Resources:
     """Most effective latent tokens (millions) per batch; inf: no limit."""
     starvation_threshold_s: float = math.inf
     """A request waiting longer is admitted first (bounded starvation)."""
+    lost_starvation_threshold_s: float = math.inf
+    """A lost request waiting longer is admitted first even over savable ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,8 @@ class Items:
     """Batch-size cap of the item's group (int >= 1), e.g. per modality; a group uses its smallest."""
     wait_s: np.ndarray
     """Seconds the request has waited (compared with the starvation threshold)."""
+    lost: np.ndarray | None = None
+    """Requests that can no longer meet their SLO (None: none)."""
 
     def __len__(self) -> int:
         return int(self.utility.shape[0])
@@ -95,10 +108,18 @@ def project(items: Items, res: Resources) -> np.ndarray:
     if not _any(ok):
         return EMPTY
     utility = clean_utility(items.utility)
-    pinned = pinned_group(items, res, ok, utility)
+    lost = items.lost if items.lost is not None else np.zeros(len(items), dtype=bool)
+    savable = ok & ~lost
+    late = ok & lost & (items.wait_s > res.lost_starvation_threshold_s)
+    tier = late if _any(late) else (savable if _any(savable) else ok)
+    pinned = pinned_group(items, res, tier, utility, late)
     if pinned is not None:
-        return _trim(items, res, pinned.index[refine(pinned, res)], pinned.forced)
-    return _trim(items, res, _best_greedy(items, res, ok, utility), 0)
+        chosen = _trim(items, res, pinned.index[refine(pinned, res)], pinned.forced)
+    else:
+        chosen = _trim(items, res, _best_greedy(items, res, tier, utility), 0)
+    if tier is savable:
+        return _ride_along(items, res, chosen, ok & lost, utility)
+    return chosen
 
 
 def fitting(items: Items, res: Resources) -> np.ndarray:
@@ -112,9 +133,13 @@ def clean_utility(u: np.ndarray) -> np.ndarray:
     return np.where(u > 0, u, 0.0)
 
 
-def pinned_group(items: Items, res: Resources, ok: np.ndarray, utility: np.ndarray) -> Group | None:
-    """The key of the longest-waiting starving request, starving ones first; None if none starves."""
+def pinned_group(items: Items, res: Resources, ok: np.ndarray, utility: np.ndarray,
+                 late: np.ndarray | None = None) -> Group | None:
+    """The key of the longest-waiting starving request among ``ok``, starving ones first;
+    None if none starves. ``late`` requests (lost past the hard bound) starve by definition."""
     starving = ok & (items.wait_s > res.starvation_threshold_s)
+    if late is not None:
+        starving |= ok & late
     if not _any(starving):
         return None
     oldest = int(np.where(starving, items.wait_s, -np.inf).argmax())
@@ -123,6 +148,29 @@ def pinned_group(items: Items, res: Resources, ok: np.ndarray, utility: np.ndarr
     dens = utility[grp] / _size(items.mem_gb[grp], items.tokens_m[grp], items.cap[grp], res)
     order = grp[np.lexsort((np.where(first, -items.wait_s[grp], -dens), ~first))]
     return group_of(items, utility, order, int(_sum(first)))
+
+
+def _ride_along(items: Items, res: Resources, chosen: np.ndarray, pool: np.ndarray,
+                utility: np.ndarray) -> np.ndarray:
+    """Add ``pool`` requests of the chosen key to the batch while slots and memory are left."""
+    if chosen.size == 0 or not _any(pool):
+        return chosen
+    key = items.key_id[chosen[0]]
+    room = int(items.cap[chosen].min()) - chosen.size
+    extra = (pool & (items.key_id == key)).nonzero()[0]
+    if room <= 0 or extra.size == 0:
+        return chosen
+    mem, tok = float(_sum(items.mem_gb[chosen])), float(_sum(items.tokens_m[chosen]))
+    out = chosen.tolist()
+    for i in extra[np.argsort(-utility[extra], kind="stable")].tolist():
+        if room == 0:
+            break
+        m, t = float(items.mem_gb[i]), float(items.tokens_m[i])
+        if mem + m <= res.memory_gb and tok + t <= res.compute_budget_mtok and items.cap[i] > len(out):
+            out.append(i)
+            mem, tok, room = mem + m, tok + t, room - 1
+    batch = np.asarray(out, dtype=np.int64)
+    return batch if within_budget(items, res, batch) else chosen
 
 
 def _best_greedy(items: Items, res: Resources, ok: np.ndarray, utility: np.ndarray) -> np.ndarray:

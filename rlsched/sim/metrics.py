@@ -8,11 +8,12 @@ The class-weighted attainment (``weighted_slo_attainment``) weights classes by
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from rlsched.sim.request import COMPLETED, FAILED_OOM, PRIORITY_CLASSES, REJECTED, RequestRecord
+from rlsched.sim.request import COMPLETED, FAILED_OOM, PRIORITY_CLASSES, REJECTED, RUNNING, WAITING, RequestRecord
 from rlsched.sim.simulator import Simulator
 
 CLASS_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
@@ -34,8 +35,14 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "requests_failed": int((status == FAILED_OOM).sum()),
         "requests_rejected": int((status == REJECTED).sum()),
     }
-    out["requests_unfinished"] = total - sum(out[k] for k in (
-        "requests_completed", "requests_failed", "requests_rejected"))
+    # Counted at the source (still waiting or running, or never arrived before the horizon),
+    # so the identity below is a real check that every request has exactly one outcome.
+    out["requests_unfinished"] = int(((status == WAITING) | (status == RUNNING)).sum()) + unseen
+    counted = sum(out[k] for k in ("requests_completed", "requests_failed", "requests_rejected",
+                                   "requests_unfinished"))
+    if counted != total:
+        raise AssertionError(f"request outcomes do not add up: {counted} counted, {total} requests")
+    out["rejections"] = dict(Counter(r.reject_reason for r in recs if r.status == REJECTED))
     out["slo_attainment"] = float(met.sum() / total) if total else math.nan
     out["goodput_rps"] = float(met.sum() / makespan)
     out["throughput_rps"] = float(completed.sum() / makespan)

@@ -104,6 +104,8 @@ class RequestRecord:
     steps_done: int = 0
     batch_id: int = -1
     preemptions: int = 0
+    reject_reason: str = ""
+    """Why the request was rejected (``rejected`` status only)."""
     key: Key = field(default=("", 0, 0, 0, 0, False))
 
     @property

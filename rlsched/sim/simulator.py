@@ -29,6 +29,7 @@ from rlsched.sim.cost import CostModel
 from rlsched.sim.request import (
     COMPLETED,
     FAILED_OOM,
+    REJECTED,
     RUNNING,
     WAITING,
     Request,
@@ -38,6 +39,8 @@ from rlsched.sim.request import (
 MODES = ("request", "step")
 _END, _ARRIVAL, _TIMER = 0, 1, 2
 INF = math.inf
+ENQUEUED, DEQUEUED = 1, -1
+"""Journal operations: a record joined ``waiting`` (arrival, preemption) or left it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +74,14 @@ class Decision:
     ``batch`` — request ids to run. Request mode: waiting requests that start a wave.
     Step mode: the whole batch for the next step (running ids left out are preempted).
     An empty batch means wait: until ``wait_until`` if given, else until the next event.
+    ``reject`` — waiting request ids to drop now (load shedding), each finished as
+    ``rejected`` with ``reason``; applied before the batch.
     """
 
     batch: tuple[int, ...] = ()
     wait_until: float | None = None
+    reject: tuple[int, ...] = ()
+    reason: str = ""
 
 
 WAIT = Decision()
@@ -121,6 +128,10 @@ class Simulator:
         """Callbacks ``f(record)`` run when a request arrives (policies' history features)."""
         self.on_finish: list[Callable[[RequestRecord], None]] = []
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
+        self.journal: list[tuple[int, RequestRecord]] = []
+        """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
+        their own per-key structures in step by replaying it from where they last read, so a
+        decision costs O(log n) rather than a scan of the whole queue."""
 
     # ---------------------------------------------------------------- events
     def _next_event(self) -> tuple[float, int]:
@@ -149,6 +160,7 @@ class Simulator:
         rec.key = req.key(self.step_mode)
         self.records[req.id] = rec
         self.waiting[req.id] = rec
+        self.journal.append((ENQUEUED, rec))
         for callback in self.on_arrival:
             callback(rec)
 
@@ -173,6 +185,8 @@ class Simulator:
     # ------------------------------------------------------------- decisions
     def apply(self, decision: Decision) -> None:
         """Carry out a decision taken at the current decision point."""
+        if decision.reject:
+            self._reject(decision.reject, decision.reason)
         if not decision.batch:
             self._wait(decision.wait_until)
             return
@@ -216,9 +230,10 @@ class Simulator:
         key = batch[0].key
         if any(r.key != key for r in batch):
             raise InvalidDecision(f"batch {ids} mixes compatibility keys")
-        for rid in ids:
-            self.waiting.pop(rid, None)
-            keep.pop(rid, None)
+        for rec in batch:
+            if self.waiting.pop(rec.request.id, None) is not None:
+                self.journal.append((DEQUEUED, rec))
+            keep.pop(rec.request.id, None)
         if keep:
             self._preempt(list(keep.values()))
         return batch  # type: ignore[return-value]
@@ -227,7 +242,20 @@ class Simulator:
         for rec in recs:
             rec.status = WAITING
             rec.preemptions += 1
+            self.journal.append((ENQUEUED, rec))
         self.waiting = {**{r.request.id: r for r in recs}, **self.waiting}
+
+    def _reject(self, ids: Iterable[int], reason: str) -> None:
+        """Drop waiting requests (load shedding): each ends ``rejected`` with ``reason``."""
+        if not reason:
+            raise InvalidDecision("a rejection must give a reason")
+        for rid in ids:
+            rec = self.waiting.pop(rid, None)
+            if rec is None:
+                raise InvalidDecision(f"request {rid} is not waiting; only waiting requests can be rejected")
+            self.journal.append((DEQUEUED, rec))
+            rec.reject_reason = reason
+            self._finish(rec, REJECTED)
 
     def _duration(self, batch: list[RequestRecord]) -> float:
         step = self.cost.batch_step_time(batch)
@@ -266,7 +294,7 @@ class Simulator:
         self.running = [r for r in self.running if r.status == RUNNING]
 
     def _finish(self, rec: RequestRecord, status: str) -> None:
-        if rec.status in (COMPLETED, FAILED_OOM):
+        if rec.status in (COMPLETED, FAILED_OOM, REJECTED):
             raise InvalidDecision(f"request {rec.request.id} finished twice")
         rec.status, rec.finish_s = status, self.now
         for callback in self.on_finish:

@@ -1,0 +1,113 @@
+"""Waiting requests grouped and kept in rank order between decisions.
+
+A policy that sorts or scans the whole queue at every decision costs O(n log n) per
+decision, O(n² log n) for a backlog of n requests (a 20,000-request backlog took
+EDF 17× FIFO's wall time). ``QueueIndex`` keeps one sorted list per group and
+follows the queue through the simulator's ``journal`` (every enqueue and dequeue, in
+order), so a decision reads group heads in O(groups + log n). States without a
+journal (the plugin's queue view, rebuilt from vLLM's queues on every call) are
+re-indexed on each ``sync``: O(n log n), as cheap as the view itself.
+
+Sorted Python lists with ``bisect`` rather than a balanced tree: insertion and
+removal move at most n pointers with one ``memmove`` (microseconds at 10⁵
+entries), and the serving install needs no extra package.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+from rlsched.sim.request import RequestRecord
+from rlsched.sim.simulator import ENQUEUED
+
+Rank = tuple[float, ...]
+
+
+class QueueIndex:
+    """Waiting records by ``group_of(rec)``, each group sorted by ``(rank_of(rec), id)``.
+
+    Ranks and groups are read once, when a record joins the queue (arrival or
+    preemption), so they must not change while it waits.
+    """
+
+    def __init__(self, group_of: Callable[[RequestRecord], Hashable],
+                 rank_of: Callable[[RequestRecord], Rank]) -> None:
+        self.group_of, self.rank_of = group_of, rank_of
+        self.groups: dict[Hashable, list[tuple[Any, ...]]] = {}
+        """Group → sorted entries ``(*rank, id, ...)``; an entry's last item is its record."""
+        self._where: dict[int, tuple[Hashable, tuple[Any, ...]]] = {}
+        self._state: Any = None
+        self._cursor = 0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def sync(self, state: Any) -> None:
+        """Bring the index up to ``state.waiting`` (replaying the journal when there is one)."""
+        journal = getattr(state, "journal", None)
+        if journal is None or state is not self._state or self._cursor > len(journal):
+            self._rebuild(state)
+            return
+        for op, rec in journal[self._cursor:]:
+            if op == ENQUEUED:
+                self._add(rec)
+            else:
+                self._remove(rec)
+        self._cursor = len(journal)
+
+    def _rebuild(self, state: Any) -> None:
+        self.groups, self._where = {}, {}
+        self._state = state
+        self._cursor = len(getattr(state, "journal", ()))
+        for rec in state.waiting.values():
+            self._add(rec)
+
+    def _add(self, rec: RequestRecord) -> None:
+        rid = rec.request.id
+        if rid in self._where:  # a re-enqueue replaces the old entry (its rank may have changed)
+            self._remove(rec)
+        group = self.group_of(rec)
+        entry = (*self.rank_of(rec), rid, rec)
+        insort(self.groups.setdefault(group, []), entry, key=_sort_key)
+        self._where[rid] = (group, entry)
+
+    def _remove(self, rec: RequestRecord) -> None:
+        found = self._where.pop(rec.request.id, None)
+        if found is None:
+            return
+        group, entry = found
+        entries = self.groups[group]
+        del entries[bisect_left(entries, _sort_key(entry), key=_sort_key)]
+        if not entries:
+            del self.groups[group]
+
+    def heads(self) -> Iterator[tuple[Hashable, list[tuple[Any, ...]]]]:
+        """``(group, entries)`` of every non-empty group."""
+        return iter(self.groups.items())
+
+    @staticmethod
+    def record(entry: tuple[Any, ...]) -> RequestRecord:
+        return entry[-1]
+
+    @staticmethod
+    def first(entries: list[tuple[Any, ...]], n: int, start: int = 0) -> list[RequestRecord]:
+        """Records of ``entries[start:start + n]``."""
+        return [e[-1] for e in entries[start:start + n]]
+
+    @staticmethod
+    def bisect(entries: list[tuple[Any, ...]], rank: Rank) -> int:
+        """Position of the first entry whose rank is >= ``rank``."""
+        return bisect_left(entries, rank, key=_rank_key)
+
+
+def _sort_key(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    return entry[:-1]
+
+
+def _rank_key(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    return entry[:-2]
+
+
+__all__ = ["QueueIndex"]
