@@ -21,3 +21,31 @@ def sim_speed(args: argparse.Namespace) -> dict[str, Any]:
     return {"scenario": "default", "policy": "fifo", "requests": len(reqs),
             "seconds": round(secs, 4), "requests_per_s": round(len(reqs) / secs),
             "workload_generation_requests_per_s": round(len(reqs) / gen)}
+
+
+BACKLOG_POLICIES = ("fifo", "sjf", "edf", "priority", "drr", "seed-memory", "seed-priority", "seed-composite",
+                    "static", "rl")
+
+
+@bench("backlog")
+def backlog_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """Wall time of every policy on a deep backlog, relative to fifo in the same run.
+
+    20,000 ``default`` requests arriving within 7,000 s (~57x the nominal rate): the queue
+    grows to thousands, so a policy that scans or sorts the whole queue at every decision
+    shows up here as a multiple of fifo's time. Target: every policy <= 3x fifo.
+    """
+    sc = load_scenario("default")
+    cost = sc.cost()
+    duration, n = 7000.0, 20000
+    rate_scale = n / (float(sc.arrival["rate_rps"]) * duration)
+    reqs = sc.requests(seed=0, rate_scale=rate_scale, duration_s=duration, cost=cost)
+    out: dict[str, Any] = {"scenario": "default", "requests": len(reqs), "arrival_window_s": duration}
+    repeats = max(1, args.repeats // 3)
+    seconds = {}
+    for name in args.policies.split(",") if args.policies else BACKLOG_POLICIES:
+        seconds[name] = median_time(lambda name=name: Simulator(reqs, cost, sc.serving).run(make_policy(name)),
+                                    repeats)
+    out["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
+    out["x_fifo"] = {k: round(v / seconds.get("fifo", seconds[next(iter(seconds))]), 2) for k, v in seconds.items()}
+    return out

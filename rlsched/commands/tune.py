@@ -1,16 +1,17 @@
 """``rlsched tune``: search the fixed action of the ``static`` policy on training seeds.
 
-A plain search over the 9-dim action of ``ProjectedPolicy`` plus two dimensions for
-bounded starvation (threshold and SLO multiple, the projection knobs the RL preset
-sets): trial 0 is the default action with the seed's 30 s threshold, trial 1 the
-default action with the RL preset's starvation (300 s, 2 × SLO), then ``explore`` of
-the trials draw uniformly from [-1, 1]^11, and the rest perturb the best so far with a
-Gaussian whose width shrinks from 0.5 to 0.05. The objective is the mean
-``weighted_slo_attainment`` over the given seeds. Tuning and training use seeds
-below ``EVAL_SEED_BASE`` (1000); evaluation (``rlsched eval``) uses seeds >= 1000,
-so a tuned action is never scored on the workloads it was tuned on.
+A plain search over the 9-dim action of ``ProjectedPolicy`` (the projection's own
+knobs — starvation, lateness, batching efficiency — are shared by every projection
+policy and are not tuned per scenario): trial 0 is the default action, then
+``explore`` of the trials draw uniformly from [-1, 1]^9, and the rest perturb the best
+so far with a Gaussian whose width shrinks from 0.5 to 0.05. The objective is the
+mean ``weighted_slo_attainment`` over the given seeds and loads (the shipped vectors
+are tuned over loads 0.5-1.5 so that one vector serves light load and overload).
+Tuning and training use seeds below ``VALIDATION_SEED_BASE`` (900); evaluation
+(``rlsched eval``) uses seeds >= 1000, so a tuned action is never scored on the
+workloads it was tuned on.
 
-    rlsched tune --scenario default --trials 40 --seeds 0,1 --out agents/tuned/default.json
+    rlsched tune --scenario default --trials 40 --seeds 0,1 --rate-scales 0.5,1,1.5
     rlsched simulate --scenario default --policy static:agents/tuned/default.json --seed 1000
 """
 
@@ -40,9 +41,7 @@ from rlsched.policies.projected import (
 from rlsched.sim import Scenario, load_scenario
 from rlsched.sim.metrics import summarize
 
-SEARCH_DIM = ACTION_DIM + 2
-"""The action, the starvation threshold a ∈ [-1, 1] → 30 s × 10^a (3-300 s), and the
-starvation SLO multiple a → 2·(a+1) ∈ [0, 4] (0: absolute threshold only)."""
+SEARCH_DIM = ACTION_DIM
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,8 @@ class TuneSpec:
     """Scenario name or path."""
     seeds: tuple[int, ...] = (0, 1)
     """Training seeds (each < EVAL_SEED_BASE)."""
-    rate_scale: float = 1.0
+    rate_scales: tuple[float, ...] = (1.0,)
+    """Loads the objective averages over."""
     duration_s: float | None = None
     """Arrival window per run; None: the scenario's."""
     trials: int = 40
@@ -61,6 +61,8 @@ class TuneSpec:
     """Seed of the search's own random draws (not a workload seed)."""
     explore: float = 0.5
     """Fraction of trials drawn uniformly at random; the rest refine the best."""
+    init: tuple[float, ...] | None = None
+    """An action to try second (e.g. an earlier tuned one), after the default."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -73,6 +75,8 @@ class TuneSpec:
             raise ConfigError("tune.trials", "must be >= 1")
         if not 0 <= self.explore <= 1:
             raise ConfigError("tune.explore", "must be in [0, 1]")
+        if not self.rate_scales or min(self.rate_scales) <= 0:
+            raise ConfigError("tune.rate_scales", "give at least one load, each > 0")
 
 
 @dataclass(frozen=True)
@@ -89,36 +93,23 @@ class TuneResult:
     def action(self) -> np.ndarray:
         return self.vector[:ACTION_DIM]
 
-    @property
-    def starvation_threshold_s(self) -> float:
-        return threshold_s(self.vector)
 
-
-def threshold_s(vector: np.ndarray) -> float:
-    return float(30.0 * 10.0 ** float(vector[ACTION_DIM]))
-
-
-def slo_multiple(vector: np.ndarray) -> float:
-    return float(2.0 * (vector[ACTION_DIM + 1] + 1.0))
-
-
-def default_vector(rl_preset: bool = False) -> np.ndarray:
-    tail = [1.0, 0.0] if rl_preset else [0.0, -1.0]
-    return np.concatenate([encode_params(ActionParams()), tail])
+def default_vector() -> np.ndarray:
+    return encode_params(ActionParams())
 
 
 def policy_for(vector: np.ndarray) -> ProjectedPolicy:
-    config = ProjectionConfig(starvation_threshold_s=threshold_s(vector), starvation_slo_multiple=slo_multiple(vector))
-    return ProjectedPolicy(decode_action(vector[:ACTION_DIM]), config)
+    return ProjectedPolicy(decode_action(vector[:ACTION_DIM]), ProjectionConfig())
 
 
 def objective(spec: TuneSpec, scenario: Scenario, vector: np.ndarray) -> float:
-    """Mean weighted SLO attainment of the vector's policy over the spec's seeds."""
+    """Mean weighted SLO attainment of the vector's policy over the spec's seeds and loads."""
     total = 0.0
     for seed in spec.seeds:
-        sim = prepare(RunSpec(spec.scenario, "static", seed, spec.rate_scale, spec.duration_s), scenario)
-        total += summarize(sim.run(policy_for(vector)))["weighted_slo_attainment"]
-    return total / len(spec.seeds)
+        for rate_scale in spec.rate_scales:
+            sim = prepare(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)
+            total += summarize(sim.run(policy_for(vector)))["weighted_slo_attainment"]
+    return total / (len(spec.seeds) * len(spec.rate_scales))
 
 
 def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None = None) -> TuneResult:
@@ -128,7 +119,7 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
     explore = max(1, round(spec.explore * spec.trials))
     best, best_score, scores = default_vector(), -np.inf, []
     for i in range(spec.trials):
-        vector = _candidate(rng, best, i, explore, spec.trials)
+        vector = np.asarray(spec.init) if i == 1 and spec.init else _candidate(rng, best, i, explore, spec.trials)
         score = objective(spec, scenario, vector)
         scores.append(score)
         if score > best_score:
@@ -139,8 +130,8 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
 
 
 def _candidate(rng: np.random.Generator, best: np.ndarray, i: int, explore: int, trials: int) -> np.ndarray:
-    if i < 2:
-        return default_vector(rl_preset=i == 1)
+    if i == 0:
+        return default_vector()
     if i < explore:
         return rng.uniform(-1.0, 1.0, SEARCH_DIM)
     width = 0.5 * 0.1 ** ((i - explore) / max(1, trials - explore - 1))
@@ -148,13 +139,11 @@ def _candidate(rng: np.random.Generator, best: np.ndarray, i: int, explore: int,
 
 
 def to_json(spec: TuneSpec, result: TuneResult) -> dict[str, Any]:
-    """What ``static:PATH`` reads (``action``, ``starvation_threshold_s``), plus provenance."""
-    return {"scenario": spec.scenario, "seeds": list(spec.seeds), "rate_scale": spec.rate_scale,
+    """What ``static:PATH`` reads (``action``), plus provenance."""
+    return {"scenario": spec.scenario, "seeds": list(spec.seeds), "rate_scales": list(spec.rate_scales),
             "duration_s": spec.duration_s, "trials": spec.trials, "search_seed": spec.search_seed,
             "score": result.score, "default_score": result.default_score,
             "action": [round(float(x), 6) for x in result.action],
-            "starvation_threshold_s": round(result.starvation_threshold_s, 3),
-            "starvation_slo_multiple": round(slo_multiple(result.vector), 4),
             "params": dataclasses.asdict(decode_action(result.action))}
 
 
@@ -166,19 +155,29 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
     p.add_argument("--trials", type=int, default=40, help="candidate vectors to simulate")
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
+    p.add_argument("--rate-scales", default="1.0", help="comma-separated loads (x nominal rate) to average over")
     p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the search's own draws")
+    p.add_argument("--init", help="tuned JSON whose action is tried second (e.g. the previous tune)")
     p.add_argument("--out", help="JSON file to write (default: agents/tuned/SCENARIO.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON, no progress bar")
     p.set_defaults(handler=run)
 
 
+def _init_action(path: str | None) -> tuple[float, ...] | None:
+    if not path:
+        return None
+    from rlsched.policies.seed import load_static
+
+    return tuple(encode_params(load_static(path).params).tolist())
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    spec = TuneSpec(args.scenario, tuple(int(s) for s in args.seeds.split(",")), args.rate_scale,
-                    args.duration, args.trials, args.search_seed)
+    spec = TuneSpec(args.scenario, tuple(int(s) for s in args.seeds.split(",")),
+                    tuple(float(x) for x in args.rate_scales.split(",")),
+                    args.duration, args.trials, args.search_seed, init=_init_action(args.init))
     with Progress(disable=args.json) as bar:
         job = bar.add_task("tuning", total=spec.trials)
         result = search(spec, lambda i, score, best: bar.update(

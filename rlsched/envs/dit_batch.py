@@ -175,7 +175,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
         self.action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), dtype=np.float32)
         self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, (OBS_DIM,), dtype=np.float32)
         self.policy = ProjectedPolicy(config=projection)
-        self.encoder = ObservationEncoder(self.policy.table)
+        self.encoder = ObservationEncoder(self.policy)
         self.schema_version = SCHEMA_VERSION
         self._sampler = EpisodeSampler()
         self._started = False

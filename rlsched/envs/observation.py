@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.policies.projected import RecordTable, Rows
-from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES, RequestRecord
+from rlsched.policies.projected import ProjectedPolicy, Rows
+from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RequestRecord
 from rlsched.telemetry.base import TelemetrySample
 
-SCHEMA_VERSION = "dit-batch-obs/1"
+SCHEMA_VERSION = "dit-batch-obs/2"
 """Bump whenever a feature, its order or its scaling changes (checkpoints record it)."""
 
 TOP_K = 8
@@ -111,9 +111,11 @@ class ObservationEncoder:
     slack (seconds) stay readable for reward shaping (``rows`` is None for an empty queue).
     """
 
-    def __init__(self, table: RecordTable | None = None) -> None:
-        self.table = table or RecordTable()
-        """Per-request cache; may be shared with the ``ProjectedPolicy`` deciding on the same state."""
+    def __init__(self, policy: ProjectedPolicy | None = None) -> None:
+        self.policy = policy or ProjectedPolicy()
+        """Supplies the candidates (per-request features) and the queue summary (counts, work);
+        shares its record table, so the observation and the decision read each request once."""
+        self.table = self.policy.table
         self.history = ClassHistory()
         self.rows: Rows | None = None
         self.slack_s = np.empty(0)
@@ -133,13 +135,13 @@ class ObservationEncoder:
         """The observation of ``state`` (a ``Simulator`` or anything with its attributes);
         ``telemetry`` None reads as unknown."""
         out = np.zeros(OBS_DIM, dtype=np.float32)
-        recs = list(state.waiting.values())
-        n_wait = len(recs)
-        if state.config.step_mode and state.running:
-            recs += state.running
+        recs, _ = self.policy.candidates(state)
+        n_run = len(state.running) if state.config.step_mode else 0
+        n_wait = len(recs) - n_run
         keys = mem = 0.0
+        total = 0
         if recs:
-            keys, mem = self._queue(out, state, recs, n_wait)
+            keys, mem, total = self._queue(out, state, recs, n_wait)
         else:
             self.rows, self.slack_s = None, np.empty(0)
             out[_SLACK:_SLACK + C] = OBS_HIGH
@@ -147,13 +149,18 @@ class ObservationEncoder:
             self._cost, self._free_gb = state.cost, max(state.cost.gpu_memory_gb - state.cost.weights_gb, 1e-9)
         out[_LOAD:_SLOTS] = (*self.history.features(state.now), state.config.step_mode,
                              math.log1p(state.config.max_num_seqs), math.log1p(keys),
-                             math.log1p(len(recs) - n_wait), math.log1p(len(recs)),
+                             math.log1p(n_run), math.log1p(total),
                              math.log1p(mem / self._free_gb), *_telemetry(telemetry))
         # fmax/fmin rather than clip: they also turn a NaN into a bound, so none can escape
         return np.fmin(np.fmax(out, OBS_LOW, out=out), OBS_HIGH, out=out)
 
-    def _queue(self, out: np.ndarray, state: Any, recs: list[RequestRecord], n_wait: int) -> tuple[int, float]:
-        """Write the per-class and top-K entries; returns (distinct keys, candidates' memory in GB)."""
+    def _queue(self, out: np.ndarray, state: Any, recs: list[RequestRecord],
+               n_wait: int) -> tuple[int, float, int]:
+        """Write the per-class and top-K entries; returns (distinct keys, queued memory in GB, requests).
+
+        Counts, work, distinct keys and memory describe the whole queue (from the policy's
+        per-group summary); slack, wait and the top-K come from the candidates, which hold
+        every group's most urgent savable and most overdue lost requests."""
         now = state.now
         rows = self.rows = self.table.gather(recs)
         remaining = rows.remaining_s(recs, state.config.step_mode)
@@ -162,27 +169,45 @@ class ObservationEncoder:
         wait = np.log1p((now - rows.arrival_s) * (1.0 / WAIT_SCALE_S))
         cls = rows.cls
         cm = cls * M + rows.modality
-        out[_COUNTS:_COUNTS + C * M] = np.log1p(np.bincount(cm, minlength=C * M))
-        out[_WORK:_WORK + C] = np.log1p(np.bincount(cls, remaining, minlength=C) * (1.0 / WORK_SCALE_S))
+        counts, work, per_key, mem = _summary(self.policy.queue_summary(state), recs[n_wait:])
+        out[_COUNTS:_COUNTS + C * M] = np.log1p(counts)
+        out[_WORK:_WORK + C] = np.log1p(work * (1.0 / WORK_SCALE_S))
         out[_SLACK:_SLACK + C], out[_WAIT:_WAIT + C] = _per_class(cls, rel, wait)
-        key_count = np.bincount(rows.key_id)
+        key_count = np.fromiter((per_key[r.key] for r in recs), np.float64, len(recs))
         top = _most_urgent(slack)
         slots = out[_SLOTS:_SLOTS + top.size * _F].reshape(top.size, _F)
         slots[:, :C + M] = _ONE_HOT[cm[top]]
         _write_slots(slots, top, remaining, rel, wait, rows.key_id, key_count, n_wait)
-        return int(np.count_nonzero(key_count)), float(rows.mem_gb.sum())
+        return len(per_key), mem, int(counts.sum())
+
+
+def _summary(groups: list[tuple[RequestRecord, int, float]],
+             running: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray, dict[Any, int], float]:
+    """Counts per class x modality, work per class, requests per key and memory of the whole queue."""
+    counts, work = np.zeros(C * M), np.zeros(C)
+    per_key: dict[Any, int] = {}
+    mem = 0.0
+    for rec, n, w in [*groups, *((r, 1, r.remaining_s) for r in running)]:
+        q = rec.request
+        c = CLASS_INDEX[q.priority]
+        counts[c * M + MODALITY_INDEX[q.modality]] += n
+        work[c] += w
+        per_key[rec.key] = per_key.get(rec.key, 0) + n
+        mem += n * rec.mem_gb
+    return counts, work, per_key, mem
 
 
 def _write_slots(slots: np.ndarray, top: np.ndarray, remaining: np.ndarray, rel_slack: np.ndarray,
                  wait: np.ndarray, key: np.ndarray, key_count: np.ndarray, n_wait: int) -> None:
-    """Fill the per-request entries after the one-hots, one top-K slot per row."""
+    """Fill the per-request entries after the one-hots, one top-K slot per row (``key_count``:
+    requests of each candidate's key)."""
     slots[:, _S_WORK] = np.log1p(remaining[top] * (1.0 / WORK_SCALE_S))
     slots[:, _S_SLACK] = rel_slack[top]
     slots[:, _S_WAIT] = wait[top]
     top_key = key[top]
     slots[:, _S_SAME] = top_key == top_key[0]
     slots[:, _S_RUN] = top >= n_wait
-    slots[:, _S_KEYS] = np.log1p(key_count[top_key])
+    slots[:, _S_KEYS] = np.log1p(key_count[top])
     slots[:, _S_VALID] = 1.0
 
 

@@ -6,8 +6,9 @@ classes present. Summed over an episode these credits are exactly
 ``rlsched.sim.metrics.weighted_attainment`` — the number evaluation reports first —
 so the return is comparable across scenarios and loads (it lies in [−λ, 1]). The
 penalty ``−λ·v_c``, once per request, lands when a queued request's slack
-(deadline − now − standalone remaining time) crosses zero: the moment it became
-impossible to meet, rather than at its (much later) completion.
+(deadline − now − standalone remaining time) is first seen below zero among the
+decision's candidates — about when it became impossible to meet, rather than at its
+(much later) completion — or, for a request never seen late, when it finishes late.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class SloReward:
         if rec.slo_met:
             self.met[cls] += 1
             self._pending += self._value[cls]
+        elif not self._late[rec.request.id]:  # missed without ever being seen late (not a candidate)
+            self._late[rec.request.id] = True
+            self._pending -= self.late_penalty * self._value[cls]
 
     def check_late(self, rows: Rows, slack_s: np.ndarray) -> None:
         """Penalise queued requests whose slack went negative since the last check."""

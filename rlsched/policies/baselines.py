@@ -104,11 +104,13 @@ class OrderedPolicy:
         self.index.sync(state)
         now, cap = state.now, state.config.max_num_seqs
         running = [(*self.rank(r, now), r.request.id, r) for r in state.running] if state.config.step_mode else []
-        heads = [entries[0] for _, entries in self.index.heads()] + running
+        heads = [(*g.keys[0], g.recs[0]) for g in self.index.groups.values()] + running
         if not heads:
             return WAIT
         key = min(heads, key=_ORDER)[-1].key
-        same = self.index.groups.get(key, [])[:cap] + [e for e in running if e[-1].key == key]
+        group = self.index.groups.get(key)
+        same = [(*k, r) for k, r in zip(group.keys[:cap], group.recs[:cap])] if group else []
+        same += [e for e in running if e[-1].key == key]
         return Decision(tuple(e[-1].request.id for e in sorted(same, key=_ORDER)[:cap]))
 
 
@@ -178,7 +180,7 @@ class Drr:
         cap = state.config.max_num_seqs
         while True:  # terminates: every round adds a positive quantum to every key
             for key in self._order:
-                batch = self._try(key, QueueIndex.first(by_key[key], cap), cap)
+                batch = self._try(key, by_key[key].first(cap), cap)
                 if batch:
                     self._order.remove(key)
                     self._order.append(key)

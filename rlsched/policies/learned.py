@@ -50,7 +50,7 @@ class LearnedPolicy:
     def __init__(self, act: Act, projection: ProjectionConfig | None = None, telemetry: Any = None) -> None:
         self.act = act
         self.projected = ProjectedPolicy(config=projection)
-        self.encoder = ObservationEncoder(self.projected.table)
+        self.encoder = ObservationEncoder(self.projected)
         self.telemetry = telemetry
         """A ``Telemetry``; None in a simulator means ``SimTelemetry`` of that simulator."""
         self._max_wait_s = self.projected.config.batch_timeout_ms / 1e3

@@ -15,14 +15,48 @@ entries), and the serving install needs no extra package.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import ENQUEUED
 
 Rank = tuple[float, ...]
+
+
+class Group:
+    """One group's waiting records in rank order: ``keys[i] = (*rank, id)`` of ``recs[i]``.
+
+    Parallel lists, so bisection compares plain tuples (no key function) and a slice of
+    ``recs`` is the first records, both at C speed."""
+
+    __slots__ = ("keys", "recs")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[Any, ...]] = []
+        self.recs: list[RequestRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.recs)
+
+    def insert(self, key: tuple[Any, ...], rec: RequestRecord) -> None:
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.recs.insert(i, rec)
+
+    def delete(self, key: tuple[Any, ...]) -> None:
+        i = bisect_left(self.keys, key)
+        del self.keys[i]
+        del self.recs[i]
+
+    def first(self, n: int, start: int = 0) -> list[RequestRecord]:
+        """Records at positions ``start .. start + n - 1``."""
+        return self.recs[start:start + n]
+
+    def bisect(self, rank: Rank) -> int:
+        """Position of the first record whose rank is >= ``rank``."""
+        return bisect_left(self.keys, rank)
 
 
 class QueueIndex:
@@ -35,8 +69,8 @@ class QueueIndex:
     def __init__(self, group_of: Callable[[RequestRecord], Hashable],
                  rank_of: Callable[[RequestRecord], Rank]) -> None:
         self.group_of, self.rank_of = group_of, rank_of
-        self.groups: dict[Hashable, list[tuple[Any, ...]]] = {}
-        """Group → sorted entries ``(*rank, id, ...)``; an entry's last item is its record."""
+        self.groups: dict[Hashable, Group] = {}
+        """Non-empty groups, in order of creation."""
         self._where: dict[int, tuple[Hashable, tuple[Any, ...]]] = {}
         self._state: Any = None
         self._cursor = 0
@@ -68,46 +102,23 @@ class QueueIndex:
         rid = rec.request.id
         if rid in self._where:  # a re-enqueue replaces the old entry (its rank may have changed)
             self._remove(rec)
-        group = self.group_of(rec)
-        entry = (*self.rank_of(rec), rid, rec)
-        insort(self.groups.setdefault(group, []), entry, key=_sort_key)
-        self._where[rid] = (group, entry)
+        name = self.group_of(rec)
+        key = (*self.rank_of(rec), rid)
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = Group()
+        group.insert(key, rec)
+        self._where[rid] = (name, key)
 
     def _remove(self, rec: RequestRecord) -> None:
         found = self._where.pop(rec.request.id, None)
         if found is None:
             return
-        group, entry = found
-        entries = self.groups[group]
-        del entries[bisect_left(entries, _sort_key(entry), key=_sort_key)]
-        if not entries:
-            del self.groups[group]
-
-    def heads(self) -> Iterator[tuple[Hashable, list[tuple[Any, ...]]]]:
-        """``(group, entries)`` of every non-empty group."""
-        return iter(self.groups.items())
-
-    @staticmethod
-    def record(entry: tuple[Any, ...]) -> RequestRecord:
-        return entry[-1]
-
-    @staticmethod
-    def first(entries: list[tuple[Any, ...]], n: int, start: int = 0) -> list[RequestRecord]:
-        """Records of ``entries[start:start + n]``."""
-        return [e[-1] for e in entries[start:start + n]]
-
-    @staticmethod
-    def bisect(entries: list[tuple[Any, ...]], rank: Rank) -> int:
-        """Position of the first entry whose rank is >= ``rank``."""
-        return bisect_left(entries, rank, key=_rank_key)
+        name, key = found
+        group = self.groups[name]
+        group.delete(key)
+        if not group.recs:
+            del self.groups[name]
 
 
-def _sort_key(entry: tuple[Any, ...]) -> tuple[Any, ...]:
-    return entry[:-1]
-
-
-def _rank_key(entry: tuple[Any, ...]) -> tuple[Any, ...]:
-    return entry[:-2]
-
-
-__all__ = ["QueueIndex"]
+__all__ = ["Group", "QueueIndex"]

@@ -352,6 +352,10 @@ def load_static(arg: str) -> ProjectedPolicy:
             raise ConfigError(arg, f"'action' must hold {ACTION_DIM} numbers, not {action.shape}")
         # the projection's knobs are shared by every projection policy (ProjectionConfig
         # defaults), so static and rl differ only by their actions
+        stray = sorted(set(data) & {f.name for f in fields(ProjectionConfig)})
+        if stray:
+            raise ConfigError(arg, f"{', '.join(stray)}: projection settings are shared by every projection "
+                                   "policy and cannot be set per action file")
         policy = ProjectedPolicy(decode_action(action), ProjectionConfig())
     policy.name = "static"
     return policy

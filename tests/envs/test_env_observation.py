@@ -52,7 +52,7 @@ def f32(x: float) -> float:
 
 def test_layout_is_named_and_pinned() -> None:
     assert OBS_DIM == len(FEATURE_NAMES) == 149 == len(set(FEATURE_NAMES))
-    assert SCHEMA_VERSION == "dit-batch-obs/1"
+    assert SCHEMA_VERSION == "dit-batch-obs/2"
     assert FEATURE_NAMES[0] == "queue/realtime/image" and FEATURE_NAMES[36] == "gpu_known"
     assert FEATURE_NAMES[37] == "top0/class_realtime" and FEATURE_NAMES[-1] == f"top{TOP_K - 1}/valid"
 
@@ -80,13 +80,17 @@ def test_queue_counts_work_slack_and_wait() -> None:
 def test_top_k_is_most_urgent_first_with_one_hots() -> None:
     recs = [rec(i, float(i), "background", slo_scale=10.0) for i in range(10)]
     recs.append(rec(10, 9.0, "realtime", slo_scale=2.0))  # the tightest slack
-    obs = ObservationEncoder().encode(state(recs, 9.0), GPU)
+    encoder = ObservationEncoder()
+    st = state(recs, 9.0)
+    obs = encoder.encode(st, GPU)
+    n = min(TOP_K, len(encoder.policy.candidates(st)[0]))  # per key the first `cap` of each class
+    assert n >= 4
     slot = obs[IX["top0/class_realtime"]:].reshape(TOP_K, -1)
     assert slot[0, :3].tolist() == [1, 0, 0] and slot[0, 3:7].tolist() == [1, 0, 0, 0]
-    assert (slot[1:, 2] == 1).all()  # then background, oldest (least slack) first
-    waits = slot[1:, 9]
+    assert (slot[1:n, 2] == 1).all()  # then background, oldest (least slack) first
+    waits = slot[1:n, 9]
     assert (np.diff(waits) <= 0).all()
-    assert (slot[:, -1] == 1).all()  # all slots valid
+    assert (slot[:n, -1] == 1).all() and (slot[n:, -1] == 0).all()  # the candidates' slots are valid
     assert obs[IX["top0/key_count"]] == f32(math.log1p(11)) and obs[IX["top3/same_key_as_top0"]] == 1.0
 
 

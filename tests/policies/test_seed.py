@@ -13,6 +13,7 @@ import pytest
 from rlsched.errors import ConfigError
 from rlsched.evaluation import RunSpec, prepare, simulate
 from rlsched.policies import make_policy
+from rlsched.policies.projected import ProjectionConfig
 from rlsched.policies.seed import SeedConfig, load_seed_config, memory_cap
 from rlsched.sim import load_scenario, scenario_names
 from rlsched.sim.request import COMPLETED, FAILED_OOM
@@ -127,9 +128,17 @@ def test_bad_presets_name_the_problem(tmp_path: Path) -> None:
 
 def test_static_loads_a_tuned_vector(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"action": [1, -1, -1, 0, 0, 0, 0, -1, 0], "starvation_threshold_s": 12}))
+    path.write_text(json.dumps({"action": [1, -1, -1, 0, 0, 0, 0, -1, 0]}))
     policy = make_policy(f"static:{path}")
-    assert policy.params.class_weights[0] > 0.9 and policy.config.starvation_threshold_s == 12
+    assert policy.params.class_weights[0] > 0.9 and policy.config == ProjectionConfig()
+
+
+def test_static_refuses_per_file_projection_knobs(tmp_path: Path) -> None:
+    """static and rl share one projection config, so they differ only by what is learned."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"action": [0] * 9, "starvation_threshold_s": 12}))
+    with pytest.raises(ConfigError, match="starvation_threshold_s"):
+        make_policy(f"static:{path}")
     path.write_text(json.dumps({"action": [0.0, 1.0]}))
     with pytest.raises(ConfigError, match="9 numbers"):
         make_policy(f"static:{path}")
