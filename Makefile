@@ -72,4 +72,4 @@ RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-comp
 results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004 \
-	  --rate-scales 0.5,0.75,1.0,1.25 --workers 2 --out results/default
+	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default

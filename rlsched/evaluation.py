@@ -214,6 +214,40 @@ def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0
     return out
 
 
+PLAIN_HEURISTICS = ("fifo", "sjf", "edf", "priority", "drr")
+"""The heuristics a user could switch on without rlsched's projection or tuning."""
+
+
+def paired(rows: list[dict[str, Any]], target: str, against: tuple[str, ...] = PLAIN_HEURISTICS,
+           key: str = "weighted_slo_attainment") -> list[dict[str, Any]]:
+    """``target`` against the best of ``against`` at every (scenario, load), paired by seed.
+
+    The best is the policy of ``against`` with the highest mean in that cell; the
+    interval is the 95 % t-interval of the per-seed differences (target − best), which
+    removes the workload's own variance (seeds differ far more than policies do).
+    """
+    import numpy as np
+
+    value: dict[tuple[str, float, str], dict[int, float]] = {}
+    for r in rows:
+        value.setdefault((r["scenario"], r["rate_scale"], r["policy"]), {})[r["seed"]] = flat(r, key)
+    out = []
+    for sc, rs in sorted({(r["scenario"], r["rate_scale"]) for r in rows}):
+        mine = value.get((sc, rs, target))
+        rivals = {p: value[(sc, rs, p)] for p in against if (sc, rs, p) in value}
+        if not mine or not rivals:
+            continue
+        best = max(rivals, key=lambda p: float(np.mean(list(rivals[p].values()))))
+        seeds = sorted(set(mine) & set(rivals[best]))
+        diff = np.array([mine[s] - rivals[best][s] for s in seeds])
+        half = _t95(diff.size) * float(diff.std(ddof=1)) / math.sqrt(diff.size) if diff.size > 1 else math.nan
+        t_mean, b_mean = float(np.mean([mine[s] for s in seeds])), float(np.mean([rivals[best][s] for s in seeds]))
+        out.append({"scenario": sc, "rate_scale": rs, "target": t_mean, "best": best, "best_value": b_mean,
+                    "ratio": t_mean / b_mean if b_mean else math.nan, "diff": float(diff.mean()),
+                    "diff_ci95": half, "seeds": len(seeds)})
+    return out
+
+
 def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     """results.md, results.json and plots under ``out``; returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -227,8 +261,9 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     }
     if target:
         summary["headline"] = headline(cells, target)
+        summary["paired"] = {p: paired(grid.rows, p) for p in names if p.startswith(("rl", "static"))}
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1))
-    (out / "results.md").write_text(_markdown(cells, summary.get("headline")))
+    (out / "results.md").write_text(_markdown(cells, summary.get("headline")) + _paired_markdown(summary))
     _plots(grid, cells, out)
     return summary
 
@@ -273,6 +308,28 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
                              f"{r['vs_best']:.2f} |")
         lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs fifo, ×{head['mean_vs_best']:.2f} vs the best other "
                   "policy.", ""]
+    return "\n".join(lines)
+
+
+def _paired_markdown(summary: dict[str, Any]) -> str:
+    """Every load: each projection policy ÷ the best plain heuristic, with the paired difference."""
+    lines = []
+    for pol, rows in summary.get("paired", {}).items():
+        if not rows:
+            continue
+        lines += [f"### {label(pol)} vs the best plain heuristic ({', '.join(PLAIN_HEURISTICS)}), every load", "",
+                  "Paired by seed: difference in points, mean ± 95 % interval of the per-seed differences.", "",
+                  "| scenario | load | policy | best heuristic | ratio | difference (points) |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            ci = "" if math.isnan(r["diff_ci95"]) else f" ± {100 * r['diff_ci95']:.1f}"
+            mark = "**" if r["ratio"] < 0.98 else ""
+            lines.append(f"| {r['scenario']} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | "
+                         f"{r['best']} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.2f}{mark} | "
+                         f"{100 * r['diff']:+.1f}{ci} |")
+        ratios = [r["ratio"] for r in rows]
+        lines += ["", f"Lowest ratio ×{min(ratios):.2f}; mean ×{sum(ratios) / len(ratios):.2f} over {len(rows)} cells.",
+                  ""]
     return "\n".join(lines)
 
 

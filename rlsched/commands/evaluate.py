@@ -18,7 +18,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "{scenario} in a spec is replaced per scenario, e.g. static:tuned/{scenario}.json")
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
-    p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25", help="loads to evaluate")
+    p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25,1.5", help="loads to evaluate")
     p.add_argument("--duration", type=float, help="arrival window per run (default: each scenario's)")
     p.add_argument("--out", default="results/latest", help="folder for results.md, results.json, plots")
     p.add_argument("--workers", type=int, default=1, help="processes (each runs one simulation at a time)")

@@ -18,7 +18,7 @@ import numpy as np
 from rlsched.envs.observation import SCHEMA_VERSION, ObservationEncoder
 from rlsched.policies.base import register
 from rlsched.policies.checkpoint import load_checkpoint
-from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
+from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, with_overrides
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 from rlsched.telemetry.base import TelemetrySample
@@ -90,16 +90,22 @@ class LearnedPolicy:
         return sample if isinstance(sample, TelemetrySample) else None
 
 
-def rl_policy(path: str | Path) -> LearnedPolicy:
-    """The frozen policy in ``path`` (``checkpoints/NAME``): numpy forward, no torch, no pickle."""
+def rl_policy(path: str | Path, overrides: str = "") -> LearnedPolicy:
+    """The frozen policy in ``path`` (``checkpoints/NAME``): numpy forward, no torch, no pickle.
+    ``overrides`` (``;name=value;...``) change the checkpoint's projection settings."""
     net = load_checkpoint(path or "checkpoints/default", expect_schema=SCHEMA_VERSION)
-    projection = ProjectionConfig(**net.meta.get("projection", {}))
+    _, projection = with_overrides(overrides, ProjectionConfig(**net.meta.get("projection", {})))
     policy = LearnedPolicy(net, projection)
-    policy.name = f"rl:{path}"
+    policy.name = f"rl:{path}{overrides}"
     return policy
 
 
-register("rl")(lambda arg: rl_policy(_resolve(arg)))
+def _rl(spec: str) -> LearnedPolicy:
+    path, sep, rest = spec.partition(";")
+    return rl_policy(_resolve(path), sep + rest)
+
+
+register("rl")(_rl)
 
 
 def _resolve(arg: str) -> Path:

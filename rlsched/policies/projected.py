@@ -10,8 +10,8 @@ index       meaning                                decoded to
 ==========  =====================================  ===========================
 0..2        priority logit per class               class weight = softmax(2·a)
             (realtime, batch, background)
-3..6        batch-cap fraction per modality        cap = max(1, round(f·max_batch_size_per_modality))
-            (image, video, audio, text)            with f = (a+1)/2
+3..6        batch-cap fraction per modality        cap = max(1, round(f·key's batching cap))
+            (image, video, audio, text)            with f = (a+1)/2 (see ``batching_cap``)
 7           admission-wait fraction                wait ≤ f·batch_timeout_ms for a fuller batch
 8           urgency exponent                       α = 2·(a+1) ∈ [0, 4]
 ==========  =====================================  ===========================
@@ -19,16 +19,22 @@ index       meaning                                decoded to
 Utility of starting request i now: ``w_class · pressure^α / remaining_s`` where
 ``pressure = remaining_s / (deadline − now)`` (share of its time budget the
 request still needs). α = 0 is weighted shortest-job-first; large α focuses on
-requests about to miss. Requests that can no longer meet their SLO keep
-``late_value`` of their utility (served when nothing better waits; starvation
-threshold bounds their wait).
+requests about to miss. Requests that can no longer meet their SLO (lost) keep
+``late_value`` of their utility; the projection serves savable requests first and
+lost ones only in free slots of the chosen batch or when no savable request fits
+(``ProjectionConfig`` holds the knobs every projection policy shares).
+
+The key's batching cap comes from the cost model: the largest batch in which each
+added request costs at most ``batch_marginal_cost`` × its standalone time (Qwen-Image on
+an H200: 2, 3, 4 images of 512×512 cost 1.02, 1.09, 1.39× one, so up to 3 batch at the
+default 0.25; two 1024×1024 cost 1.87× one, so they run alone).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
 import numpy as np
@@ -36,8 +42,8 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.policies.queue_index import QueueIndex
 from rlsched.projection import Items, Resources, project
-from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
 from rlsched.sim.cost import CostModel
+from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 
 ACTION_DIM = len(PRIORITY_CLASSES) + len(MODALITIES) + 2
@@ -86,7 +92,27 @@ class ProjectionConfig:
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ConfigError(f"projection.{name}", f"must be a number >= 0, not {value!r}")
         if not 0 <= self.memory_safety_margin < 1:
-            raise ConfigError("projection.memory_safety_margin", f"must be in [0, 1), not {self.memory_safety_margin!r}")
+            raise ConfigError("projection.memory_safety_margin",
+                              f"must be in [0, 1), not {self.memory_safety_margin!r}")
+
+
+def with_overrides(spec: str, base: ProjectionConfig | None = None) -> tuple[str, ProjectionConfig]:
+    """Split ``PATH;name=value;...`` (a policy argument) into PATH and ``base`` with those
+    ``ProjectionConfig`` numbers or booleans replaced, e.g. ``static:t.json;shed_lost=true``."""
+    path, *pairs = spec.split(";")
+    kinds = {f.name: f.type for f in fields(ProjectionConfig)}
+    changes: dict[str, object] = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        name, text = name.strip(), text.strip().lower()
+        if kinds.get(name) not in ("bool", "float"):
+            known = sorted(k for k, t in kinds.items() if t in ("bool", "float"))
+            raise ConfigError(f"policy option {name!r}", f"not a projection setting (known: {', '.join(known)})")
+        try:
+            changes[name] = {"true": True, "false": False}[text] if kinds[name] == "bool" else float(text)
+        except (KeyError, ValueError):
+            raise ConfigError(f"policy option {name}", f"{text!r} is not a {kinds[name]}") from None
+    return path, replace(base or ProjectionConfig(), **changes)
 
 
 @dataclass(frozen=True)
@@ -262,6 +288,9 @@ class ProjectedPolicy:
         self._resources: tuple[object, Resources] = (None, Resources(0.0))
 
     def reset(self, state: Simulator) -> None:
+        if self.config.shed_lost and not getattr(state, "can_reject", False):
+            raise ConfigError("projection.shed_lost", "this engine cannot reject requests (the simulator can; "
+                              "the vLLM-Omni plugin serves lost requests late instead)")
         self.index = QueueIndex(_group, _by_deadline)
         self._caps = {}
         self._candidates = (None, ([], []))
@@ -450,4 +479,4 @@ def _first_seen_order(key_id: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["ACTION_DIM", "ActionParams", "ProjectedPolicy", "ProjectionConfig", "batching_cap", "decode_action",
-           "encode_params"]
+           "encode_params", "with_overrides"]

@@ -31,11 +31,16 @@ class Group:
     Parallel lists, so bisection compares plain tuples (no key function) and a slice of
     ``recs`` is the first records, both at C speed."""
 
-    __slots__ = ("keys", "recs")
+    __slots__ = ("keys", "recs", "works", "work_s")
 
     def __init__(self) -> None:
         self.keys: list[tuple[Any, ...]] = []
         self.recs: list[RequestRecord] = []
+        self.works: list[float] = []
+        """Standalone remaining time of each record when it joined (the journal is replayed
+        later, when a dequeued record may already have run)."""
+        self.work_s = 0.0
+        """Σ ``works``."""
 
     def __len__(self) -> int:
         return len(self.recs)
@@ -44,11 +49,14 @@ class Group:
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.recs.insert(i, rec)
+        work = rec.remaining_s
+        self.works.insert(i, work)
+        self.work_s += work
 
     def delete(self, key: tuple[Any, ...]) -> None:
         i = bisect_left(self.keys, key)
-        del self.keys[i]
-        del self.recs[i]
+        del self.keys[i], self.recs[i]
+        self.work_s -= self.works.pop(i)
 
     def first(self, n: int, start: int = 0) -> list[RequestRecord]:
         """Records at positions ``start .. start + n - 1``."""
@@ -62,8 +70,9 @@ class Group:
 class QueueIndex:
     """Waiting records by ``group_of(rec)``, each group sorted by ``(rank_of(rec), id)``.
 
-    Ranks and groups are read once, when a record joins the queue (arrival or
-    preemption), so they must not change while it waits.
+    Ranks, groups and work are read once, when a record joins the queue (arrival or
+    preemption), so they must not change while it waits. The journal is replayed at the
+    next ``sync``: a record read there may have moved on (started, finished) since.
     """
 
     def __init__(self, group_of: Callable[[RequestRecord], Hashable],

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import register
-from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action
+from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action, with_overrides
+from rlsched.policies.queue_index import QueueIndex
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.request import PRIORITY_CLASSES, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
@@ -159,12 +160,6 @@ def coalesce(state: Simulator, batch: Sequence[int], cap: int, first_arrival_s: 
     return Decision(tuple(batch))
 
 
-def pool_of(state: Simulator) -> list[RequestRecord]:
-    """Requests a decision may choose: waiting ones, and in step mode the running batch too."""
-    pool = list(state.waiting.values())
-    return pool + list(state.running) if state.config.step_mode else pool
-
-
 # ------------------------------------------------------------------ seed-memory
 
 
@@ -181,17 +176,23 @@ class SeedMemory:
         self.config = config or SeedConfig()
 
     def reset(self, state: Simulator) -> None:
-        pass
+        self.index = QueueIndex(_KEY, _ARRIVAL)  # same-key requests without scanning the queue
 
     def decide(self, state: Simulator) -> Decision:
+        self.index.sync(state)
         if state.config.step_mode and state.running:
             anchor = state.running[0]
-            ordered = list(state.running) + list(state.waiting.values())
-            return Decision(fill_key(anchor, ordered, memory_cap(state, anchor, self.config)))
+            cap = memory_cap(state, anchor, self.config)
+            return Decision(fill_key(anchor, [*state.running, *self._same_key(anchor, cap)], cap))
         head = next(iter(state.waiting.values()))
         cap = memory_cap(state, head, self.config)
-        batch = fill_key(head, state.waiting.values(), cap)
+        batch = fill_key(head, self._same_key(head, cap), cap)
         return coalesce(state, batch, cap, head.request.arrival_s, self.config)
+
+    def _same_key(self, anchor: RequestRecord, n: int) -> list[RequestRecord]:
+        """The first ``n`` + 1 waiting requests of ``anchor``'s key, oldest first."""
+        group = self.index.groups.get(anchor.key)
+        return group.first(n + 1) if group is not None else []
 
 
 # ------------------------------------------------------------------ seed-priority
@@ -207,13 +208,11 @@ class FairShare:
         """Smallest virtual time among classes backlogged at the last decision (never decreases)."""
         self._backlogged: set[str] = set()
 
-    def weights(self, pool: Sequence[RequestRecord]) -> dict[str, float]:
-        """Class shares now: base weights, shifted toward the backlog under load, floored, normalised."""
+    def weights(self, work: dict[str, float]) -> dict[str, float]:
+        """Class shares now, given each class's queued standalone work: base weights, shifted
+        toward the backlog under load, floored, normalised."""
         cfg = self.config
         w = dict(cfg.priority_weights)
-        work = {c: 0.0 for c in PRIORITY_CLASSES}
-        for rec in pool:
-            work[rec.request.priority] += rec.remaining_s
         total = sum(work.values())
         if total > cfg.high_load_s and total > 0:
             w = {c: w[c] * (1 + cfg.load_shift * work[c] / total) for c in w}
@@ -264,22 +263,46 @@ class SeedPriority:
 
     def reset(self, state: Simulator) -> None:
         self.shares = FairShare(self.config)
+        self.index = QueueIndex(_CLASS_KEY, _ARRIVAL)
 
     def decide(self, state: Simulator) -> Decision:
-        ordered, weights = self.ranked(state)
-        anchor = ordered[0]
-        batch = fill_key(anchor, ordered, modality_cap(state, anchor, self.config))
-        return self.commit(state, batch, weights)
+        same, weights = self.ranked(state, lambda anchor: modality_cap(state, anchor, self.config))
+        return self.commit(state, tuple(r.request.id for r in same), weights)
 
-    def ranked(self, state: Simulator) -> tuple[list[RequestRecord], dict[str, float]]:
-        """The pool in service order (starving tier first, classes by share, FIFO within), and the weights."""
-        pool = pool_of(state)
-        weights = self.shares.weights(pool)
-        rank = {c: i for i, c in enumerate(self.shares.order({r.request.priority for r in pool}))}
-        threshold, now = self.config.starvation_threshold_s, state.now
-        pool.sort(key=lambda r: (now - r.request.arrival_s <= threshold, rank[r.request.priority],
-                                 r.request.arrival_s))
-        return pool, weights
+    def ranked(self, state: Simulator,
+               depth: Callable[[RequestRecord], int]) -> tuple[list[RequestRecord], dict[str, float]]:
+        """The anchor's key in service order (anchor first; starving tier first, classes by share,
+        FIFO within), cut to ``depth(anchor)`` requests; and the class weights.
+
+        Waiting requests live in a ``QueueIndex`` by (class, key) in arrival order, so the
+        starving ones are a prefix of each group: a decision reads O(groups · depth) records."""
+        self.index.sync(state)
+        running = list(state.running) if state.config.step_mode else []
+        work = dict.fromkeys(PRIORITY_CLASSES, 0.0)
+        for (cls, _), group in self.index.groups.items():
+            work[cls] += group.work_s
+        for rec in running:
+            work[rec.request.priority] += rec.remaining_s
+        weights = self.shares.weights(work)
+        backlogged = {c for c, _ in self.index.groups} | {r.request.priority for r in running}
+        rank = {c: i for i, c in enumerate(self.shares.order(backlogged))}
+        cutoff = state.now - self.config.starvation_threshold_s  # arrived before: starving
+
+        def order(rec: RequestRecord) -> tuple[bool, int, float, int]:
+            arrival = rec.request.arrival_s
+            return (not arrival < cutoff, rank[rec.request.priority], arrival, rec.request.id)
+
+        heads = [g.recs[0] for g in self.index.groups.values()] + running
+        anchor = min(heads, key=order)
+        n = depth(anchor)
+        same = [r for r in running if r.key == anchor.key]
+        for cls in PRIORITY_CLASSES:
+            group = self.index.groups.get((cls, anchor.key))
+            if group is not None:
+                starving = group.bisect((cutoff,))
+                same += group.first(min(starving, n)) + group.first(n, starving)
+        same.sort(key=order)
+        return same[:n], weights
 
     def commit(self, state: Simulator, batch: tuple[int, ...], weights: dict[str, float],
                decision: Decision | None = None) -> Decision:
@@ -290,12 +313,29 @@ class SeedPriority:
         return decision
 
 
+def _KEY(rec: RequestRecord) -> tuple:
+    return rec.key
+
+
+def _CLASS_KEY(rec: RequestRecord) -> tuple[str, tuple]:
+    return (rec.request.priority, rec.key)
+
+
+def _ARRIVAL(rec: RequestRecord) -> tuple[float]:
+    return (rec.request.arrival_s,)
+
+
 def _records(state: Simulator, ids: Iterable[int]) -> list[RequestRecord]:
     running = {r.request.id: r for r in state.running}
     return [state.waiting.get(i) or running[i] for i in ids]
 
 
 # ------------------------------------------------------------------ seed-composite
+
+
+COMPOSE_DEPTH = 8
+"""seed-composite composes from the first 8 x cap requests of the anchor's key in service
+order (bounded work per decision; a deeper prefix-sharing match is rarely worth the scan)."""
 
 
 class SeedComposite(SeedPriority):
@@ -312,10 +352,14 @@ class SeedComposite(SeedPriority):
     name = "seed-composite"
 
     def decide(self, state: Simulator) -> Decision:
-        ordered, weights = self.ranked(state)
-        anchor = ordered[0]
-        same = [r for r in ordered if r.key == anchor.key]
-        cap = memory_cap(state, anchor, self.config)
+        caps: list[int] = []
+
+        def depth(anchor: RequestRecord) -> int:  # the projection sees COMPOSE_DEPTH x cap candidates
+            caps.append(memory_cap(state, anchor, self.config))
+            return COMPOSE_DEPTH * caps[0]
+
+        same, weights = self.ranked(state, depth)
+        anchor, cap = same[0], caps[0]
         chosen = project(self.items(same, weights, cap), self.resources(state))
         batch = tuple(same[i].request.id for i in chosen.tolist()) or (anchor.request.id,)
         full_at = cap if len(batch) == len(same) else len(batch)  # left some out: resources bind
@@ -341,10 +385,12 @@ class SeedComposite(SeedPriority):
 # ------------------------------------------------------------------ static
 
 
-def load_static(arg: str) -> ProjectedPolicy:
-    """``ProjectedPolicy`` with default ``ActionParams``, or the action saved by ``rlsched tune``."""
+def load_static(spec: str) -> ProjectedPolicy:
+    """``ProjectedPolicy`` with default ``ActionParams``, or the action saved by ``rlsched tune``;
+    ``;name=value`` after the path overrides shared projection settings (``with_overrides``)."""
+    arg, config = with_overrides(spec)
     if not arg:
-        policy = ProjectedPolicy()
+        policy = ProjectedPolicy(config=config)
     else:
         data = _read_json(arg)
         action = np.asarray(data.get("action", []), dtype=np.float64)
@@ -356,7 +402,7 @@ def load_static(arg: str) -> ProjectedPolicy:
         if stray:
             raise ConfigError(arg, f"{', '.join(stray)}: projection settings are shared by every projection "
                                    "policy and cannot be set per action file")
-        policy = ProjectedPolicy(decode_action(action), ProjectionConfig())
+        policy = ProjectedPolicy(decode_action(action), config)
     policy.name = "static"
     return policy
 

@@ -97,6 +97,9 @@ class PolicyLike(Protocol):
 class Simulator:
     """Event loop, queue state and per-request records. Policies read, never write."""
 
+    can_reject = True
+    """Decisions may reject waiting requests (``Decision.reject``, load shedding)."""
+
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s

@@ -50,3 +50,18 @@ def test_bad_input_is_a_clear_error() -> None:
 def test_bench_sim_json() -> None:
     out = json.loads(rlsched("bench", "sim", "--repeats", "1", "--json").stdout)
     assert out["requests_per_s"] > 1000 and out["requests"] > 1000
+
+
+def test_bench_backlog_reports_every_policy_relative_to_fifo() -> None:
+    out = json.loads(rlsched("bench", "backlog", "--repeats", "1", "--policies", "fifo,edf", "--json").stdout)
+    assert out["requests"] > 19000 and set(out["x_fifo"]) == {"fifo", "edf"} and out["x_fifo"]["fifo"] == 1.0
+
+
+def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
+    args = ("simulate", "--scenario", "default", "--duration", "1800", "--rate-scale", "2", "--json")
+    out = json.loads(rlsched(*args, "--policy", "static:;shed_lost=true").stdout)
+    assert out["requests_rejected"] > 0 and out["rejections"] == {"lost": out["requests_rejected"]}
+    assert out["requests_completed"] + out["requests_failed"] + out["requests_rejected"] \
+        + out["requests_unfinished"] == out["requests_total"]
+    res = rlsched(*args, "--policy", "static:;shed_lost=perhaps", check=False)
+    assert res.returncode == 2 and "shed_lost" in res.stderr and "Traceback" not in res.stderr

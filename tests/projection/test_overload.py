@@ -114,3 +114,15 @@ def _check_savable_first(sim, policy: ProjectedPolicy, decision) -> None:  # typ
     if savable:
         chosen = [sim.records[i] for i in decision.batch]
         assert any(r.deadline_s - sim.now >= r.remaining_s for r in chosen)
+
+
+def test_an_engine_that_cannot_reject_refuses_shed_lost() -> None:
+    """The plugin's queue view cannot drop requests: shedding there would strand them."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from rlsched.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="shed_lost"):
+        ProjectedPolicy(config=ProjectionConfig(shed_lost=True)).reset(SimpleNamespace(waiting={}))
