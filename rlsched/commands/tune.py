@@ -2,7 +2,8 @@
 
 A plain search over the 9-dim action of ``ProjectedPolicy`` (the projection's own
 knobs — starvation, lateness, batching efficiency — are shared by every projection
-policy and are not tuned per scenario): trial 0 is the default action, then
+policy and are not tuned per scenario): trial 0 is the default action, trial 1
+earliest-deadline-first among savable requests, trial 2 ``--init`` if given, then
 ``explore`` of the trials draw uniformly from [-1, 1]^9, and the rest perturb the best
 so far with a Gaussian whose width shrinks from 0.5 to 0.05. The objective is the
 mean ``weighted_slo_attainment`` over the given seeds and loads (the shipped vectors
@@ -11,7 +12,7 @@ Tuning and training use seeds below ``VALIDATION_SEED_BASE`` (900); evaluation
 (``rlsched eval``) uses seeds >= 1000, so a tuned action is never scored on the
 workloads it was tuned on.
 
-    rlsched tune --scenario default --trials 40 --seeds 0,1 --rate-scales 0.5,1,1.5
+    rlsched tune --scenario default --trials 30 --seeds 0,1,2,3,4,5 --rate-scales 0.5,1,1.5
     rlsched simulate --scenario default --policy static:agents/tuned/default.json --seed 1000
 """
 
@@ -62,7 +63,7 @@ class TuneSpec:
     explore: float = 0.5
     """Fraction of trials drawn uniformly at random; the rest refine the best."""
     init: tuple[float, ...] | None = None
-    """An action to try second (e.g. an earlier tuned one), after the default."""
+    """An action to try third (e.g. an earlier tuned one), after the two anchors."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -98,6 +99,12 @@ def default_vector() -> np.ndarray:
     return encode_params(ActionParams())
 
 
+def deadline_vector() -> np.ndarray:
+    """Earliest deadline first among savable requests: equal class weights and urgency
+    exponent 1 make the utility w / (deadline − now); full caps, no admission wait."""
+    return encode_params(ActionParams((1 / 3, 1 / 3, 1 / 3), (1.0, 1.0, 1.0, 1.0), 0.0, 1.0))
+
+
 def policy_for(vector: np.ndarray) -> ProjectedPolicy:
     return ProjectedPolicy(decode_action(vector[:ACTION_DIM]), ProjectionConfig())
 
@@ -119,7 +126,7 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
     explore = max(1, round(spec.explore * spec.trials))
     best, best_score, scores = default_vector(), -np.inf, []
     for i in range(spec.trials):
-        vector = np.asarray(spec.init) if i == 1 and spec.init else _candidate(rng, best, i, explore, spec.trials)
+        vector = np.asarray(spec.init) if i == 2 and spec.init else _candidate(rng, best, i, explore, spec.trials)
         score = objective(spec, scenario, vector)
         scores.append(score)
         if score > best_score:
@@ -132,6 +139,8 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
 def _candidate(rng: np.random.Generator, best: np.ndarray, i: int, explore: int, trials: int) -> np.ndarray:
     if i == 0:
         return default_vector()
+    if i == 1:
+        return deadline_vector()
     if i < explore:
         return rng.uniform(-1.0, 1.0, SEARCH_DIM)
     width = 0.5 * 0.1 ** ((i - explore) / max(1, trials - explore - 1))
@@ -158,7 +167,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-scales", default="1.0", help="comma-separated loads (x nominal rate) to average over")
     p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the search's own draws")
-    p.add_argument("--init", help="tuned JSON whose action is tried second (e.g. the previous tune)")
+    p.add_argument("--init", help="tuned JSON whose action is tried third (e.g. the previous tune)")
     p.add_argument("--out", help="JSON file to write (default: agents/tuned/SCENARIO.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON, no progress bar")
     p.set_defaults(handler=run)
