@@ -37,3 +37,15 @@ class InvalidDecision(RlschedError, ValueError):
 
 class CheckpointError(RlschedError, ValueError):
     """A frozen policy is missing, tampered with, or of another schema version."""
+
+
+class TraceRowsSkipped(UserWarning):
+    """Trace rows that parsed but were not replayed (e.g. past the arrival window).
+
+    A warning, not an error: cutting a long trace to a window is legitimate, but
+    never silent. The CLI prints it and counts the rows in its JSON output.
+    """
+
+    def __init__(self, path: str, skipped: int, total: int, why: str) -> None:
+        self.path, self.skipped, self.total = path, skipped, total
+        super().__init__(f"{path}: {skipped} of {total} rows {why}")
