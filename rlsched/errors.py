@@ -35,6 +35,10 @@ class InvalidDecision(RlschedError, ValueError):
     """A policy returned a decision the simulator cannot carry out."""
 
 
+class PolicyOutputError(InvalidDecision):
+    """A policy network returned a non-finite action (NaN or inf); it is never turned into a decision."""
+
+
 class CheckpointError(RlschedError, ValueError):
     """A frozen policy is missing, tampered with, or of another schema version."""
 

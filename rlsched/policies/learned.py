@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.envs.observation import SCHEMA_VERSION, ObservationEncoder
+from rlsched.errors import PolicyOutputError
 from rlsched.policies.base import register
 from rlsched.policies.checkpoint import load_checkpoint
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
@@ -79,7 +80,10 @@ class LearnedPolicy:
         if only is not None:
             return Decision((only.request.id,))
         obs = self.encoder.encode(state, self._sample(state))
-        self.projected.set_action(self.act(obs))
+        action = self.act(obs)
+        if not np.isfinite(action).all():  # the projection would read NaN as a neutral action: refuse instead
+            raise PolicyOutputError(f"{self.name}: network output is not finite ({np.asarray(action).tolist()})")
+        self.projected.set_action(action)
         return self.projected.decide(state)
 
 
