@@ -20,6 +20,7 @@ from rlsched.errors import PolicyOutputError
 from rlsched.policies.base import register
 from rlsched.policies.checkpoint import load_checkpoint
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
+from rlsched.resources import data_dir
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 from rlsched.telemetry.base import TelemetrySample
@@ -107,7 +108,10 @@ register("rl")(lambda arg: rl_policy(_resolve(arg)))
 
 
 def _resolve(arg: str) -> Path:
+    """``arg`` as given if it exists, else ``checkpoints/NAME`` among the shipped checkpoints
+    (inside the installed package, or the repository's folder in a checkout)."""
     p = Path(arg or "checkpoints/default")
-    if p.exists():
+    if p.exists() or p.is_absolute():
         return p
-    return Path(__file__).resolve().parents[2] / p
+    parts = p.parts[1:] if p.parts[0] == "checkpoints" else p.parts
+    return data_dir("checkpoints").joinpath(*parts)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError, InvalidRequest, TraceRowsSkipped
+from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import Request
@@ -25,7 +26,7 @@ from rlsched.sim.schema import validate_scenario
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.yamlio import read_yaml
 
-ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
+ENVS_DIR = data_dir("envs")
 
 
 @dataclass(frozen=True)
