@@ -22,9 +22,9 @@ from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import Request
-from rlsched.sim.schema import validate_scenario
+from rlsched.sim.schema import LineOf, validate_scenario
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.yamlio import read_yaml
+from rlsched.sim.yamlio import key_lines, read_yaml
 
 ENVS_DIR = data_dir("envs")
 
@@ -300,12 +300,13 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if not path.is_file():
         raise ConfigError(str(name_or_path), f"scenario not found (shipped: {', '.join(scenario_names())})")
     data = read_yaml(path)
-    return scenario_from_dict(data, str(path))
+    return scenario_from_dict(data, str(path), key_lines(path.read_bytes().decode("utf-8-sig")))
 
 
-def scenario_from_dict(data: Any, where: str) -> Scenario:
-    """A ``Scenario`` from parsed YAML, validated against ``rlsched.sim.schema`` (errors name file and key)."""
-    spec = validate_scenario(data, where)
+def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> Scenario:
+    """A ``Scenario`` from parsed YAML, validated against ``rlsched.sim.schema`` (errors name file,
+    line when ``line_of`` maps key paths to lines, key and reason)."""
+    spec = validate_scenario(data, where, line_of)
     return Scenario(
         name=spec.name, profile=spec.profile, serving=ServingConfig(**spec.serving.model_dump()),
         duration_s=spec.duration_s, arrival=spec.arrival.model_dump(),

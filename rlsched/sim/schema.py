@@ -8,6 +8,7 @@ the default workload silently).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -75,6 +76,7 @@ class TraceArrivalSpec(_Strict):
 
 ArrivalSpec = Annotated[PoissonSpec | RenewalSpec | OnOffSpec | DiurnalSpec | ServeGenSpec | TraceArrivalSpec,
                         Field(discriminator="process")]
+LineOf = Callable[[tuple[Any, ...]], "int | None"]
 ARRIVAL_TAGS = ("poisson", "gamma", "weibull", "onoff", "diurnal", "servegen", "trace")
 
 
@@ -131,22 +133,33 @@ class ScenarioFile(_Strict):
         return self
 
 
-def validate_scenario(data: Any, where: str) -> ScenarioFile:
-    """``data`` checked against the schema; a ``ConfigError`` naming file, key and reason."""
+def validate_scenario(data: Any, where: str, line_of: LineOf | None = None) -> ScenarioFile:
+    """``data`` checked against the schema; a ``ConfigError`` naming file, line (with ``line_of``),
+    key and reason."""
     if not isinstance(data, dict):
         raise ConfigError(where, f"expected a mapping at the top level, got {type(data).__name__}")
     try:
         return ScenarioFile.model_validate(data)
     except ValidationError as exc:
-        raise schema_error(exc, where) from None
+        raise schema_error(exc, where, line_of) from None
 
 
-def schema_error(exc: ValidationError, where: str) -> ConfigError:
-    """One ``ConfigError`` listing every problem as ``key: reason``; the first key goes in ``where``."""
-    problems = [(_key(e["loc"]), _reason(e)) for e in exc.errors(include_url=False)]
-    first = problems[0][0]
-    text = "; ".join(f"{key}: {why}" if key != first or i else why for i, (key, why) in enumerate(problems))
-    return ConfigError(f"{where}: {first}" if first else where, text)
+def schema_error(exc: ValidationError, where: str, line_of: LineOf | None = None) -> ConfigError:
+    """One ``ConfigError`` listing every problem as ``key (line N): reason``; the first in ``where``."""
+    errors = exc.errors(include_url=False)
+    lines = [line_of(_file_loc(e["loc"])) if line_of else None for e in errors]
+    keys = [_key(e["loc"]) for e in errors]
+    head = f"{where}:{lines[0]}" if lines[0] else where
+    head = f"{head}: {keys[0]}" if keys[0] else head
+    rest = [f"{k} (line {n}): {_reason(e)}" if n else f"{k}: {_reason(e)}"
+            for k, n, e in zip(keys[1:], lines[1:], errors[1:])]
+    return ConfigError(head, "; ".join([_reason(errors[0]), *rest]))
+
+
+def _file_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The error's path as keys of the file (no union tag, no ``[key]`` marker)."""
+    return tuple(p for i, p in enumerate(loc)
+                 if p != "[key]" and not (i == 1 and loc[0] == "arrival" and p in ARRIVAL_TAGS))
 
 
 def _key(loc: tuple[Any, ...]) -> str:

@@ -1,6 +1,7 @@
 """Scenario files against the declared schema: every error names file, key and reason."""
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,21 @@ def test_bad_values_name_file_key_and_reason(tmp_path: Path, path: str, value: A
     file = write(tmp_path, with_(path, value))
     with pytest.raises(ConfigError) as err:
         load_scenario(file)
-    assert err.value.where == f"{file}: {key}" and reason in str(err.value)
+    assert re.fullmatch(rf"{re.escape(str(file))}:\d+: {re.escape(key)}", err.value.where), err.value.where
+    assert reason in str(err.value)
+
+
+def test_errors_name_the_line_of_the_key(tmp_path: Path) -> None:
+    file = tmp_path / "s.yaml"
+    file.write_text("name: x\nprofile: qwen-image-h200\nduration_s: 60\narrival:\n  process: poisson\n"
+                    "  rate_rps: -2\nclasses:\n  batch: {share: 1, slo_scale: 3}\nmix:\n"
+                    "  - {model: qwen-image, modality: image, height: 512, width: 512}\n"
+                    "  - {model: qwen-image, modality: image, height: 0, width: 512}\nrate: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(file)
+    assert err.value.where == f"{file}:6: arrival.rate_rps"
+    assert "mix[1].height (line 11): Input should be greater than or equal to 1" in str(err.value)
+    assert "rate (line 12): unknown key" in str(err.value)
 
 
 def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
@@ -124,7 +139,7 @@ def test_fuzzed_scenarios_load_or_raise_a_config_error(edits: list[tuple[str, An
     for path, value in edits:
         try:
             data = _set(data, path, value)
-        except (KeyError, IndexError, TypeError, ValueError):
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             continue  # an earlier edit removed the parent: nothing to set
     try:
         sc = scenario_from_dict(data, "fuzz.yaml")
