@@ -33,11 +33,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policies = args.compare.split(",") if args.compare else [args.policy]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    shown: set[str] = set()
     for policy in policies:
         spec = RunSpec(args.scenario, policy.strip(), args.seed, args.rate_scale, args.duration,
                        args.mode, args.trace)
-        sim, metrics = _simulate(spec, scenario)
+        sim, metrics = _simulate(spec, scenario, shown)
         if args.records and not args.compare:
             write_records(sim, args.records)
         rows.append(metrics)
@@ -53,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simulate(spec: RunSpec, scenario: Scenario) -> tuple[Simulator, dict[str, Any]]:
-    """``simulate`` with skipped trace rows printed once and counted in the metrics (never silent)."""
+def _simulate(spec: RunSpec, scenario: Scenario, shown: set[str]) -> tuple[Simulator, dict[str, Any]]:
+    """``simulate`` with skipped trace rows counted in the metrics and printed once (``shown``:
+    messages already printed, as ``--compare`` replays the same trace once per policy)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceRowsSkipped)
         sim, metrics = simulate(spec, scenario)
@@ -65,11 +67,8 @@ def _simulate(spec: RunSpec, scenario: Scenario) -> tuple[Simulator, dict[str, A
     if spec.trace:
         metrics["trace_rows_skipped"] = sum(m.skipped for m in skipped)
     for m in skipped:
-        if m.args[0] not in _SHOWN:
-            _SHOWN.add(m.args[0])
+        if m.args[0] not in shown:
+            shown.add(m.args[0])
             print(f"rlsched: warning: {m}", file=sys.stderr)
     return sim, metrics
 
-
-_SHOWN: set[str] = set()
-"""Warnings already printed (``--compare`` replays the same trace once per policy)."""

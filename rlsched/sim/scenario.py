@@ -243,10 +243,10 @@ def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: floa
                           cost: CostModel) -> list[Request]:
     base = (sc.mix or sc._shape_pool())[0]
     rows = wl.rlsched_csv_rows(path)
-    out, times = [], []
+    out, times, work = [], [], {}
     for row in rows:
         try:
-            t, shape, cls, slo = _csv_row(sc, row, base, scale, cost)
+            t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, work)
         except (ValueError, InvalidRequest) as exc:
             raise wl.TraceFormatError(str(path), int(row["_line"]), str(exc)) from None
         times.append(t)
@@ -256,9 +256,10 @@ def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: floa
     return out
 
 
-def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float,
-             cost: CostModel) -> tuple[float, ShapeSpec, str, float]:
-    """One rlsched CSV row: arrival, shape, class and SLO; any bad value raises naming its field."""
+def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float, cost: CostModel,
+             work: dict[ShapeSpec, float]) -> tuple[float, ShapeSpec, str, float]:
+    """One rlsched CSV row: arrival, shape, class and SLO; any bad value raises naming its field.
+    ``work`` caches standalone times per shape (traces repeat a few shapes many times)."""
     t = wl.arrival_time(row["arrival_s"]) / scale
     shape = ShapeSpec(row.get("model") or base.model, row.get("modality") or base.modality,
                       wl.count(row["height"], "height"), wl.count(row["width"], "width"),
@@ -268,8 +269,9 @@ def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float,
     cls = row["priority"]
     if cls not in sc.classes:
         raise InvalidRequest("priority", cls, f"must be one of {list(sc.classes)}")
-    work = standalone_s(cost, shape)
-    slo = wl.positive(row["slo_s"], "slo_s") if row.get("slo_s") else sc.classes[cls].slo_scale * work
+    if shape not in work:
+        work[shape] = standalone_s(cost, shape)
+    slo = wl.positive(row["slo_s"], "slo_s") if row.get("slo_s") else sc.classes[cls].slo_scale * work[shape]
     return t, shape, cls, slo
 
 

@@ -248,7 +248,9 @@ def _hetudit_row(path: Path, lineno: int, line: str) -> dict[str, float]:
     m = _HETU.match(line)
     if not m:
         raise TraceFormatError(str(path), lineno, "expected 'Request(field=value, ...)'")
-    fields = dict(re.findall(r"(\w+)=([-+\w.]+)", m.group(1)))
+    fields: dict[str, str] = {}
+    for key, value in re.findall(r"(\w+)=([-+\w.]+)", m.group(1)):
+        fields.setdefault(key, value)  # the first: a later "height=..." may sit inside the prompt text
     missing = [k for k in _HETU_FIELDS if k not in fields]
     if missing:
         raise TraceFormatError(str(path), lineno, f"missing field(s) {missing}")

@@ -56,6 +56,13 @@ def test_non_finite_or_negative_arrivals_are_errors(tmp_path: Path, sc, value: s
         wl.hetudit_rows(write(tmp_path, hetu() + hetu(value), f"h{value}.txt"))
 
 
+def test_hetudit_fields_inside_the_prompt_do_not_override(tmp_path: Path) -> None:
+    line = ("Request(request_id=0, timestamp=1.5, height=512, width=768, num_frames=1, "
+            "prompt='a poster, height=9 width=9', num_inference_steps=28)\n")
+    row = wl.hetudit_rows(write(tmp_path, line, "p.txt"))[0]
+    assert (row["timestamp"], row["height"], row["width"], row["num_inference_steps"]) == (1.5, 512, 768, 28)
+
+
 def test_fractional_shapes_are_errors_not_truncated(tmp_path: Path, sc) -> None:
     with pytest.raises(TraceFormatError, match=r":1: .*'height'='512.9'"):
         wl.hetudit_rows(write(tmp_path, hetu(h="512.9"), "t.txt"))
