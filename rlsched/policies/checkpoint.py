@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def _tensor(where: str, spec: Any, body: memoryview) -> tuple[np.ndarray, tuple[
     return np.frombuffer(body[start:end], dtype=dtype).reshape(shape).astype(np.float32), (start, end)
 
 
-def _counts(value: Any) -> bool:
+def _counts(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
 
 
@@ -266,7 +266,7 @@ def _vector(where: str, key: str, value: Any, n: int) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def _real(value: Any) -> bool:
+def _real(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -243,7 +243,9 @@ def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: floa
                           cost: CostModel) -> list[Request]:
     base = (sc.mix or sc._shape_pool())[0]
     rows = wl.rlsched_csv_rows(path)
-    out, times, work = [], [], {}
+    out: list[Request] = []
+    times: list[float] = []
+    work: dict[ShapeSpec, float] = {}
     for row in rows:
         try:
             t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, work)
