@@ -60,7 +60,7 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 	$(VLLM_UV) --no-deps vllm==0.30.0 vllm-omni==0.30.0
 	$(VLLM_UV) -r requirements/vllm-omni-cpu.txt
 	$(VLLM_UV) --no-deps -e .
-	$(VLLM_UV) pyyaml rich numpy prometheus_client pytest hypothesis
+	$(VLLM_UV) pyyaml rich pydantic numpy prometheus_client pytest hypothesis
 	@$(VLLM_PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
 	touch $@
 

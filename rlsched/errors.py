@@ -35,5 +35,21 @@ class InvalidDecision(RlschedError, ValueError):
     """A policy returned a decision the simulator cannot carry out."""
 
 
+class PolicyOutputError(InvalidDecision):
+    """A policy network returned a non-finite action (NaN or inf); it is never turned into a decision."""
+
+
 class CheckpointError(RlschedError, ValueError):
     """A frozen policy is missing, tampered with, or of another schema version."""
+
+
+class TraceRowsSkipped(UserWarning):
+    """Trace rows that parsed but were not replayed (e.g. past the arrival window).
+
+    A warning, not an error: cutting a long trace to a window is legitimate, but
+    never silent. The CLI prints it and counts the rows in its JSON output.
+    """
+
+    def __init__(self, path: str, skipped: int, total: int, why: str) -> None:
+        self.path, self.skipped, self.total = path, skipped, total
+        super().__init__(f"{path}: {skipped} of {total} rows {why}")

@@ -33,21 +33,26 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
     p.add_argument("--default-slo-scale", type=float, help="SLO scale of the default class")
-    p.add_argument("--decision-budget-ms", type=float, default=0.5)
-    p.add_argument("--metrics-port", type=int, default=0, help=">0: serve rlsched_* metrics on this port")
+    p.add_argument("--decision-budget-ms", type=float, default=0.5,
+                   help="a slower decision is discarded and FIFO schedules that call")
+    p.add_argument("--decision-deadline-ms", type=float, default=100.0,
+                   help="schedule() never waits longer for a decision; a policy that overran is not called again")
+    p.add_argument("--metrics-port", type=int, default=0, help="1..65535: serve rlsched_* metrics on this port")
     p.add_argument("--base-config", help="inherit a shipped deploy YAML (vLLM-Omni base_config)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError("--metrics-port", f"must be a TCP port 1..65535 (0: off), not {args.metrics_port}")
     settings = PluginConfig(
         policy=args.policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
-        metrics_port=args.metrics_port)
+        decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port)
     _check(settings)
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution,
                         args.base_config)
-    Path(args.out).write_text(_HEADER + yaml.safe_dump(doc, sort_keys=False))
+    _write(Path(args.out), _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
     overrides = json.dumps({str(args.stage_id): stage}, separators=(",", ":"))
     print(f"wrote {args.out}\n\nregistered pipelines (a deploy YAML applies):\n"
@@ -62,6 +67,8 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
     """The deploy YAML as a dict: one stage with ``engine_backend`` and ``extras``."""
     if max_num_seqs < 1:
         raise ConfigError("--max-num-seqs", "must be >= 1")
+    if stage_id < 0:
+        raise ConfigError("--stage-id", f"must be >= 0, not {stage_id}")
     if not max_wait_ms >= 0:
         raise ConfigError("--max-wait-ms", "must be >= 0")
     # policy and profile are always spelled out, even at their defaults, so the file reads on its own
@@ -75,11 +82,24 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
 
 
 def _check(settings: PluginConfig) -> None:
-    """Fail here, not at engine start: the policy must build and the profile must load."""
+    """Fail here, not at engine start: the policy must build (a checkpoint is fully validated
+    when it loads) and the profile must load."""
     cost = load_profile(settings.profile)
     if settings.model:
         cost.model(settings.model)
     make_policy(settings.policy)
+
+
+def _write(out: Path, text: str) -> None:
+    """Write the config; a missing folder is an error naming it (a typo should not create folders)."""
+    if not out.parent.is_dir():
+        raise ConfigError("--out", f"folder {out.parent} does not exist")
+    if out.is_dir():
+        raise ConfigError("--out", f"{out} is a folder; name the file to write")
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise ConfigError("--out", f"cannot write {out}: {exc.strerror}") from None
 
 
 _HEADER = ("# vLLM-Omni deploy config written by `rlsched deploy`: the diffusion stage runs an\n"

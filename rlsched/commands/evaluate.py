@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.cli import command, print_json
+from rlsched.cli import command, int_list, print_json
 from rlsched.evaluation import EVAL_SEED_BASE, run_grid, write_report
+from rlsched.sim.workload import positive
 
 
 @command("eval", "Evaluate policies × scenarios × loads on held-out seeds; write markdown, JSON and plots.")
@@ -28,12 +29,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = int_list(args.seeds, "--seeds")
     if min(seeds) < EVAL_SEED_BASE and not args.allow_training_seeds:
         raise SystemExit(f"rlsched eval: seeds below {EVAL_SEED_BASE} are training seeds; "
                          "pass --allow-training-seeds to use them anyway")
     grid = run_grid(args.scenarios.split(","), args.policies.split(","), seeds,
-                    [float(x) for x in args.rate_scales.split(",")], args.duration, args.workers,
+                    [positive(x, "--rate-scales") for x in args.rate_scales.split(",")], args.duration, args.workers,
                     progress=not args.json)
     out = Path(args.out)
     summary = write_report(grid, out)

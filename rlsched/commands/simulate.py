@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
+from typing import Any
 
-from rlsched.cli import command, print_json
+from rlsched.cli import command, print_json, seed_arg
 from rlsched.commands.tables import markdown_table, metrics_table, show
+from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
-from rlsched.sim import load_scenario
+from rlsched.sim import Scenario, Simulator, load_scenario
 
 
 @command("simulate", "Simulate a scenario under one policy (or --compare several) and print metrics.")
@@ -16,7 +20,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="fifo", help="policy: fifo, sjf, edf, priority, drr, seed-*, rl:PATH")
     p.add_argument("--compare", metavar="P1,P2,...", help="run these policies on the same workload")
     p.add_argument("--mode", choices=("request", "step"), help="override the scenario's execution mode")
-    p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
     p.add_argument("--duration", type=float, help="arrival window in seconds (default: the scenario's)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
@@ -29,11 +33,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     policies = args.compare.split(",") if args.compare else [args.policy]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    shown: set[str] = set()
     for policy in policies:
         spec = RunSpec(args.scenario, policy.strip(), args.seed, args.rate_scale, args.duration,
                        args.mode, args.trace)
-        sim, metrics = simulate(spec, scenario)
+        sim, metrics = _simulate(spec, scenario, shown)
         if args.records and not args.compare:
             write_records(sim, args.records)
         rows.append(metrics)
@@ -47,3 +52,23 @@ def run(args: argparse.Namespace) -> int:
                  f"{r['requests_total']} requests")
         show(metrics_table(rows, title))
     return 0
+
+
+def _simulate(spec: RunSpec, scenario: Scenario, shown: set[str]) -> tuple[Simulator, dict[str, Any]]:
+    """``simulate`` with skipped trace rows counted in the metrics and printed once (``shown``:
+    messages already printed, as ``--compare`` replays the same trace once per policy)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TraceRowsSkipped)
+        sim, metrics = simulate(spec, scenario)
+    skipped = [w.message for w in caught if isinstance(w.message, TraceRowsSkipped)]
+    for w in caught:
+        if not isinstance(w.message, TraceRowsSkipped):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if spec.trace:
+        metrics["trace_rows_skipped"] = sum(m.skipped for m in skipped)
+    for m in skipped:
+        if m.args[0] not in shown:
+            shown.add(m.args[0])
+            print(f"rlsched: warning: {m}", file=sys.stderr)
+    return sim, metrics
+

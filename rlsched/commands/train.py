@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.cli import command
+from rlsched.cli import command, seed_arg
 
 
 @command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")
@@ -15,7 +15,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timesteps", type=int, help="total environment steps (default: the preset's)")
     p.add_argument("--run-dir", required=True, help="folder for config, checkpoints and TensorBoard logs")
     p.add_argument("--n-envs", type=int, help="parallel environments (default: the preset's)")
-    p.add_argument("--seed", type=int, default=0, help="training seed (workload seeds drawn below 1000)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="training seed (workload seeds drawn below 1000)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_train)

@@ -208,8 +208,17 @@ def _ARRIVAL(rec: RequestRecord) -> tuple[float]:
     return (rec.request.arrival_s,)
 
 
-def _num(arg: str, default: float) -> float:
-    return float(arg) if arg else default
+def _num(arg: str, default: float, spec: str = "drr") -> float:
+    """A positive finite number from ``name:ARG``: a quantum <= 0 would make DRR's rounds loop forever."""
+    if not arg:
+        return default
+    try:
+        value = float(arg)
+    except ValueError:
+        raise ConfigError(f"policy {spec}:{arg}", "the argument must be a number") from None
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"policy {spec}:{arg}", "the argument must be a finite number > 0")
+    return value
 
 
 register("fifo")(lambda arg: Fifo())

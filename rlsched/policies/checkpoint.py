@@ -8,12 +8,15 @@ over both). Nothing here imports torch or unpickles anything.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -39,23 +42,60 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Minimal safetensors reader: validates offsets, returns float arrays."""
-    data = path.read_bytes()
+    """Minimal safetensors reader: every tensor's dtype, shape and offsets are checked (in bounds,
+    sized to the shape, disjoint), so a tampered file is a ``CheckpointError``, never garbage weights."""
+    header, body = _header(path, path.read_bytes())
+    out, spans = {}, []
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        out[name], span = _tensor(f"{path}: tensor {name!r}", spec, body)
+        spans.append((*span, name))
+    _check_disjoint(path, spans)
+    return out
+
+
+def _header(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview]:
+    if len(data) < 8:
+        raise CheckpointError(f"{path}: not a valid safetensors file (shorter than the 8-byte header length)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} past the end of the file)")
     try:
-        (n,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8:8 + n])
-        body = memoryview(data)[8 + n:]
-        out = {}
-        for name, spec in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = spec["data_offsets"]
-            dtype = np.dtype(_DTYPES[spec["dtype"]]).newbyteorder("<")
-            arr = np.frombuffer(body[start:end], dtype=dtype).reshape(spec["shape"])
-            out[name] = arr.astype(np.float32)
-        return out
-    except (struct.error, json.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
-        raise CheckpointError(f"{path}: not a valid safetensors file ({exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not a valid safetensors file (header: {exc})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a valid safetensors file (header is not a JSON object)")
+    return header, memoryview(data)[8 + n:]
+
+
+def _tensor(where: str, spec: Any, body: memoryview) -> tuple[np.ndarray, tuple[int, int]]:
+    if not isinstance(spec, dict) or spec.get("dtype") not in _DTYPES:
+        raise CheckpointError(f"{where}: dtype must be one of {sorted(_DTYPES)}")
+    shape, offsets = spec.get("shape"), spec.get("data_offsets")
+    if not _counts(shape):
+        raise CheckpointError(f"{where}: shape must be a list of integers >= 0, not {shape!r}")
+    if not _counts(offsets) or len(offsets) != 2 or not offsets[0] <= offsets[1] <= len(body):
+        raise CheckpointError(f"{where}: data_offsets {offsets!r} outside the {len(body)}-byte data section")
+    dtype = np.dtype(_DTYPES[spec["dtype"]]).newbyteorder("<")
+    start, end = offsets
+    if end - start != math.prod(shape) * dtype.itemsize:
+        raise CheckpointError(f"{where}: data_offsets span {end - start} bytes, shape {shape} needs "
+                              f"{math.prod(shape) * dtype.itemsize}")
+    return np.frombuffer(body[start:end], dtype=dtype).reshape(shape).astype(np.float32), (start, end)
+
+
+def _counts(value: Any) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
+
+
+def _check_disjoint(path: Path, spans: list[tuple[int, int, str]]) -> None:
+    """Two tensors sharing bytes means one of them is not what was trained."""
+    spans = sorted(s for s in spans if s[1] > s[0])
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise CheckpointError(f"{path}: tensors {a!r} and {b!r} overlap (data_offsets)")
 
 
 def content_hash(weights: bytes, meta: dict[str, Any]) -> str:
@@ -78,6 +118,8 @@ class FrozenNetwork:
     meta: dict[str, Any]
 
     def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:  # never a silent fallback to another function
+            raise CheckpointError(f"activation {self.activation!r} unknown (known: {', '.join(ACTIVATIONS)})")
         # Hot path (one call per scheduling decision): precompute 1/std and transposed weights.
         object.__setattr__(self, "_inv_std", (1.0 / np.sqrt(self.obs_var + self.obs_eps)).astype(np.float32))
         object.__setattr__(self, "_layers_t", tuple((np.ascontiguousarray(w.T), b) for w, b in self.layers))
@@ -90,7 +132,7 @@ class FrozenNetwork:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic action (the Gaussian mean), clipped to [-1, 1]."""
         x = self.normalise(np.asarray(obs, dtype=np.float32))
-        act = np.tanh if self.activation == "tanh" else _relu
+        act = ACTIVATIONS[self.activation]
         for wt, b in self._layers_t[:-1]:
             x = act(x @ wt + b)
         wt, b = self._layers_t[-1]
@@ -99,6 +141,10 @@ class FrozenNetwork:
 
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"tanh": np.tanh, "relu": _relu}
+"""Hidden-layer activations the numpy forward pass implements (SB3's ``activation_fn`` names, lower case)."""
 
 
 def save_checkpoint(folder: Path, tensors: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
@@ -112,14 +158,17 @@ def save_checkpoint(folder: Path, tensors: dict[str, np.ndarray], meta: dict[str
 
 
 def load_checkpoint(folder: str | Path, expect_schema: str | None = None) -> FrozenNetwork:
-    """Load and verify a frozen policy; any problem is a ``CheckpointError``."""
+    """Load and verify a frozen policy; any problem is a ``CheckpointError`` naming file and field.
+
+    The content hash only catches accidents (it is unkeyed and stored beside the
+    data), so everything the forward pass and the projection rely on is checked
+    here: shapes chain, values are finite, the activation is known, settings are
+    in range. A bad checkpoint fails at load, not as a crash at the first decision.
+    """
     folder = Path(folder)
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
         raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
-    try:
-        meta = json.loads((folder / META).read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{folder / META}: invalid JSON ({exc})") from None
+    meta = _read_meta(folder / META)
     weights = (folder / WEIGHTS).read_bytes()
     if meta.get("content_sha256") != content_hash(weights, meta):
         raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
@@ -131,16 +180,135 @@ def load_checkpoint(folder: str | Path, expect_schema: str | None = None) -> Fro
     return _network(folder, read_safetensors(folder / WEIGHTS), meta)
 
 
-def _network(folder: Path, t: dict[str, np.ndarray], meta: dict[str, Any]) -> FrozenNetwork:
+def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        layers = tuple((t[f"{name}.weight"], t[f"{name}.bias"]) for name in meta["layers"])
-        norm = meta["obs_norm"]
-        mean = np.asarray(norm["mean"], dtype=np.float32) if norm else np.zeros(meta["obs_dim"], np.float32)
-        var = np.asarray(norm["var"], dtype=np.float32) if norm else np.ones(meta["obs_dim"], np.float32)
-        net = FrozenNetwork(layers, meta["activation"], mean, var, float(norm["clip"]) if norm else np.inf,
-                            float(norm["epsilon"]) if norm else 0.0, meta)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{folder}: metadata incomplete ({exc})") from None
-    if layers[0][0].shape[1] != meta["obs_dim"] or layers[-1][0].shape[0] != meta["action_dim"]:
-        raise CheckpointError(f"{folder}: layer shapes do not match obs_dim/action_dim")
-    return net
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def _network(folder: Path, t: dict[str, np.ndarray], meta: dict[str, Any]) -> FrozenNetwork:
+    where = str(folder / META)
+    obs_dim, action_dim = _dim(where, meta, "obs_dim"), _dim(where, meta, "action_dim")
+    layers = _layers(where, t, meta.get("layers"), obs_dim, action_dim)
+    if meta.get("activation") not in ACTIVATIONS:
+        raise CheckpointError(f"{where}: activation {meta.get('activation')!r} unknown "
+                              f"(known: {', '.join(ACTIVATIONS)})")
+    mean, var, clip, eps = _obs_norm(where, meta.get("obs_norm"), obs_dim)
+    check_projection(where, meta.get("projection", {}))
+    return FrozenNetwork(layers, meta["activation"], mean, var, clip, eps, meta)
+
+
+def _dim(where: str, meta: dict[str, Any], key: str) -> int:
+    value = meta.get(key)
+    if type(value) is not int or value < 1:
+        raise CheckpointError(f"{where}: {key} must be an integer >= 1, not {value!r}")
+    return value
+
+
+def _layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
+            action_dim: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Each layer's weight/bias exist, are finite, and chain from obs_dim to action_dim."""
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{where}: layers must be a non-empty list of tensor names, not {names!r}")
+    width, out = obs_dim, []
+    for i, name in enumerate(names):
+        w, b = t.get(f"{name}.weight"), t.get(f"{name}.bias")
+        field = f"{where}: layers[{i}] ({name})"
+        if w is None or b is None:
+            raise CheckpointError(f"{field}: {name}.weight or {name}.bias missing from {WEIGHTS}")
+        if w.ndim != 2 or b.shape != (w.shape[0],):
+            raise CheckpointError(f"{field}: weight {w.shape} and bias {b.shape} do not form a layer")
+        if w.shape[1] != width:
+            source = "obs_dim" if i == 0 else f"layers[{i - 1}]"
+            raise CheckpointError(f"{field}: takes {w.shape[1]} inputs, {source} gives {width}")
+        for part, arr in (("weight", w), ("bias", b)):
+            if not np.isfinite(arr).all():
+                raise CheckpointError(f"{field}: {name}.{part} has {int((~np.isfinite(arr)).sum())} "
+                                      "non-finite values (NaN or inf)")
+        width = w.shape[0]
+        out.append((w, b))
+    if width != action_dim:
+        raise CheckpointError(f"{where}: layers[{len(names) - 1}] gives {width} outputs, action_dim is {action_dim}")
+    return tuple(out)
+
+
+def _obs_norm(where: str, norm: Any, obs_dim: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """VecNormalize statistics: mean/var of length obs_dim, finite, var > 0, clip > 0, epsilon >= 0."""
+    if not norm:
+        return np.zeros(obs_dim, np.float32), np.ones(obs_dim, np.float32), math.inf, 0.0
+    if not isinstance(norm, dict):
+        raise CheckpointError(f"{where}: obs_norm must be an object or null, not {type(norm).__name__}")
+    mean = _vector(where, "obs_norm.mean", norm.get("mean"), obs_dim)
+    var = _vector(where, "obs_norm.var", norm.get("var"), obs_dim)
+    if (var <= 0).any():
+        i = int(np.argmax(var <= 0))
+        raise CheckpointError(f"{where}: obs_norm.var[{i}] = {var[i]:g} must be > 0")
+    clip, eps = norm.get("clip"), norm.get("epsilon")
+    if not _real(clip) or not 0 < clip < math.inf:
+        raise CheckpointError(f"{where}: obs_norm.clip must be a finite number > 0, not {clip!r}")
+    if not _real(eps) or not 0 <= eps < math.inf:
+        raise CheckpointError(f"{where}: obs_norm.epsilon must be a finite number >= 0, not {eps!r}")
+    return mean, var, float(clip), float(eps)
+
+
+def _vector(where: str, key: str, value: Any, n: int) -> np.ndarray:
+    if not isinstance(value, list) or not all(_real(v) for v in value):
+        raise CheckpointError(f"{where}: {key} must be a list of numbers")
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.size != n:
+        raise CheckpointError(f"{where}: {key} has {arr.size} entries, the input layer takes obs_dim={n}")
+    if not np.isfinite(arr).all():
+        raise CheckpointError(f"{where}: {key}[{int(np.argmax(~np.isfinite(arr)))}] is not finite")
+    return arr.astype(np.float32)
+
+
+def _real(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_PROJECTION_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "memory_safety_margin": (lambda x: 0 <= x < 1, "in [0, 1)"),
+    "batch_timeout_ms": (lambda x: x >= 0, ">= 0"),
+    "starvation_threshold_s": (lambda x: x >= 0, ">= 0"),
+    "starvation_slo_multiple": (lambda x: x >= 0, ">= 0"),
+    "max_batch_size_per_modality": (lambda x: x >= 1 and x == int(x), "an integer >= 1"),
+    "late_value": (lambda x: 0 <= x <= 1, "in [0, 1]"),
+    "running_bonus": (lambda x: x > 0, "> 0"),
+    "batch_marginal_cost": (lambda x: x >= 0, ">= 0"),
+    "lost_starvation_multiple": (lambda x: x >= 0, ">= 0 (inf: no hard bound)"),
+}
+"""Ranges of the settings known today; any other numeric setting (a field added later) must be finite."""
+_MAY_BE_INFINITE = frozenset({"lost_starvation_multiple"})
+"""Settings whose infinity means "off"."""
+
+
+def check_projection(where: str, settings: Any) -> None:
+    """``settings`` build a ``ProjectionConfig`` and every numeric value is finite and in range."""
+    from rlsched.policies.projected import ProjectionConfig  # here: keeps this module numpy-only to import
+
+    if not isinstance(settings, dict):
+        raise CheckpointError(f"{where}: projection must be an object, not {type(settings).__name__}")
+    try:
+        config = ProjectionConfig(**settings)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: projection: {exc}") from None
+    for f in dataclasses.fields(config):
+        _check_setting(where, f.name, f.name, getattr(config, f.name))
+
+
+def _check_setting(where: str, name: str, key: str, value: Any) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_setting(where, name, f"{key}.{k}", v)
+        return
+    if not _real(value):
+        if name in _PROJECTION_RANGES:
+            raise CheckpointError(f"{where}: projection.{key} = {value!r} must be a number")
+        return  # a later field that is not a number: ProjectionConfig's own type decides
+    ok, text = _PROJECTION_RANGES.get(name, (lambda x: True, "finite"))
+    if not (math.isfinite(value) or (name in _MAY_BE_INFINITE and value > 0)) or not ok(value):
+        raise CheckpointError(f"{where}: projection.{key} = {value!r} must be {text}")

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from rlsched.envs.observation import SCHEMA_VERSION, ObservationEncoder
+from rlsched.errors import PolicyOutputError
 from rlsched.policies.base import register
 from rlsched.policies.checkpoint import load_checkpoint
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, with_overrides
+from rlsched.resources import data_dir
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 from rlsched.telemetry.base import TelemetrySample
@@ -79,7 +81,10 @@ class LearnedPolicy:
         if only is not None:
             return Decision((only.request.id,))
         obs = self.encoder.encode(state, self._sample(state))
-        self.projected.set_action(self.act(obs))
+        action = self.act(obs)
+        if not np.isfinite(action).all():  # the projection would read NaN as a neutral action: refuse instead
+            raise PolicyOutputError(f"{self.name}: network output is not finite ({np.asarray(action).tolist()})")
+        self.projected.set_action(action)
         return self.projected.decide(state)
 
 
@@ -109,7 +114,10 @@ register("rl")(_rl)
 
 
 def _resolve(arg: str) -> Path:
+    """``arg`` as given if it exists, else ``checkpoints/NAME`` among the shipped checkpoints
+    (inside the installed package, or the repository's folder in a checkout)."""
     p = Path(arg or "checkpoints/default")
-    if p.exists():
+    if p.exists() or p.is_absolute():
         return p
-    return Path(__file__).resolve().parents[2] / p
+    parts = p.parts[1:] if p.parts[0] == "checkpoints" else p.parts
+    return data_dir("checkpoints").joinpath(*parts)

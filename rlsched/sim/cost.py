@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.errors import ConfigError, InvalidRequest
+from rlsched.resources import data_dir
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.yamlio import read_yaml
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "envs" / "profiles"
+PROFILE_DIR = data_dir("envs") / "profiles"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlsched.errors import ConfigError, InvalidRequest
+from rlsched.errors import ConfigError, InvalidRequest, TraceRowsSkipped
+from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
-from rlsched.sim.request import PRIORITY_CLASSES, Request
+from rlsched.sim.request import Request
+from rlsched.sim.schema import LineOf, validate_scenario
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.yamlio import read_yaml
+from rlsched.sim.yamlio import key_lines, read_yaml
 
-ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
+ENVS_DIR = data_dir("envs")
 
 
 @dataclass(frozen=True)
@@ -79,13 +83,19 @@ class Scenario:
 
     def requests(self, seed: int, rate_scale: float = 1.0, duration_s: float | None = None,
                  trace: str | Path | None = None, cost: CostModel | None = None) -> list[Request]:
-        """The seeded request stream (arrivals × shapes × classes × SLOs)."""
+        """The seeded request stream (arrivals × shapes × classes × SLOs).
+
+        A trace replay turns every row into a request, or raises ``TraceFormatError``
+        for the row; rows past the arrival window are counted in a ``TraceRowsSkipped``
+        warning. A shape that cannot run even alone on the GPU is refused up front.
+        """
         rate_scale = wl.positive(rate_scale, "rate_scale")
         duration = self.duration_s if duration_s is None else wl.positive(duration_s, "duration_s")
         rng = np.random.default_rng(seed)
         cost = cost or self.cost()
         if trace is not None:
             return _trace_requests(self, Path(trace), rng, rate_scale, duration, cost)
+        self._check_shapes(cost)
         times = self._arrival_times(rng, rate_scale, duration)
         shapes = self._sample_shapes(rng, times.size)
         return _build(self, times, shapes, rng, cost)
@@ -96,11 +106,12 @@ class Scenario:
         if process == "servegen":
             return wl.servegen(rng, _resolve(spec["path"]), duration, spec.get("rate_scale", 1.0) * scale)
         if process == "trace":
+            # The scenario file declares this window over a longer trace (trace-azure): not a silent cut.
             times = wl.azure_arrivals(_resolve(spec["path"])) / (spec.get("time_scale", 1.0) * scale)
             return times[times < duration]
         if process not in wl.ARRIVAL_PROCESSES:
             raise ConfigError(f"{self.path}: arrival.process", f"unknown process {process!r}")
-        spec["rate_rps"] = spec["rate_rps"] * scale
+        spec["rate_rps"] = _checked_rate(spec["rate_rps"] * scale, duration, self.path)
         if process in ("gamma", "weibull"):
             spec["dist"] = process
         try:
@@ -117,17 +128,57 @@ class Scenario:
         if not self.shapes_from:
             return self.mix
         spec = self.shapes_from
-        rows = wl.hetudit_rows(_resolve(spec["path"]))
         counts: dict[tuple[int, int, int, int], int] = {}
-        for r in rows:
+        for r in wl.hetudit_rows(_resolve(spec["path"])):
             k = (int(r["height"]), int(r["width"]), int(r["num_frames"]), int(r["num_inference_steps"]))
             counts[k] = counts.get(k, 0) + 1
         return tuple(ShapeSpec(spec["model"], spec.get("modality", "image"), h, w, f, s,
                                spec.get("cfg", False), weight=c) for (h, w, f, s), c in sorted(counts.items()))
 
+    def _check_shapes(self, cost: CostModel) -> None:
+        """Every shape the scenario can draw must run alone on the GPU (else it is OOM under every policy)."""
+        for i, shape in enumerate(self._shape_pool()):
+            try:
+                standalone_s(cost, shape)
+            except InvalidRequest as exc:
+                if not self.shapes_from:
+                    raise ConfigError(f"{self.path}: mix[{i}]", str(exc)) from None
+                path = _resolve(self.shapes_from["path"])
+                line = next(int(r["line"]) for r in wl.hetudit_rows(path)
+                            if (r["height"], r["width"], r["num_frames"]) == (shape.height, shape.width,
+                                                                              shape.num_frames))
+                raise wl.TraceFormatError(str(path), line, str(exc)) from None
+
+
+MAX_EXPECTED_ARRIVALS = 20_000_000
+"""More arrivals than this in one run is a typo in the rate or window, not a workload (and would exhaust memory)."""
+
+
+def _checked_rate(rate_rps: float, duration: float, where: str) -> float:
+    if rate_rps * duration > MAX_EXPECTED_ARRIVALS:
+        raise ConfigError(f"{where}: arrival.rate_rps", f"rate {rate_rps:g}/s over {duration:g} s expects "
+                          f"{rate_rps * duration:.3g} requests (more than {MAX_EXPECTED_ARRIVALS:,})")
+    return rate_rps
+
+
+def standalone_s(cost: CostModel, shape: ShapeSpec) -> float:
+    """Standalone time of ``shape``; ``InvalidRequest('shape', ...)`` if it cannot run even alone on the GPU."""
+    free = cost.gpu_memory_gb - cost.weights_gb
+    try:
+        rec = cost.record(_request(0, 0.0, shape, "batch", math.inf))
+        need = rec.mem_gb
+    except OverflowError:  # e.g. height 1e300: the attention term overflows a float
+        need = math.inf
+    if not need <= free:
+        raise InvalidRequest("shape", f"{shape.height}x{shape.width}x{shape.num_frames}",
+                             f"needs {need:.4g} GB of activations alone; profile {cost.name!r} has "
+                             f"{free:.4g} GB of GPU memory left after the model weights")
+    return rec.work_s
+
 
 def _build(sc: Scenario, times: np.ndarray, shapes: list[ShapeSpec], rng: np.random.Generator,
-           cost: CostModel) -> list[Request]:
+           cost: CostModel, at_row: Callable[[int, InvalidRequest], Exception] | None = None) -> list[Request]:
+    """Requests from arrival times and shapes; ``at_row(i, err)`` names the trace row of a refused shape."""
     names = list(sc.classes)
     cls = wl.sample_index(rng, [sc.classes[c].share for c in names], len(shapes))
     prefix = rng.integers(0, 1 << 30, len(shapes))
@@ -135,7 +186,10 @@ def _build(sc: Scenario, times: np.ndarray, shapes: list[ShapeSpec], rng: np.ran
     out = []
     for i, (t, s) in enumerate(zip(times.tolist(), shapes)):
         if s not in work:
-            work[s] = cost.standalone_s(_request(0, 0.0, s, "batch", math.inf))
+            try:
+                work[s] = standalone_s(cost, s)
+            except InvalidRequest as exc:
+                raise (at_row(i, exc) if at_row else exc) from None
         name = names[cls[i]]
         pid = int(prefix[i] % s.prefix_groups) if s.prefix_groups else -1
         out.append(_request(i, t, s, name, sc.classes[name].slo_scale * work[s], pid))
@@ -151,42 +205,76 @@ def _trace_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale: f
     fmt = wl.detect_trace_format(path)
     if fmt == "azure":
         times = wl.azure_arrivals(path) / scale
-        times = times[times < duration]
-        return _build(sc, times, sc._sample_shapes(rng, times.size), rng, cost)
+        kept = times[times < duration]
+        _report_window(path, times, kept.size, duration)
+        sc._check_shapes(cost)
+        return _build(sc, kept, sc._sample_shapes(rng, kept.size), rng, cost)
     if fmt == "hetudit":
-        rows = [r for r in wl.hetudit_rows(path) if r["timestamp"] / scale < duration]
-        base = (sc.mix or sc._shape_pool())[0]
-        shapes = [dataclasses.replace(base, height=int(r["height"]), width=int(r["width"]),
-                                      num_frames=int(r["num_frames"]), steps=int(r["num_inference_steps"]),
-                                      modality="video" if r["num_frames"] > 1 else "image")
-                  for r in rows]
-        times = np.array([r["timestamp"] / scale for r in rows])
-        return _build(sc, times, shapes, rng, cost)
+        return _hetudit_requests(sc, path, rng, scale, duration, cost)
     return _rlsched_csv_requests(sc, path, scale, duration, cost)
+
+
+def _hetudit_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale: float,
+                      duration: float, cost: CostModel) -> list[Request]:
+    rows = wl.hetudit_rows(path)
+    kept = [r for r in rows if r["timestamp"] / scale < duration]
+    _report_window(path, np.array([r["timestamp"] / scale for r in rows]), len(kept), duration)
+    base = (sc.mix or sc._shape_pool())[0]
+    shapes = [dataclasses.replace(base, height=int(r["height"]), width=int(r["width"]),
+                                  num_frames=int(r["num_frames"]), steps=int(r["num_inference_steps"]),
+                                  modality="video" if r["num_frames"] > 1 else "image")
+              for r in kept]
+    times = np.array([r["timestamp"] / scale for r in kept])
+    return _build(sc, times, shapes, rng, cost,
+                  lambda i, exc: wl.TraceFormatError(str(path), int(kept[i]["line"]), str(exc)))
+
+
+def _report_window(path: Path, times: np.ndarray, kept: int, duration: float) -> None:
+    """Rows past the arrival window are not replayed; say so, with how to replay them."""
+    if kept < times.size:
+        last = float(np.max(times))
+        warnings.warn(TraceRowsSkipped(
+            str(path), times.size - kept, times.size,
+            f"arrive at or after the arrival window [0, {duration:g}) s and were not replayed (last arrival "
+            f"{last:g} s); pass --duration {math.floor(last) + 1} to replay them all"), stacklevel=3)
 
 
 def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: float,
                           cost: CostModel) -> list[Request]:
     base = (sc.mix or sc._shape_pool())[0]
-    out = []
-    for row in wl.rlsched_csv_rows(path):
-        line = int(row["_line"])
+    rows = wl.rlsched_csv_rows(path)
+    out: list[Request] = []
+    times: list[float] = []
+    work: dict[ShapeSpec, float] = {}
+    for row in rows:
         try:
-            t = float(row["arrival_s"]) / scale
-            shape = ShapeSpec(row.get("model") or base.model, row.get("modality") or base.modality,
-                              int(row["height"]), int(row["width"]), int(row["num_frames"]),
-                              int(row["num_inference_steps"]),
-                              _bool(row["cfg"]) if row.get("cfg") else base.cfg)
-            cls = row["priority"]
-            if cls not in sc.classes:
-                raise InvalidRequest("priority", cls, f"must be one of {PRIORITY_CLASSES}")
-            slo = float(row["slo_s"]) if row.get("slo_s") else sc.classes[cls].slo_scale * cost.standalone_s(
-                _request(0, 0.0, shape, cls, math.inf))
-            if t < duration:
-                out.append(_request(len(out), t, shape, cls, slo))
+            t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, work)
         except (ValueError, InvalidRequest) as exc:
-            raise wl.TraceFormatError(str(path), line, str(exc)) from None
+            raise wl.TraceFormatError(str(path), int(row["_line"]), str(exc)) from None
+        times.append(t)
+        if t < duration:
+            out.append(_request(len(out), t, shape, cls, slo))
+    _report_window(path, np.array(times), len(out), duration)
     return out
+
+
+def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float, cost: CostModel,
+             work: dict[ShapeSpec, float]) -> tuple[float, ShapeSpec, str, float]:
+    """One rlsched CSV row: arrival, shape, class and SLO; any bad value raises naming its field.
+    ``work`` caches standalone times per shape (traces repeat a few shapes many times)."""
+    t = wl.arrival_time(row["arrival_s"]) / scale
+    shape = ShapeSpec(row.get("model") or base.model, row.get("modality") or base.modality,
+                      wl.count(row["height"], "height"), wl.count(row["width"], "width"),
+                      wl.count(row["num_frames"], "num_frames"),
+                      wl.count(row["num_inference_steps"], "num_inference_steps"),
+                      _bool(row["cfg"]) if row.get("cfg") else base.cfg)
+    cls = row["priority"]
+    if cls not in sc.classes:
+        raise InvalidRequest("priority", cls, f"must be one of {list(sc.classes)}")
+    if shape not in work:
+        work[shape] = standalone_s(cost, shape)
+    slo = wl.positive(row["slo_s"], "slo_s") if row.get("slo_s") else sc.classes[cls].slo_scale * work[shape]
+    return t, shape, cls, slo
 
 
 def _bool(text: str) -> bool:
@@ -216,24 +304,17 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if not path.is_file():
         raise ConfigError(str(name_or_path), f"scenario not found (shipped: {', '.join(scenario_names())})")
     data = read_yaml(path)
-    return scenario_from_dict(data, str(path))
+    return scenario_from_dict(data, str(path), key_lines(path.read_bytes().decode("utf-8-sig")))
 
 
-def scenario_from_dict(data: dict[str, Any], where: str) -> Scenario:
-    if not isinstance(data, dict):
-        raise ConfigError(where, "expected a mapping at the top level")
-    try:
-        classes = {c: ClassSpec(**spec) for c, spec in data["classes"].items()}
-        mix = tuple(ShapeSpec(**m) for m in data.get("mix", ()))
-        sc = Scenario(
-            name=data["name"], profile=data["profile"], serving=ServingConfig(**data.get("serving", {})),
-            duration_s=float(data["duration_s"]), arrival=dict(data["arrival"]), classes=classes, mix=mix,
-            shapes_from=dict(data.get("shapes_from") or {}), description=data.get("description", ""), path=where)
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(where, f"missing or malformed field {exc}") from None
-    bad = [c for c in classes if c not in PRIORITY_CLASSES]
-    if bad:
-        raise ConfigError(f"{where}: classes", f"unknown classes {bad} (use {PRIORITY_CLASSES})")
-    if not mix and not sc.shapes_from:
-        raise ConfigError(where, "needs a 'mix' or 'shapes_from'")
-    return sc
+def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> Scenario:
+    """A ``Scenario`` from parsed YAML, validated against ``rlsched.sim.schema`` (errors name file,
+    line when ``line_of`` maps key paths to lines, key and reason)."""
+    spec = validate_scenario(data, where, line_of)
+    return Scenario(
+        name=spec.name, profile=spec.profile, serving=ServingConfig(**spec.serving.model_dump()),
+        duration_s=spec.duration_s, arrival=spec.arrival.model_dump(),
+        classes={c: ClassSpec(**v.model_dump()) for c, v in spec.classes.items()},
+        mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix),
+        shapes_from=spec.shapes_from.model_dump() if spec.shapes_from else {},
+        description=spec.description, path=where)

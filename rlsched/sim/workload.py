@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -113,10 +114,14 @@ def servegen(rng: np.random.Generator, path: str | Path, duration_s: float,
 def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
     rows = []
     for lineno, row in enumerate(_csv_rows(path), start=1):
+        if not row:
+            continue
         try:
             start, rate, cv = float(row[0]), float(row[1] or 0), float(row[2] or 0)
         except (ValueError, IndexError):
             raise TraceFormatError(str(path), lineno, f"expected start_s,rate,cv,dist,... got {row!r}") from None
+        if not all(math.isfinite(x) and x >= 0 for x in (start, rate, cv)):
+            raise TraceFormatError(str(path), lineno, f"start_s, rate and cv must be finite numbers >= 0: {row!r}")
         dist = row[3].strip().lower() if len(row) > 3 else ""
         if dist not in ("", "gamma", "weibull"):
             raise TraceFormatError(str(path), lineno, f"unknown distribution {row[3]!r}")
@@ -124,11 +129,59 @@ def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
     return rows
 
 
-def _csv_rows(path: Path) -> list[list[str]]:
+def read_text(path: Path) -> str:
+    """The file as text (UTF-8, a byte-order mark dropped); errors name the file and line."""
     if not path.is_file():
         raise ConfigError(str(path), "trace file not found")
-    with path.open(newline="") as fh:
-        return list(csv.reader(fh))
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise TraceFormatError(str(path), line, "not UTF-8 text") from None
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    try:
+        return list(reader)
+    except csv.Error as exc:  # e.g. a NUL byte
+        raise TraceFormatError(str(path), reader.line_num, f"not CSV ({exc})") from None
+
+
+def _data_rows(path: Path, rows: list[list[str]], expect: str) -> list[tuple[int, list[str]]]:
+    """``(line, row)`` after the header, blank lines skipped; empty or header-only is an error."""
+    if not rows:
+        raise TraceFormatError(str(path), 1, f"empty file (expected {expect})")
+    out = [(lineno, row) for lineno, row in enumerate(rows[1:], start=2) if any(v.strip() for v in row)]
+    if not out:
+        raise TraceFormatError(str(path), 1, "header only: the trace has no requests")
+    return out
+
+
+# ------------------------------------------------------------- row values
+
+
+def arrival_time(value: str, field: str = "arrival_s") -> float:
+    """A trace arrival: a finite number >= 0 (``nan``/``inf`` would be dropped by any window)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(field, value, "must be a number") from None
+    if not math.isfinite(out) or out < 0:
+        raise InvalidRequest(field, value, "must be a finite number >= 0")
+    return out
+
+
+def count(value: str | float, field: str) -> int:
+    """A positive integer; ``512.0`` is accepted, ``512.9`` is refused (never truncated)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(field, value, "must be a positive integer") from None
+    if not math.isfinite(out) or out < 1 or out != int(out):
+        raise InvalidRequest(field, value, "must be a positive integer")
+    return int(out)
 
 
 # --------------------------------------------------------------- trace files
@@ -151,16 +204,16 @@ def _azure_cached(name: str, mtime: float) -> np.ndarray:
     """Parsed once per file version: environments reset often and traces are large."""
     path = Path(name)
     rows = _csv_rows(path)
-    if not rows or rows[0][:1] != ["TIMESTAMP"]:
+    if rows and rows[0][:1] and rows[0][0].strip().upper() != "TIMESTAMP":
         raise TraceFormatError(str(path), 1, "expected header starting with TIMESTAMP")
     times = []
-    for lineno, row in enumerate(rows[1:], start=2):
+    for lineno, row in _data_rows(path, rows, "a TIMESTAMP header"):
         try:
-            times.append(datetime.fromisoformat(row[0][:26]).timestamp())
+            times.append(datetime.fromisoformat(row[0].strip()[:26]).timestamp())
         except (ValueError, IndexError):
             raise TraceFormatError(str(path), lineno, f"bad TIMESTAMP {row[:1]!r}") from None
     arr = np.sort(np.asarray(times))
-    arr = arr - arr[0] if arr.size else arr
+    arr = arr - arr[0]
     arr.flags.writeable = False
     return arr
 
@@ -170,7 +223,11 @@ _HETU_FIELDS = ("timestamp", "height", "width", "num_frames", "num_inference_ste
 
 
 def hetudit_rows(path: str | Path) -> tuple[dict[str, float], ...]:
-    """Parse the Hetu-DiT text format; dicts with timestamp and shape fields (do not mutate)."""
+    """Parse the Hetu-DiT text format: dicts with ``timestamp``, the shape fields and the ``line``.
+
+    Shape fields are positive integers and timestamps finite numbers >= 0, else a
+    ``TraceFormatError`` (never truncated or dropped). Do not mutate the dicts (cached).
+    """
     path = Path(path)
     return _hetudit_cached(str(path.resolve()), _mtime(path))
 
@@ -179,18 +236,31 @@ def hetudit_rows(path: str | Path) -> tuple[dict[str, float], ...]:
 def _hetudit_cached(name: str, mtime: float) -> tuple[dict[str, float], ...]:
     path = Path(name)
     out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        m = _HETU.match(line.strip())
-        if not m:
-            raise TraceFormatError(str(path), lineno, "expected 'Request(field=value, ...)'")
-        fields = dict(re.findall(r"(\w+)=([-\w.]+)", m.group(1)))
-        try:
-            out.append({k: float(fields[k]) for k in _HETU_FIELDS})
-        except (KeyError, ValueError) as exc:
-            raise TraceFormatError(str(path), lineno, f"missing or bad field {exc}") from None
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+        if line.strip():
+            out.append(_hetudit_row(path, lineno, line.strip()))
+    if not out:
+        raise TraceFormatError(str(path), 1, "empty file: the trace has no requests")
     return tuple(out)
+
+
+def _hetudit_row(path: Path, lineno: int, line: str) -> dict[str, float]:
+    m = _HETU.match(line)
+    if not m:
+        raise TraceFormatError(str(path), lineno, "expected 'Request(field=value, ...)'")
+    fields: dict[str, str] = {}
+    for key, value in re.findall(r"(\w+)=([-+\w.]+)", m.group(1)):
+        fields.setdefault(key, value)  # the first: a later "height=..." may sit inside the prompt text
+    missing = [k for k in _HETU_FIELDS if k not in fields]
+    if missing:
+        raise TraceFormatError(str(path), lineno, f"missing field(s) {missing}")
+    try:
+        row: dict[str, float] = {"timestamp": arrival_time(fields["timestamp"], "timestamp")}
+        row.update({k: count(fields[k], k) for k in _HETU_FIELDS[1:]})
+    except InvalidRequest as exc:
+        raise TraceFormatError(str(path), lineno, str(exc)) from None
+    row["line"] = lineno
+    return row
 
 
 RLSCHED_CSV_REQUIRED = ("arrival_s", "height", "width", "num_frames", "num_inference_steps", "priority")
@@ -198,20 +268,19 @@ RLSCHED_CSV_OPTIONAL = ("model", "modality", "cfg", "slo_s")
 
 
 def rlsched_csv_rows(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a generic rlsched CSV, header checked; values still strings."""
+    """Rows of a generic rlsched CSV, header checked (case-insensitive); values still strings."""
     path = Path(path)
     rows = _csv_rows(path)
     if not rows:
-        raise TraceFormatError(str(path), 1, "empty file")
-    header = [h.strip() for h in rows[0]]
+        raise TraceFormatError(str(path), 1, "empty file (expected a header with arrival_s,...)")
+    header = [h.strip().lower() for h in rows[0]]
     missing = [h for h in RLSCHED_CSV_REQUIRED if h not in header]
     unknown = [h for h in header if h not in RLSCHED_CSV_REQUIRED + RLSCHED_CSV_OPTIONAL]
-    if missing or unknown:
-        raise TraceFormatError(str(path), 1, f"header missing {missing}, unknown {unknown}")
+    if missing or unknown or len(set(header)) != len(header):
+        raise TraceFormatError(str(path), 1, f"header missing {missing}, unknown {unknown}"
+                               + ("" if len(set(header)) == len(header) else ", a column named twice"))
     out = []
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not row:
-            continue
+    for lineno, row in _data_rows(path, rows, "rlsched CSV"):
         if len(row) != len(header):
             raise TraceFormatError(str(path), lineno, f"{len(row)} fields, header has {len(header)}")
         out.append({"_line": str(lineno), **dict(zip(header, (v.strip() for v in row)))})
@@ -219,19 +288,22 @@ def rlsched_csv_rows(path: str | Path) -> list[dict[str, str]]:
 
 
 def detect_trace_format(path: str | Path) -> str:
-    """``azure``, ``hetudit`` or ``rlsched`` from the file's first line."""
+    """``azure``, ``hetudit`` or ``rlsched`` from the file's first line (BOM and case ignored)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(str(path), "trace file not found")
-    with path.open() as fh:
-        first = fh.readline().strip()
-    if first.startswith("TIMESTAMP"):
+    lines = read_text(path).splitlines()
+    if not lines:
+        raise TraceFormatError(str(path), 1, "empty file (expected a trace header or a Request(...) line)")
+    first = lines[0].strip()
+    if not first:
+        raise TraceFormatError(str(path), 1, "empty first line (expected a trace header or a Request(...) line)")
+    if first.upper().startswith("TIMESTAMP"):
         return "azure"
     if first.startswith("Request("):
         return "hetudit"
-    if first.startswith("arrival_s") or "arrival_s" in first.split(","):
+    if "arrival_s" in (h.strip().lower() for h in first.split(",")):
         return "rlsched"
-    raise TraceFormatError(str(path), 1, "unknown trace format (Azure CSV, Hetu-DiT text or rlsched CSV)")
+    raise TraceFormatError(str(path), 1, f"unknown trace format (Azure CSV 'TIMESTAMP,...', Hetu-DiT "
+                           f"'Request(...)' text or rlsched CSV 'arrival_s,...'), first line {first[:60]!r}")
 
 
 ARRIVAL_PROCESSES: Mapping[str, Callable[..., np.ndarray]] = {

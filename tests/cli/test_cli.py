@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REQUIRED = ("slo_attainment", "goodput_rps", "throughput_rps", "requests_total", "requests_completed",
             "requests_failed", "requests_unfinished", "weighted_slo_attainment")
 
@@ -65,3 +67,30 @@ def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
         + out["requests_unfinished"] == out["requests_total"]
     res = rlsched(*args, "--policy", "static:;shed_lost=perhaps", check=False)
     assert res.returncode == 2 and "shed_lost" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--policy", "drr:0"), "policy drr:0: the argument must be a finite number > 0"),
+    (("--policy", "drr:-1"), "policy drr:-1: the argument must be a finite number > 0"),
+    (("--policy", "drr:abc"), "policy drr:abc: the argument must be a number"),
+    (("--seed", "-1"), "argument --seed: must be an integer >= 0"),
+    (("--rate-scale", "-1"), "rate_scale"),
+    (("--duration", "nan"), "duration_s"),
+])
+def test_bad_arguments_are_clear_errors_without_traceback_or_hang(args: tuple[str, ...], message: str) -> None:
+    res = rlsched("simulate", "--duration", "100", *args, check=False)  # a hang would hit the timeout
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_trace_rows_past_the_window_are_reported(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,height,width,num_frames,num_inference_steps,priority\n"
+                     "0,512,512,1,50,batch\n50,512,512,1,50,batch\n500,512,512,1,50,batch\n")
+    res = rlsched("simulate", "--trace", str(trace), "--duration", "100", "--compare", "fifo,edf", "--json")
+    assert [(o["requests_total"], o["trace_rows_skipped"]) for o in json.loads(res.stdout)] == [(2, 1), (2, 1)]
+    assert res.stderr.count("rlsched: warning:") == 1 and "1 of 3 rows" in res.stderr
+
+
+def test_eval_seeds_must_be_integers() -> None:
+    res = rlsched("eval", "--seeds", "abc", check=False)
+    assert res.returncode == 2 and "--seeds" in res.stderr and "Traceback" not in res.stderr

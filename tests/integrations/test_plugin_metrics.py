@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -82,3 +83,36 @@ def test_deploy_rejects_unknown_policy_and_profile(tmp_path: Path) -> None:
         res = rlsched("deploy", *args, "--out", str(tmp_path / "d.yaml"), check=False)
         assert res.returncode == 2 and what in res.stderr
         assert not (tmp_path / "d.yaml").exists()
+
+
+def _nan_checkpoint(tmp_path: Path) -> Path:
+    from rlsched.policies.checkpoint import META, WEIGHTS, read_safetensors, save_checkpoint
+    from rlsched.resources import data_dir
+
+    src = data_dir("checkpoints") / "default"
+    tensors = read_safetensors(src / WEIGHTS)
+    tensors["action_net.bias"] = np.full_like(tensors["action_net.bias"], np.nan)
+    return save_checkpoint(tmp_path / "nan-ck", tensors, json.loads((src / META).read_text()))  # re-signed
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--metrics-port", "70000"], "--metrics-port: must be a TCP port 1..65535"),
+    (["--metrics-port", "-1"], "--metrics-port"),
+    (["--stage-id", "-1"], "--stage-id: must be >= 0"),
+    (["--policy", "drr:0"], "policy drr:0"),
+    (["--policy", "drr:-1"], "policy drr:-1"),
+    (["--decision-deadline-ms", "0"], "decision_deadline_ms"),
+    (["--policy", "rl:NANCK"], "action_net.bias has 9 non-finite values"),
+])
+def test_deploy_validates_before_writing(tmp_path: Path, args: list[str], message: str) -> None:
+    args = [a.replace("NANCK", str(_nan_checkpoint(tmp_path))) for a in args]
+    out = tmp_path / "d.yaml"
+    res = rlsched("deploy", "--policy", "edf", *args, "--out", str(out), check=False)
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_deploy_into_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    res = rlsched("deploy", "--policy", "edf", "--out", str(tmp_path / "nope" / "d.yaml"), check=False)
+    assert res.returncode == 2 and f"folder {tmp_path / 'nope'} does not exist" in res.stderr
+    assert "Traceback" not in res.stderr

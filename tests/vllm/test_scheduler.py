@@ -323,3 +323,77 @@ def test_make_policy_specs_work_in_the_plugin() -> None:
 
 def _metric(sched, name: str, **labels: str) -> float | None:
     return sched.metrics.registry.get_sample_value(name, labels)
+
+
+# ------------------------------------------------------- bounded decisions
+def _sleep_2s(state) -> Decision:
+    time.sleep(2.0)
+    return Decision(tuple(state.waiting)[:1])
+
+
+def _loop_forever(state) -> Decision:
+    n = 0
+    while True:
+        n += 1
+
+
+@pytest.mark.parametrize("fn", [_sleep_2s, _loop_forever], ids=["slow-2s", "looping"])
+def test_slow_or_looping_policy_cannot_block_schedule(fn) -> None:
+    def reqs():
+        return [mk_req("A"), mk_req("B", 1024), mk_req("C")]
+    policy = Fixed(fn)
+    sched = plugin(policy, deadline_ms=50)
+    for r in reqs():
+        sched.add_request(r)
+    t0 = time.perf_counter()
+    first = sched.schedule()
+    assert time.perf_counter() - t0 < 0.5  # the deadline, not the policy, bounds the call
+    assert dict(sched.fallback_reasons) == {"timeout": 1}
+    finish_wave(sched, first)
+    t0 = time.perf_counter()
+    rest = waves(sched)
+    assert time.perf_counter() - t0 < 0.5 and policy.calls == 1  # broken: never called again
+    assert [new_ids(first)] + rest == fifo_waves(reqs)
+    assert dict(sched.fallback_reasons) == {"timeout": 1, "broken": len(rest)}
+    assert _metric(sched, "rlsched_fallbacks_total", reason="timeout") == 1
+
+
+def test_nan_network_output_falls_back_counted_as_nan() -> None:
+    import numpy as np
+
+    from rlsched.policies.learned import LearnedPolicy
+
+    sched = plugin(LearnedPolicy(lambda obs: np.full(9, np.nan)))
+    for r in (mk_req("A"), mk_req("B", 1024), mk_req("C")):
+        sched.add_request(r)
+    assert new_ids(sched.schedule()) == ["A"]  # FIFO (head-of-line at B), not a "wait" made of NaN
+    assert dict(sched.fallback_reasons) == {"nan": 1} and sched.waits_overridden == 0
+    assert _metric(sched, "rlsched_fallbacks_total", reason="nan") == 1
+
+
+def _depth(sched, priority: str = "batch") -> float | None:
+    return _metric(sched, "rlsched_queue_depth", priority=priority)
+
+
+def test_queue_depth_is_refreshed_after_admission_and_finish() -> None:
+    sched = plugin("fifo")
+    sched.add_request(mk_req("A"))
+    sched.add_request(mk_req("B", 1024))
+    out = sched.schedule()
+    assert new_ids(out) == ["A"] and _depth(sched) == 1  # B still waits; A no longer counts
+    finish_wave(sched, out)
+    out = sched.schedule()
+    assert _depth(sched) == 0  # B admitted
+    finish_wave(sched, out)
+    assert not sched.has_requests() and _depth(sched) == 0
+
+
+def test_queue_depth_drops_when_a_waiting_request_is_aborted() -> None:
+    sched = plugin("fifo")
+    sched.add_request(mk_req("A"))
+    sched.add_request(mk_req("B", 1024))
+    out = sched.schedule()
+    sched.finish_requests("B", DiffusionRequestStatus.FINISHED_ABORTED)
+    sched.pop_request_state("B")
+    assert _depth(sched) == 0
+    finish_wave(sched, out)

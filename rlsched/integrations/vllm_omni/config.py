@@ -39,6 +39,9 @@ class PluginConfig:
     """Shorthand: the SLO scale of ``default_priority`` (overrides its ``slo_scales`` entry)."""
     decision_budget_ms: float = 0.5
     """A decision slower than this is discarded and FIFO schedules that call instead."""
+    decision_deadline_ms: float = 100.0
+    """``schedule()`` never waits longer than this for a decision: FIFO serves the call and the
+    policy, still running, is marked broken (fallback reasons ``timeout``, then ``broken``)."""
     default_height: int = 1024
     """Height assumed for cost estimates when a request leaves it to the pipeline."""
     default_width: int = 1024
@@ -66,6 +69,10 @@ class PluginConfig:
         if self.default_slo_scale is not None:
             _positive(self.default_slo_scale, "default_slo_scale")
         _positive(self.decision_budget_ms, "decision_budget_ms")
+        _positive(self.decision_deadline_ms, "decision_deadline_ms")
+        port = self.metrics_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError("extras.rlsched.metrics_port", f"must be a TCP port 1..65535 (0: off), not {port!r}")
         _positive(self.telemetry_interval_s, "telemetry_interval_s")
         for name in ("default_height", "default_width", "default_steps"):
             value = getattr(self, name)

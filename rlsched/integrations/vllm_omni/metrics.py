@@ -14,7 +14,7 @@ name                                       type       labels              meanin
 ``rlsched_wait_overrides_total``           counter    —                   "wait" decisions while idle, admitted FIFO
 ``rlsched_preemptions_total``              counter    —                   running requests preempted (step mode)
 ``rlsched_batch_size``                     histogram  —                   requests in each scheduled batch
-``rlsched_queue_depth``                    gauge      priority            waiting requests per class, at each call
+``rlsched_queue_depth``                    gauge      priority            waiting requests per class, after admission
 ``rlsched_requests_finished_total``        counter    priority, outcome   ``slo_met``, ``slo_missed``, ``aborted``
 ``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed)
 ``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults

@@ -16,7 +16,9 @@ from rlsched.sim.request import RequestRecord
 FALLBACK_REASONS = (
     "exception",   # decide() raised
     "slow",        # decide() took longer than decision_budget_ms
-    "nan",         # a NaN id or wait_until
+    "timeout",     # decide() overran decision_deadline_ms: schedule() stopped waiting; the policy is broken
+    "broken",      # an earlier decide() overran its deadline: the policy is not called again
+    "nan",         # a NaN id or wait_until, or a non-finite network output (PolicyOutputError)
     "malformed",   # not a Decision-like object, or ids that are not integers
     "too_large",   # more ids than max_num_seqs
     "duplicate",   # an id named twice

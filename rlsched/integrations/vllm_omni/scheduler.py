@@ -5,9 +5,13 @@ mode: one denoise step per call) wrap vLLM-Omni's own ``schedule()`` and never
 rewrite its loop. Each call:
 
 1. syncs ``PluginState`` from ``_waiting``/``_running`` and asks the policy;
-2. checks the decision (``safety.check_decision``) — an exception, a NaN, an invalid
-   batch, or a decision slower than ``decision_budget_ms`` falls back to FIFO for that
-   call: ``super().schedule()`` unchanged, counted in ``fallbacks``;
+2. checks the decision (``safety.check_decision``) — an exception, a NaN (in the
+   decision or the network's output), an invalid batch, or a decision slower than
+   ``decision_budget_ms`` falls back to FIFO for that call: ``super().schedule()``
+   unchanged, counted in ``fallbacks``. ``decide`` runs on a worker thread
+   (``deadline.DeadlineRunner``) and ``schedule()`` waits at most
+   ``decision_deadline_ms``: a policy that sleeps or loops costs one bounded wait,
+   then is marked broken and FIFO serves every later call;
 3. step mode: preempts (``preempt_request``) running requests the batch leaves out;
 4. moves the chosen waiting requests, in the policy's order, to the head of
    ``_waiting`` (the rest keep their order) and caps ``max_num_running_reqs`` at
@@ -28,19 +32,20 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
 from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
 
+from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.deadline import DeadlineRunner, DecisionTimeout
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.sim.cost import CostModel, load_profile
-from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import ServingConfig
 
 QUEUE_DEPTH_INTERVAL_S = 0.1
@@ -91,6 +96,7 @@ class _PolicyScheduling:
         self._budget_s = settings.decision_budget_ms / 1e3
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
+        self._runner = DeadlineRunner(settings.decision_deadline_ms / 1e3)
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
         # PluginState is not a Simulator but has every attribute a policy reads
         self.policy.reset(self.rl_state)  # type: ignore[arg-type]
@@ -123,6 +129,7 @@ class _PolicyScheduling:
         if rec is not None:
             self.metrics.record_finish(rec.request.priority, "aborted" if outcome == "aborted"
                                        else "slo_met" if rec.slo_met else "slo_missed")
+        self._update_queue_depth(force=True)  # a request aborted while waiting leaves the queue here
         return state
 
     # ------------------------------------------------------------ schedule
@@ -138,30 +145,32 @@ class _PolicyScheduling:
         out: DiffusionSchedulerOutput = super().schedule() if plan is None else self._run(st, plan)  # type: ignore[misc]
         if out.num_scheduled_reqs:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
+        # after admission, not before: the gauge must not keep counting requests that just started
+        self._update_queue_depth(force=bool(out.scheduled_new_reqs))
         return out
 
     def _plan(self, st: PluginState) -> tuple[int, ...] | None:
         """The batch to run (ids; empty: admit nothing new), or None to let FIFO schedule."""
         if not self._waiting:
-            self._update_queue_depth(())
             return None
         if self._running and not self.step_mode:
             return None  # request mode never calls mid-wave
+        if self._runner.broken:
+            self._fallback("broken")
+            return None
         if st.config.max_num_seqs != self.max_num_running_reqs:  # the engine may resize (DLO + DP)
             st.config = self._serving_config()
         progress = getattr(self, "_request_progress", None) if self.step_mode else None
-        untracked = st.sync(self._waiting, self._running, progress)
-        self._update_queue_depth(st.waiting.values())
-        if untracked:
+        if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
             return None
         self.decisions += 1
         self._decisions_metric.inc()
         t0 = time.perf_counter()
         try:
-            decision = self.policy.decide(st)  # type: ignore[arg-type]
-        except Exception:
-            self._fallback("exception")
+            decision = self._runner.call(self.policy.decide, st)
+        except Exception as exc:
+            self._fallback(_REASONS.get(type(exc), "exception"))
             return None
         elapsed = time.perf_counter() - t0
         self.metrics.latency.observe(elapsed)
@@ -178,12 +187,23 @@ class _PolicyScheduling:
             return None
         return ids
 
-    def _update_queue_depth(self, waiting: Collection[RequestRecord]) -> None:
+    def _update_queue_depth(self, force: bool = False) -> None:
+        """Set the gauges from ``_waiting``: when forced (admission, a finish), when the queue
+        empties, else at most every ``QUEUE_DEPTH_INTERVAL_S``."""
         now = time.monotonic()  # wall clock, not the plugin clock: this only paces a gauge
-        empty = not waiting
-        if now >= self._depth_due or (empty and not self._depth_was_empty):
+        empty = not self._waiting
+        if force or now >= self._depth_due or (empty and not self._depth_was_empty):
             self._depth_due, self._depth_was_empty = now + QUEUE_DEPTH_INTERVAL_S, empty
-            self.metrics.set_queue_depth(Counter(r.request.priority for r in waiting))
+            self.metrics.set_queue_depth(self._waiting_by_class())
+
+    def _waiting_by_class(self) -> Counter[str]:
+        st, counts = self.rl_state, Counter[str]()
+        if st is not None:
+            for name in self._waiting:
+                rec = st.records.get(st.int_id(name))  # type: ignore[arg-type]
+                if rec is not None:
+                    counts[rec.request.priority] += 1
+        return counts
 
     def _fallback(self, reason: str) -> None:
         """Count a call that FIFO schedules instead of the policy."""
@@ -224,6 +244,10 @@ class _PolicyScheduling:
                 waiting.remove(rid)  # at most max_num_seqs removals, each a C-level scan
             waiting.extendleft(reversed(new))
         return max(1, len(self._running) + len(new))
+
+
+_REASONS = {DecisionTimeout: "timeout", PolicyOutputError: "nan"}
+"""Fallback reason of an exception from ``decide`` (any other type: ``exception``)."""
 
 
 class RLRequestScheduler(_PolicyScheduling, RequestScheduler):

@@ -1,0 +1,158 @@
+"""Checkpoints are validated at load: a re-signed bad checkpoint is a CheckpointError naming the field."""
+
+import dataclasses
+import json
+import struct
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlsched.errors import CheckpointError
+from rlsched.policies import checkpoint as ck
+from rlsched.policies.checkpoint import META, WEIGHTS, load_checkpoint, read_safetensors, save_checkpoint
+from rlsched.resources import data_dir
+
+SHIPPED = data_dir("checkpoints") / "default"
+
+
+def resigned(tmp_path: Path, meta_edit: Callable[[dict], Any] | None = None,
+             tensor_edit: Callable[[dict], Any] | None = None) -> Path:
+    """The shipped checkpoint, edited, then saved with a fresh (valid) content hash."""
+    meta = json.loads((SHIPPED / META).read_text())
+    tensors = {k: v.copy() for k, v in read_safetensors(SHIPPED / WEIGHTS).items()}
+    if meta_edit:
+        meta_edit(meta)
+    if tensor_edit:
+        tensor_edit(tensors)
+    return save_checkpoint(tmp_path / "ck", tensors, meta)
+
+
+def test_shipped_checkpoint_loads_and_acts() -> None:
+    net = load_checkpoint(SHIPPED)
+    assert np.isfinite(net(np.zeros(net.meta["obs_dim"]))).all()
+
+
+def _set(d: dict, key: str, value: Any) -> None:
+    d[key] = value
+
+
+def _nan_at(t: dict, name: str) -> None:
+    t[name][0, 0] = np.nan
+
+
+@pytest.mark.parametrize(("meta_edit", "tensor_edit", "message"), [
+    (None, lambda t: _nan_at(t, "action_net.weight"),
+     r"layers\[2\] \(action_net\): action_net.weight has 1 non-finite"),
+    (None, lambda t: t.__setitem__("mlp_extractor.policy_net.0.bias", np.full(64, np.inf, np.float32)),
+     r"layers\[0\].*bias has 64 non-finite"),
+    (None, lambda t: t.__setitem__("mlp_extractor.policy_net.2.weight", np.zeros((64, 32), np.float32)),
+     r"layers\[1\] \(mlp_extractor.policy_net.2\): takes 32 inputs, layers\[0\] gives 64"),
+    (None, lambda t: t.__setitem__("action_net.bias", np.zeros(5, np.float32)), r"layers\[2\].*do not form a layer"),
+    (lambda m: _set(m, "activation", "sigmoid"), None, r"activation 'sigmoid' unknown"),
+    (lambda m: m["projection"].__setitem__("memory_safety_margin", 5.0), None,
+     r"projection.memory_safety_margin.* must be in \[0, 1\)"),
+    (lambda m: m["projection"].__setitem__("batch_timeout_ms", float("nan")), None, r"projection.batch_timeout_ms"),
+    (lambda m: m["projection"]["max_batch_size_per_modality"].__setitem__("video", 0), None,
+     r"projection.max_batch_size_per_modality.video = 0 must be an integer >= 1"),
+    (lambda m: m["projection"].__setitem__("bogus_knob", 1), None, r"projection: .*bogus_knob"),
+    (lambda m: m["obs_norm"]["var"].__setitem__(3, -1.0), None, r"obs_norm.var\[3\] = -1 must be > 0"),
+    (lambda m: m["obs_norm"]["var"].__setitem__(0, 0.0), None, r"obs_norm.var\[0\] = 0 must be > 0"),
+    (lambda m: m["obs_norm"]["mean"].pop(), None, r"obs_norm.mean has 148 entries, the input layer takes obs_dim=149"),
+    (lambda m: m["obs_norm"].__setitem__("clip", -1), None, r"obs_norm.clip"),
+    (lambda m: _set(m, "obs_dim", 150), None, r"layers\[0\].*takes 149 inputs, obs_dim gives 150"),
+    (lambda m: _set(m, "action_dim", "9"), None, r"action_dim must be an integer"),
+    (lambda m: _set(m, "layers", "action_net"), None, r"layers must be a non-empty list"),
+    (lambda m: m["layers"].pop(), None, r"layers\[1\] gives 64 outputs, action_dim is 9"),
+])
+def test_resigned_bad_checkpoints_are_refused_naming_the_field(tmp_path: Path, meta_edit, tensor_edit,
+                                                               message: str) -> None:
+    folder = resigned(tmp_path, meta_edit, tensor_edit)
+    with pytest.raises(CheckpointError, match=message) as err:
+        load_checkpoint(folder)
+    assert str(folder) in str(err.value)
+
+
+def test_policy_json_that_is_a_list(tmp_path: Path) -> None:
+    folder = resigned(tmp_path)
+    (folder / META).write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"policy.json: expected a JSON object, got list"):
+        load_checkpoint(folder)
+
+
+def _raw_safetensors(path: Path, header: dict, body: bytes) -> Path:
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + body)
+    return path
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, r"tensors 'a' and 'b' overlap"),
+    ({"a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}, r"tensor 'a': data_offsets \[0, 32\] outside"),
+    ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}, r"span 16 bytes, shape \[3\] needs 12"),
+    ({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}}, r"shape must be a list of integers"),
+    ({"a": {"dtype": "I8", "shape": [16], "data_offsets": [0, 16]}}, r"dtype must be one of"),
+    ({"a": [1, 2]}, r"dtype must be one of"),
+])
+def test_tensor_offsets_in_bounds_sized_and_disjoint(tmp_path: Path, header: dict, message: str) -> None:
+    path = _raw_safetensors(tmp_path / "x.safetensors", header, bytes(16))
+    with pytest.raises(CheckpointError, match=message):
+        read_safetensors(path)
+
+
+def test_header_length_past_the_end(tmp_path: Path) -> None:
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    with pytest.raises(CheckpointError, match="past the end"):
+        read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_settings_added_to_projection_config_later_are_range_checked_generically(monkeypatch) -> None:
+    from rlsched.policies import projected
+
+    @dataclasses.dataclass(frozen=True)
+    class Later(projected.ProjectionConfig):
+        new_knob: float = 1.0
+
+    monkeypatch.setattr(projected, "ProjectionConfig", Later)
+    ck.check_projection("p.json", {"new_knob": 3.0, "memory_safety_margin": 0.1})
+    with pytest.raises(CheckpointError, match=r"p.json: projection.new_knob = inf must be finite"):
+        ck.check_projection("p.json", {"new_knob": float("inf")})
+
+
+BLOCKED = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "stable_baselines3"):
+                raise ImportError(f"blocked: {name}")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    import numpy as np  # numpy itself imports the pickle module, so pickle's loaders are disabled instead
+    import pickle, _pickle
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("unpickling attempted")
+
+    for mod in (pickle, _pickle):
+        mod.load = mod.loads = mod.Unpickler = refuse
+    from rlsched.policies.learned import rl_policy
+    from rlsched.resources import data_dir
+    policy = rl_policy(data_dir("checkpoints") / "default")
+    action = policy.act(np.zeros(policy.act.meta["obs_dim"], np.float32))
+    assert np.isfinite(action).all()
+    assert not {"torch", "stable_baselines3"} & set(sys.modules)
+    print("ok")
+""")
+
+
+def test_shipped_checkpoint_loads_without_torch_sb3_or_unpickling() -> None:
+    res = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
