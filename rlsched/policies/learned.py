@@ -77,16 +77,16 @@ class LearnedPolicy:
         self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
 
     def decide(self, state: Simulator) -> Decision:
+        sample = self._sample(state)  # at every decision, as the plugin folds telemetry at every schedule()
         only = trivial_candidate(state, self._max_wait_s)
         if only is not None:
             return Decision((only.request.id,))
-        obs = self.encoder.encode(state, self._sample(state))
+        obs = self.encoder.encode(state, sample)
         action = self.act(obs)
         if not np.isfinite(action).all():  # the projection would read NaN as a neutral action: refuse instead
             raise PolicyOutputError(f"{self.name}: network output is not finite ({np.asarray(action).tolist()})")
         self.projected.set_action(action)
         return self.projected.decide(state)
-
 
     def _sample(self, state: Any) -> TelemetrySample | None:
         if self._telemetry is not None:

@@ -40,7 +40,7 @@ from operator import attrgetter
 import numpy as np
 
 from rlsched.errors import ConfigError
-from rlsched.policies.queue_index import QueueIndex
+from rlsched.policies.queue_index import Group, QueueIndex
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
@@ -239,6 +239,10 @@ def _group(rec: RequestRecord) -> tuple:
     return (rec.key, CLASS_INDEX[rec.request.priority], rec.work_s)
 
 
+def _head(item: tuple[tuple, Group]) -> tuple:
+    return item[1].keys[0]
+
+
 def _by_deadline(rec: RequestRecord) -> tuple[float, float]:
     return (rec.deadline_s, rec.request.arrival_s)
 
@@ -331,7 +335,9 @@ class ProjectedPolicy:
         now, shed = state.now, self.config.shed_lost
         out: list[RequestRecord] = []
         lost: list[RequestRecord] = []
-        for name, group in self.index.groups.items():
+        # groups in the order of their heads (deadline, arrival, id): the same candidates in the
+        # same order whatever the history of the index (the plugin rebuilds it on every call)
+        for name, group in sorted(self.index.groups.items(), key=_head):
             if name is _PARTIAL:  # few: preempted requests, each checked on its own
                 partial = list(group.recs)
                 if shed:

@@ -101,11 +101,22 @@ class QueueIndex:
         self._cursor = len(journal)
 
     def _rebuild(self, state: Any) -> None:
-        self.groups, self._where = {}, {}
+        """Index ``state.waiting`` from scratch: one sort per group (the plugin does this per call)."""
         self._state = state
         self._cursor = len(getattr(state, "journal", ()))
+        rank_of, group_of = self.rank_of, self.group_of
+        by: dict[Hashable, list[tuple[tuple[Any, ...], RequestRecord]]] = {}
         for rec in state.waiting.values():
-            self._add(rec)
+            by.setdefault(group_of(rec), []).append(((*rank_of(rec), rec.request.id), rec))
+        self.groups, self._where = {}, {}
+        for name, members in by.items():
+            members.sort(key=_first)
+            group = self.groups[name] = Group()
+            group.keys = [k for k, _ in members]
+            group.recs = [r for _, r in members]
+            group.works = [r.remaining_s for r in group.recs]
+            group.work_s = sum(group.works)
+            self._where.update((k[-1], (name, k)) for k in group.keys)
 
     def _add(self, rec: RequestRecord) -> None:
         rid = rec.request.id
@@ -128,6 +139,10 @@ class QueueIndex:
         group.delete(key)
         if not group.recs:
             del self.groups[name]
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 __all__ = ["Group", "QueueIndex"]

@@ -87,6 +87,10 @@ class Decision:
 WAIT = Decision()
 
 
+def _request_id(rec: RequestRecord) -> int:
+    return rec.request.id
+
+
 class PolicyLike(Protocol):
     """What ``Simulator.run`` needs; ``rlsched.policies.SchedulingPolicy`` is the full protocol."""
 
@@ -278,13 +282,14 @@ class Simulator:
         self.busy_s += elapsed
         self.mem_gb_s += elapsed * self._batch_mem_gb
         self.gpu_end_s = INF
-        still = []
+        still, done = [], []
         for rec in self.running:
             rec.steps_done = rec.request.num_inference_steps if not self.step_mode else rec.steps_done + 1
-            if rec.steps_done >= rec.request.num_inference_steps:
-                self._finish(rec, COMPLETED)
-            else:
-                still.append(rec)
+            (done if rec.steps_done >= rec.request.num_inference_steps else still).append(rec)
+        # requests finishing together are reported in id order, as the plugin's engine loop reports
+        # them: callbacks that average over finishes (the observation's SLO history) see one order
+        for rec in sorted(done, key=_request_id):
+            self._finish(rec, COMPLETED)
         self.running = still
 
     def _fail_oom(self, batch: list[RequestRecord]) -> None:

@@ -72,7 +72,10 @@ class FakeExecutor(DiffusionExecutor):
 
 
 def od_config(policy: str | None = "edf", step: bool = False, **kw) -> OmniDiffusionConfig:
-    extras = {"extras": {"rlsched": {"policy": policy, "telemetry": False}}} if policy else {}
+    # generous budgets: these tests check what the engine serves, and a loaded 2-core machine
+    # must not turn a policy's decision into a timing fallback (test_overhead measures speed)
+    extras = {"extras": {"rlsched": {"policy": policy, "telemetry": False, "decision_budget_ms": 1e6,
+                                     "decision_deadline_ms": 60e3}}} if policy else {}
     return OmniDiffusionConfig(max_num_seqs=4, request_batch_max_wait_ms=0, step_execution=step,
                                distributed_executor_backend=FakeExecutor,
                                custom_pipeline_args={"pipeline_class": FakePipe}, engine_backend=BACKEND,

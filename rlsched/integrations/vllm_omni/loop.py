@@ -120,17 +120,23 @@ def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingCo
     clock = clock or SimClock()
     result = LoopResult(sim, scheduler=scheduler)
     arrivals = sorted(requests, key=lambda r: r.arrival_s)  # the simulator's order
-    nxt, inflight = 0, None
+    nxt, inflight, end = 0, None, 0.0
     wait = _AdmissionWait(scheduler)
-    while sim.advance_to_next_decision():
-        clock.t = sim.now
-        if inflight is not None:
-            _complete(scheduler, inflight, sim)
-            inflight = None
-        while nxt < len(arrivals) and arrivals[nxt].arrival_s <= sim.now:
+
+    def arrive_until(t: float, nxt: int) -> int:
+        while nxt < len(arrivals) and arrivals[nxt].arrival_s <= t:
             clock.t = arrivals[nxt].arrival_s  # the engine adds a request when it arrives
             scheduler.add_request(to_vllm_request(arrivals[nxt]))
             nxt += 1
+        return nxt
+
+    while sim.advance_to_next_decision():
+        if inflight is not None:  # the engine hears of a finished batch when the GPU ends it
+            nxt = arrive_until(end, nxt)
+            clock.t = end
+            _complete(scheduler, inflight, sim)
+            inflight = None
+        nxt = arrive_until(sim.now, nxt)
         clock.t = sim.now
         wake = wait.wake_time(sim.now)
         if wake is not None:
@@ -142,7 +148,7 @@ def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingCo
             raise RuntimeError(f"t={sim.now:.6f}: schedule() returned no batch while requests wait (a stall)")
         result.batches.append(tuple(sorted(ids)))
         sim.apply(Decision(ids))
-        inflight = out
+        inflight, end = out, sim.gpu_end_s if sim.gpu_end_s != math.inf else sim.now
     if inflight is not None:
         clock.t = sim.now
         _complete(scheduler, inflight, sim)
