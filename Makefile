@@ -41,7 +41,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests
 
 bench: $(VENV)/.installed
-	@for b in sim projection env decision; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
+	@for b in sim projection env decision backlog; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
 
 # The plugin tier: vLLM 0.30.0 + vLLM-Omni 0.30.0 (CPU torch) in their own venv, installed
 # --no-deps plus a pinned list of their pure-Python dependencies, so no CUDA wheel is pulled.
@@ -67,9 +67,9 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 test-vllm: $(VLLM_VENV)/.installed
 	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
-# The README's results section: every policy on held-out seeds (>= 1000), 4 loads, 5 scenarios.
+# The README's results section: every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
 RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default
 results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
-	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004 \
+	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \
 	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default

@@ -325,10 +325,11 @@ def _paired_markdown(summary: dict[str, Any]) -> str:
             ci = "" if math.isnan(r["diff_ci95"]) else f" ± {100 * r['diff_ci95']:.1f}"
             mark = "**" if r["ratio"] < 0.98 else ""
             lines.append(f"| {r['scenario']} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | "
-                         f"{r['best']} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.2f}{mark} | "
+                         f"{r['best']} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.3f}{mark} | "
                          f"{100 * r['diff']:+.1f}{ci} |")
         ratios = [r["ratio"] for r in rows]
-        lines += ["", f"Lowest ratio ×{min(ratios):.2f}; mean ×{sum(ratios) / len(ratios):.2f} over {len(rows)} cells.",
+        lines += ["", f"Lowest ratio ×{min(ratios):.3f}; mean ×{sum(ratios) / len(ratios):.2f} over {len(rows)} cells "
+                  "(bold: below ×0.98).",
                   ""]
     return "\n".join(lines)
 
