@@ -54,6 +54,7 @@ def make_policy(spec: str) -> SchedulingPolicy:
 def _load_builtin() -> None:
     import rlsched.policies.baselines  # noqa: F401  (registers on import)
     import rlsched.policies.learned  # noqa: F401
+    import rlsched.policies.lookahead  # noqa: F401
     import rlsched.policies.seed  # noqa: F401
 
 

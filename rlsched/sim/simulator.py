@@ -18,6 +18,7 @@ mode one denoise step of a batch drawn from running and waiting requests starts
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -307,6 +308,24 @@ class Simulator:
         rec.status, rec.finish_s = status, self.now
         for callback in self.on_finish:
             callback(rec)
+
+    # ------------------------------------------------------------------ forks
+    def fork(self, future_s: float = 0.0) -> Simulator:
+        """An independent copy of the present: waiting and running requests (their records
+        copied), the GPU's current batch and the clock, plus the arrivals of the next
+        ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight). Callbacks,
+        the journal and the statistics start empty. For look-ahead: try a decision on the fork."""
+        ahead = [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s] if future_s > 0 else []
+        sim = Simulator(ahead, self.cost, self.config, self.horizon_s)
+        copies = {rid: copy.copy(rec) for rid, rec in self.records.items() if rec.status in (WAITING, RUNNING)}
+        sim.records = dict(copies)
+        sim.waiting = {rid: copies[rid] for rid in self.waiting}
+        sim.running = [copies[r.request.id] for r in self.running]
+        sim.last_batch = list(sim.running)
+        sim.now, sim.gpu_end_s, sim._timer_s = self.now, self.gpu_end_s, self._timer_s
+        sim._idle_until_event = self._idle_until_event
+        sim._batch_mem_gb, sim._batch_start_s = self._batch_mem_gb, self._batch_start_s
+        return sim
 
     # ----------------------------------------------------------------- views
     @property
