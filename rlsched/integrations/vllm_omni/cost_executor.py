@@ -70,7 +70,7 @@ class CostProfileExecutor(DiffusionExecutor):
         if recs:
             duration = recs[0].request.num_inference_steps * self.cost.batch_step_time(recs) \
                 + sum(r.encode_s + r.decode_s for r in recs)
-        self._run(ids, duration, "request")
+        self._run(ids, duration, "request", so)
         outs = [RunnerOutput(request_id=nr.request_id, finished=True, result=self._image(nr.req))
                 for nr in so.scheduled_new_reqs]
         for nr in so.scheduled_new_reqs:
@@ -93,7 +93,7 @@ class CostProfileExecutor(DiffusionExecutor):
                 duration += rec.encode_s
             if rec is not None and done + 1 == rec.request.num_inference_steps:
                 duration += rec.decode_s
-        self._run(sorted(ids), duration, "step")
+        self._run(sorted(ids), duration, "step", so)
         outs = []
         for rid in ids:
             self._steps_done[rid] = self._steps_done.get(rid, 0) + 1
@@ -118,14 +118,15 @@ class CostProfileExecutor(DiffusionExecutor):
         self._records[new_req.request_id] = rec
         return rec
 
-    def _run(self, ids: list[str], duration: float, mode: str) -> None:
+    def _run(self, ids: list[str], duration: float, mode: str, so: Any) -> None:
         start = time.monotonic()
         time.sleep(max(duration, 0.0) / self.settings.time_scale)
         EXECUTED.append(ids)
         path = os.environ.get(LOG_ENV)
         if path:
+            prompts = {nr.request_id: _prompt(nr.req) for nr in so.scheduled_new_reqs}
             line = json.dumps({"ids": ids, "mode": mode, "start": start, "end": time.monotonic(),
-                               "cost_s": duration})
+                               "cost_s": duration, "new": prompts})
             with self._log_lock, open(path, "a") as f:
                 f.write(line + "\n")
 
@@ -150,6 +151,13 @@ class CostProfileExecutor(DiffusionExecutor):
 
     def shutdown(self) -> None:
         self._dead = True
+
+
+def _prompt(req: Any) -> str:
+    """The request's text prompt (vLLM-Omni keeps a list of str or ``{"prompt": ...}`` dicts)."""
+    prompts = getattr(req, "prompts", None) or [getattr(req, "prompt", "")]
+    first = prompts[0] if isinstance(prompts, (list, tuple)) else prompts
+    return str(first.get("prompt", "") if isinstance(first, dict) else first)
 
 
 __all__ = ["EXECUTED", "LOG_ENV", "CostProfileExecutor"]
