@@ -9,6 +9,9 @@ batches the engine ran, and the plugin's Prometheus endpoint.
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import threading
 from collections import Counter
 from typing import Any
@@ -17,7 +20,7 @@ import pytest
 
 from rlsched import loadgen
 from rlsched.sim import load_scenario
-from tests.e2e.harness import Server
+from tests.e2e.harness import REPO, Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -28,6 +31,29 @@ BUDGET = ("--decision-budget-ms", "20")
 """The 0.5 ms default is for a quiet GPU host: on this 2-core CI machine the stage process's other
 threads hold the GIL long enough that a few decisions ran over it (``slow`` fallbacks); 20 ms is
 still far below one scaled step."""
+
+
+def doc_block(tag: str) -> str:
+    """The code block after ``<!-- e2e:TAG -->`` in docs/deploy.md (the walk-through is tested)."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    found = re.search(rf"<!-- e2e:{tag} -->\s*```bash\n(.*?)```", text, re.S)
+    assert found, f"docs/deploy.md lost its e2e:{tag} block"
+    return found.group(1)
+
+
+def doc_deploy_args() -> list[str]:
+    """The walk-through's ``rlsched deploy`` arguments, ``--out`` left to the fixture."""
+    args = shlex.split(doc_block("deploy").strip().splitlines()[0])
+    assert args[:2] == ["rlsched", "deploy"]
+    i = args.index("--out")
+    return args[2:i] + args[i + 2:]
+
+
+def doc_request() -> dict[str, Any]:
+    """The JSON body of the walk-through's curl request."""
+    found = re.search(r"-d '(\{.*?\})'", doc_block("request"))
+    assert found
+    return dict(json.loads(found.group(1)))
 
 
 def workload() -> list[loadgen.Planned]:
@@ -76,7 +102,7 @@ def run_with_scrapes(server: Server, planned: list[loadgen.Planned]) -> tuple[li
 
 
 def test_request_mode_serves_each_request_once_in_the_policys_batches(serve: Any) -> None:
-    server = serve("--policy", "edf", "--max-num-seqs", "4", "--time-scale", str(TIME_SCALE), *BUDGET)
+    server = serve(*doc_deploy_args(), "--time-scale", str(TIME_SCALE), *BUDGET)
     planned = workload()
     results, max_depth = run_with_scrapes(server, planned)
 
@@ -97,6 +123,14 @@ def test_request_mode_serves_each_request_once_in_the_policys_batches(serve: Any
     for cls, n in by_class.items():
         assert total(m, "rlsched_requests_finished_total", priority=cls) == n
     assert max_depth > 0 and total(m, "rlsched_queue_depth") == 0  # the gauge moved, and is 0 when idle
+
+    # the walk-through's request, as docs/deploy.md prints it
+    body = doc_request()
+    status, reply = loadgen.post_json(loadgen.images_url(server.url), body, timeout_s=60)
+    w, h = map(int, body["size"].split("x"))
+    assert status == 200 and loadgen.count_images(reply, w, h) == 1
+    cls = body["extra_params"]["priority"]
+    assert total(server.metrics(), "rlsched_requests_finished_total", priority=cls) == by_class[cls] + 1
 
 
 def test_step_mode_preempts_a_long_request_for_an_urgent_one_over_http(serve: Any) -> None:

@@ -1,7 +1,7 @@
 """Import-only stand-in (test-only): every submodule imports, every attribute is an inert placeholder.
 
 The serve path imports torchvision/torchaudio at module level, but a CPU-only machine has no wheel
-of either that loads against torch 2.13 (see tests/e2e/README.md). Nothing in the end-to-end tier calls them.
+of either that loads against torch 2.13 (see docs/e2e.md). Nothing in the end-to-end tier calls them.
 """
 import importlib.abc
 import importlib.machinery
