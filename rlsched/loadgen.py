@@ -8,7 +8,7 @@ a thread pool, bounded in count (``max_requests``) and time (``timeout_s`` per r
 whole run ends ``timeout_s`` after the last send), checks each reply holds exactly one valid
 PNG of the requested size, and ``summarize`` reports the seed design's metric set: RPS/IPS,
 latency p50/p90/p99, SLO attainment per class, errors, and queueing vs processing delay
-where the server reports it.
+where the server reports it (``--stage-metrics``: vLLM-Omni's ``stage_durations``).
 
 Times are wall seconds; with ``time_scale`` ≠ 1 (a time-scaled replay against
 ``CostProfileExecutor``), latencies and SLO checks are also given in the profile's seconds
@@ -217,25 +217,29 @@ def _attainment(results: Sequence[Result], time_scale: float) -> dict[str, float
 
 
 def _server_split(ok: Sequence[Result]) -> dict[str, float]:
-    """Queueing vs processing delay (wall s, medians) from replies' stage metrics, if any."""
-    queue = [_num(r.server_metrics, "queue") for r in ok]
-    proc = [_num(r.server_metrics, "exec") for r in ok]
-    queue = [x for x in queue if x is not None]
-    proc = [x for x in proc if x is not None]
+    """Queueing vs processing delay (wall s, medians) from replies' stage metrics, if any.
+
+    vLLM-Omni 0.30 (``return_stage_metrics``) reports ``stage_durations.queue_wait_ms`` (before the
+    stage) and ``stage_N_gen_ms`` (the stage, including the wait in the diffusion scheduler's queue).
+    """
+    queue, proc = [], []
+    for r in ok:
+        durations = r.server_metrics.get("stage_durations")
+        if not isinstance(durations, dict):
+            continue
+        wait = durations.get("queue_wait_ms")
+        gen = [v for k, v in durations.items() if k.startswith("stage_") and k.endswith("_gen_ms")
+               and isinstance(v, (int, float))]
+        if isinstance(wait, (int, float)) and math.isfinite(wait):
+            queue.append(wait / 1e3)
+        if gen:
+            proc.append(sum(gen) / 1e3)
     out = {}
     if queue:
         out["queue_delay_p50_s"] = _pct(queue, 50)
     if proc:
         out["processing_p50_s"] = _pct(proc, 50)
     return out
-
-
-def _num(metrics: dict[str, Any], word: str) -> float | None:
-    """The first numeric stage metric whose key mentions ``word`` (seconds; ``*_ms`` keys converted)."""
-    for key, value in metrics.items():
-        if word in key.lower() and isinstance(value, (int, float)) and math.isfinite(value):
-            return value / 1e3 if key.lower().endswith("ms") else float(value)
-    return None
 
 
 __all__ = ["PROMPT_PREFIX", "Planned", "Result", "count_images", "images_url", "plan", "png_size",

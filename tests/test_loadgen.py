@@ -63,7 +63,9 @@ class StubServer:
         if self.mode == "wrong-size":
             w += 8
         item = {"b64_json": base64.b64encode(png(w, h)).decode()}
-        return 200, {"data": [item], "metrics": {"queue_ms": 2.0, "exec_time_ms": 5.0}}
+        # the shape vLLM-Omni 0.30 returns with return_stage_metrics
+        metrics = {"stage_durations": {"queue_wait_ms": 2.0, "stage_0_gen_ms": 5.0}, "peak_memory_mb": None}
+        return 200, {"data": [item], "metrics": metrics}
 
 
 @pytest.fixture

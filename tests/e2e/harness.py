@@ -85,8 +85,8 @@ class Server:
                "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO), os.environ.get("PYTHONPATH", "")]),
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
         vllm = str(Path(self.python).with_name("vllm"))
-        cmd = [vllm, "serve", str(self.model_dir), "--omni", "--host", "127.0.0.1", "--port", str(self.port),
-               "--stage-overrides", json.dumps(self.overrides())]
+        cmd = [vllm, "serve", str(Path(self.model_dir).resolve()), "--omni", "--host", "127.0.0.1",
+               "--port", str(self.port), "--stage-overrides", json.dumps(self.overrides())]
         with self.server_log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
                                          start_new_session=True)

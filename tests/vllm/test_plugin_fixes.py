@@ -84,3 +84,16 @@ def test_admission_mismatch_is_counted() -> None:
     for rid in "ABC":
         ok.add_request(mk_req(rid))
     assert new_ids(ok.schedule()) == ["A", "B", "C"] and ok.admission_mismatches == 0
+
+
+def test_time_scale_runs_the_plugin_clock_faster() -> None:
+    import time
+
+    cfg = PluginConfig(policy="fifo", telemetry=False, time_scale=100.0)
+    from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler
+
+    plain = RLRequestScheduler("fifo", cfg, metrics=PluginMetrics(CollectorRegistry()))
+    plain.initialize(od(4))
+    t0 = plain.rl_state.time()
+    time.sleep(0.05)
+    assert plain.rl_state.time() - t0 >= 4.0  # 0.05 wall s x 100
