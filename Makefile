@@ -85,5 +85,5 @@ $(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.
 
 .PHONY: test-e2e
 test-e2e: $(VLLM_VENV)/.e2e-installed
-	RLSCHED_REQUIRE_E2E=1 timeout 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider
+	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider
 	@! pgrep -f "[v]llm serve .*e2e-model" >/dev/null || { echo "orphan vllm serve processes"; exit 1; }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,15 @@ from tests.e2e import tiny_model
 from tests.e2e.harness import REPO, Server, deploy_stage, group_members
 
 VLLM = Path(sys.executable).with_name("vllm")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `timeout` (make test-e2e) sends SIGTERM: unwind like Ctrl-C so the server fixtures still stop
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,6 +10,7 @@ Used by ``tests/e2e`` and ``scripts/sim_vs_engine.py``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -91,6 +92,7 @@ class Server:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
                                          start_new_session=True)
         self.pgid = self.proc.pid
+        atexit.register(self.stop)  # a second guard if the caller never reaches its finally
         try:
             self._wait_healthy()
         except BaseException:
