@@ -73,9 +73,13 @@ class OverheadSimulator(Simulator):
     Script-local: measured here, proposed for ``rlsched.sim`` as a serving setting."""
 
     wave_overhead_s = 0.0
+    """Fixed part, profile seconds per wave."""
+    overhead_s_per_mpx = 0.0
+    """Part proportional to the wave's output megapixels (post-processing the images on the CPU)."""
 
     def _duration(self, batch: list[Any]) -> float:
-        return super()._duration(batch) + self.wave_overhead_s
+        mpx = sum(r.request.height * r.request.width * r.request.num_frames for r in batch) / 1e6
+        return super()._duration(batch) + self.wave_overhead_s + self.overhead_s_per_mpx * mpx
 
 
 class NoTelemetry:
@@ -85,10 +89,11 @@ class NoTelemetry:
         return None
 
 
-def simulate(policy: str, args: argparse.Namespace, wave_overhead_s: float = 0.0) -> dict[str, Any]:
+def simulate(policy: str, args: argparse.Namespace, overhead: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
+    """Run the simulator; ``overhead``: (ms per wave, ms per output megapixel), wall time."""
     sc, reqs = workload(args)
     sim = OverheadSimulator(reqs, sc.cost(), sc.serving)
-    sim.wave_overhead_s = wave_overhead_s
+    sim.wave_overhead_s, sim.overhead_s_per_mpx = (x / 1e3 * args.time_scale for x in overhead)
     pol = make_policy(policy)
     if hasattr(pol, "telemetry"):  # the engine here has no GPU: the learned policy sees no NVML either
         pol.telemetry = NoTelemetry()
@@ -124,7 +129,9 @@ def engine(policy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     summary = loadgen.summarize(results, args.time_scale)
     # engine overhead between waves: the next wave's requests had all arrived when the last one ended
     sent = {p.index: t0 + p.send_s for p in planned}
-    gaps = [(c["start"] - prev["end"]) * 1e3 for prev, c, idx in zip(calls, calls[1:], batches[1:])
+    mpx = {p.index: p.height * p.width / 1e6 for p in planned}
+    gaps = [((c["start"] - prev["end"]) * 1e3, sum(mpx[i] for i in pidx))
+            for prev, c, pidx, idx in zip(calls, calls[1:], batches, batches[1:])
             if all(sent[i] < prev["end"] for i in idx)]
     plugin = {}
     for cls in (*PRIORITY_CLASSES, "all"):
@@ -137,7 +144,7 @@ def engine(policy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"batches": batches, "queue_s": queue, "attainment": plugin,
             "client_attainment": summary["slo_attainment"], "errors": summary["errors"],
             "fallbacks": fallbacks, "mismatches": metrics.get("rlsched_admission_mismatches_total", 0.0),
-            "wave_gap_ms": sorted(gaps)}
+            "wave_gap_ms": gaps}
 
 
 def compare(policy: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -145,12 +152,14 @@ def compare(policy: str, args: argparse.Namespace) -> dict[str, Any]:
         work = Path(args.keep) / policy.replace("/", "_").replace(":", "_") if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         eng = engine(policy, args, work)
-    gaps = eng["wave_gap_ms"]
+    pairs = eng["wave_gap_ms"]
+    gaps = sorted(g for g, _ in pairs)
     gap_ms = sum(gaps) / len(gaps) if gaps else 0.0
+    fit = _fit(pairs)
     raw = _versus(simulate(policy, args), eng)
-    folded = _versus(simulate(policy, args, gap_ms / 1e3 * args.time_scale), eng)
+    folded = _versus(simulate(policy, args, fit), eng)
     return {"policy": policy, "wave_gap_ms_mean": gap_ms, "wave_gap_ms_median": _median(gaps) or 0.0,
-            "wave_gaps": len(gaps),
+            "wave_gaps": len(gaps), "overhead_ms": fit[0], "overhead_ms_per_mpx": fit[1],
             "engine_batches": len(eng["batches"]), "engine_attainment": eng["attainment"],
             "client_attainment": eng["client_attainment"], "errors": eng["errors"],
             "fallbacks": eng["fallbacks"], "admission_mismatches": eng["mismatches"],
@@ -183,15 +192,16 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                     r["client_attainment"])
             cells = " | ".join(_pct(v.get(cls)) for v in vals)
             lines.append(f"| {r['policy'] if cls == 'realtime' else ''} | {cls} | {cells} |")
-    lines += ["", "| policy | wave gap, mean / median wall ms (waves) | batches engine | sim: identical batches, "
-              "queueing delay engine − sim mean / max s | sim + overhead: same |", "|---|---|---|---|---|"]
+    lines += ["", "| policy | wave gap, mean / median wall ms (waves); fit ms + ms/Mpx | batches engine | "
+              "sim: batches, queueing delay engine − sim mean / max s | sim + overhead: same |",
+              "|---|---|---|---|---|"]
     for r in rows:
         cols = [f"{v['batches']} → {v['identical_batches']} identical in place, {v['common_batches']} in common, "
                 f"{v['queue_delay_diff_mean_s']:.2f} / "
                 f"{v['queue_delay_diff_max_s']:.2f}" for v in (r["sim"], r["sim_with_overhead"])]
         lines.append(f"| {r['policy']} | {r['wave_gap_ms_mean']:.1f} / {r['wave_gap_ms_median']:.1f} "
-                     f"({r['wave_gaps']}) | {r['engine_batches']} | "
-                     f"{cols[0]} | {cols[1]} |")
+                     f"({r['wave_gaps']}); {r['overhead_ms']:.1f} + {r['overhead_ms_per_mpx']:.1f}/Mpx | "
+                     f"{r['engine_batches']} | {cols[0]} | {cols[1]} |")
     return "\n".join(lines)
 
 
@@ -207,6 +217,17 @@ def _attainment(pairs: list[tuple[str, bool]]) -> dict[str, float]:
 def _sample(metrics: dict[str, float], name: str, **labels: str) -> float:
     return sum(v for k, v in metrics.items() if k.startswith(name + "{")
                and all(f'{lk}="{lv}"' in k for lk, lv in labels.items()))
+
+
+def _fit(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares ``gap_ms = a + b * mpx`` (both >= 0) over waves that followed a busy engine."""
+    if len(pairs) < 3:
+        return (sum(g for g, _ in pairs) / len(pairs) if pairs else 0.0, 0.0)
+    n = len(pairs)
+    mx, my = sum(x for _, x in pairs) / n, sum(g for g, _ in pairs) / n
+    var = sum((x - mx) ** 2 for _, x in pairs)
+    b = max(0.0, sum((x - mx) * (g - my) for g, x in pairs) / var) if var > 0 else 0.0
+    return (max(0.0, my - b * mx), b)
 
 
 def _median(xs: list[float]) -> float | None:
