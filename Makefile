@@ -73,3 +73,17 @@ results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \
 	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
+
+# The end-to-end tier: a real `vllm serve MODEL_DIR --omni` (tiny local model, no download) with the
+# stage `rlsched deploy` writes, CostProfileExecutor instead of a GPU worker, requests over HTTP.
+# Adds the serve path's pinned pure-Python packages to the plugin venv (cache-dit --no-deps).
+$(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.txt
+	$(VLLM_UV) -r requirements/vllm-omni-e2e.txt
+	$(VLLM_UV) --no-deps cache-dit==1.5.0
+	@$(VLLM_PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
+	touch $@
+
+.PHONY: test-e2e
+test-e2e: $(VLLM_VENV)/.e2e-installed
+	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider
+	@! pgrep -f "[v]llm serve .*e2e-model" >/dev/null || { echo "orphan vllm serve processes"; exit 1; }

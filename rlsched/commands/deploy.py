@@ -38,6 +38,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decision-deadline-ms", type=float, default=100.0,
                    help="schedule() never waits longer for a decision; a policy that overran is not called again")
     p.add_argument("--metrics-port", type=int, default=0, help="1..65535: serve rlsched_* metrics on this port")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="plugin seconds per wall second (>1 only for time-scaled replays with "
+                        "CostProfileExecutor; 1 when serving)")
     p.add_argument("--base-config", help="inherit a shipped deploy YAML (vLLM-Omni base_config)")
     p.set_defaults(handler=run)
 
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     settings = PluginConfig(
         policy=args.policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
-        decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port)
+        decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port,
+        time_scale=args.time_scale)
     _check(settings)
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution,
                         args.base_config)

@@ -56,6 +56,10 @@ class PluginConfig:
     """Read NVML at most this often (a read costs tens of microseconds)."""
     metrics_port: int = 0
     """>0: serve this process's ``rlsched_*`` Prometheus metrics on this port."""
+    time_scale: float = 1.0
+    """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
+    (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the
+    policy's clock stay in the cost profile's seconds."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -74,6 +78,7 @@ class PluginConfig:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError("extras.rlsched.metrics_port", f"must be a TCP port 1..65535 (0: off), not {port!r}")
         _positive(self.telemetry_interval_s, "telemetry_interval_s")
+        _positive(self.time_scale, "time_scale")
         for name in ("default_height", "default_width", "default_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

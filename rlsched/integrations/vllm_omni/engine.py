@@ -36,5 +36,17 @@ class RLDiffusionEngine(DiffusionEngine):
     def __init__(self, od_config: Any, scheduler: Any = None) -> None:
         super().__init__(od_config, scheduler=scheduler if scheduler is not None else make_scheduler(od_config))
 
+    def run_startup_warmup(self) -> None:
+        """vLLM-Omni's start-up dummy request goes through the scheduler; keep it out of the
+        SLO and batch metrics, and start the policy's clock and history after it."""
+        sched = self.scheduler
+        if hasattr(sched, "begin_warmup"):
+            sched.begin_warmup()
+        try:
+            super().run_startup_warmup()
+        finally:
+            if hasattr(sched, "end_warmup"):
+                sched.end_warmup()
+
 
 __all__ = ["RLDiffusionEngine", "is_step_mode", "make_scheduler"]

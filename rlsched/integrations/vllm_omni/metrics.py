@@ -18,6 +18,7 @@ name                                       type       labels              meanin
 ``rlsched_requests_finished_total``        counter    priority, outcome   ``slo_met``, ``slo_missed``, ``aborted``
 ``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed)
 ``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults
+``rlsched_admission_mismatches_total``     counter    —                   admitted batch != the policy's batch
 =========================================  =========  ==================  ==========================================
 """
 
@@ -75,6 +76,9 @@ class PluginMetrics:
                              ["priority", "outcome"])
         self.attainment = make("Gauge", "rlsched_slo_attainment_ratio", "SLO attainment of finished requests",
                                ["priority"])
+        self.admission_mismatches = make(
+            "Counter", "rlsched_admission_mismatches_total",
+            "schedule() calls whose admitted batch differed from the policy's choice")
         self.invalid = make("Counter", "rlsched_invalid_request_fields_total",
                             "Request fields replaced by defaults", ["field"])
         self._depth = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
@@ -102,6 +106,12 @@ class PluginMetrics:
     def set_queue_depth(self, counts: Counter[str]) -> None:
         for cls, gauge in self._depth.items():
             gauge.set(counts.get(cls, 0))
+
+    def queue_depth_add(self, priority: str) -> None:
+        """One more waiting request of ``priority`` (arrivals; admission recounts)."""
+        gauge = self._depth.get(priority)
+        if gauge is not None:
+            gauge.inc()
 
     def record_finish(self, priority: str, outcome: str) -> None:
         self.finished.labels(priority=priority, outcome=outcome).inc()

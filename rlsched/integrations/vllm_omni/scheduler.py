@@ -74,6 +74,7 @@ class _PolicyScheduling:
         self._policy_arg, self._cost_arg = policy, cost
         self.settings: PluginConfig | None = settings
         """Plugin settings; read from ``od_config.extras`` at ``initialize`` when not given."""
+        self._clock_arg = clock
         self._clock = clock or time.monotonic
         self.metrics = metrics or PluginMetrics.on()
         self.rl_state: PluginState | None = None
@@ -84,11 +85,17 @@ class _PolicyScheduling:
         self.waits_overridden = 0
         self.decisions = 0
         self.preemptions = 0
+        self.admission_mismatches = 0
+        """Calls where vLLM-Omni's batch differed from the policy's choice (an upstream change)."""
+        self._warming_up = False
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
         super().initialize(od_config, **kwargs)  # type: ignore[misc]
         self.settings = settings = self.settings or PluginConfig.from_od_config(od_config)
+        if self._clock_arg is None and settings.time_scale != 1.0:
+            scale = settings.time_scale
+            self._clock = lambda: time.monotonic() * scale
         arg = self._policy_arg
         self.policy: SchedulingPolicy = make_policy(arg or settings.policy) if arg is None or isinstance(arg, str) \
             else arg
@@ -112,9 +119,11 @@ class _PolicyScheduling:
         if self.rl_state is not None:
             try:
                 key = self.get_request_state(rid).sampling_params_key  # type: ignore[attr-defined]
-                _, bad = self.rl_state.add(rid, request.sampling_params, key)
+                rec, bad = self.rl_state.add(rid, request.sampling_params, key)
                 for name in bad:
                     self.metrics.invalid.labels(field=name).inc()
+                # the gauge follows arrivals too: in request mode no schedule() runs mid-wave
+                self.metrics.queue_depth_add(rec.request.priority)
             except Exception:  # never raise into the engine; FIFO serves it (reason "untracked")
                 pass
         return rid
@@ -126,7 +135,7 @@ class _PolicyScheduling:
             return state
         outcome = {_COMPLETED: "completed", _ABORTED: "aborted"}.get(state.status, "failed")
         rec = st.finish(request_id, outcome)
-        if rec is not None:
+        if rec is not None and not self._warming_up:
             self.metrics.record_finish(rec.request.priority, "aborted" if outcome == "aborted"
                                        else "slo_met" if rec.slo_met else "slo_missed")
         self._update_queue_depth(force=True)  # a request aborted while waiting leaves the queue here
@@ -143,7 +152,7 @@ class _PolicyScheduling:
             self._fallback("internal_error")
             plan = None
         out: DiffusionSchedulerOutput = super().schedule() if plan is None else self._run(st, plan)  # type: ignore[misc]
-        if out.num_scheduled_reqs:
+        if out.num_scheduled_reqs and not self._warming_up:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
         # after admission, not before: the gauge must not keep counting requests that just started
         self._update_queue_depth(force=bool(out.scheduled_new_reqs))
@@ -205,6 +214,20 @@ class _PolicyScheduling:
                     counts[rec.request.priority] += 1
         return counts
 
+    def begin_warmup(self) -> None:
+        """The engine's start-up warm-up request follows: keep it out of the metrics."""
+        self._warming_up = True
+
+    def end_warmup(self) -> None:
+        """Serving starts: a fresh queue view (clock origin, ids, a learned policy's history)."""
+        self._warming_up = False
+        st = self.rl_state
+        if st is None or st.records:  # never drop a live request's record
+            return
+        self.rl_state = PluginState(st.cost, st.config, st.settings, self._clock, st._telemetry_source)
+        self.policy.reset(self.rl_state)  # type: ignore[arg-type]
+        self._update_queue_depth(force=True)
+
     def _fallback(self, reason: str) -> None:
         """Count a call that FIFO schedules instead of the policy."""
         self.fallbacks += 1
@@ -220,9 +243,13 @@ class _PolicyScheduling:
         saved = self.max_num_running_reqs
         self.max_num_running_reqs = cap
         try:
-            return super().schedule()  # type: ignore[misc, no-any-return]
+            out: DiffusionSchedulerOutput = super().schedule()  # type: ignore[misc]
         finally:
             self.max_num_running_reqs = saved
+        if ids and set(out.scheduled_request_ids) != {st.name(i) for i in ids}:
+            self.admission_mismatches += 1
+            self.metrics.admission_mismatches.inc()
+        return out
 
     def _arrange(self, st: PluginState, ids: tuple[int, ...]) -> int:
         """Preempt what the batch leaves out, put its waiting ids first; returns this call's cap."""

@@ -1,0 +1,246 @@
+"""Load generator for a vLLM-Omni image server (``/v1/images/generations``); stdlib only.
+
+A seeded rlsched workload (a scenario or a trace, the simulator's exact ``Request`` stream)
+becomes HTTP requests sent at their arrival times (÷ ``time_scale``), each carrying its
+class and SLO in ``extra_params`` (``{"priority": ..., "slo_ms": ...}``), which vLLM-Omni
+copies into ``sampling_params.extra_args`` for the rlsched plugin. ``run`` sends them from
+a thread pool, bounded in count (``max_requests``) and time (``timeout_s`` per request, the
+whole run ends ``timeout_s`` after the last send), checks each reply holds exactly one valid
+PNG of the requested size, and ``summarize`` reports the seed design's metric set: RPS/IPS,
+latency p50/p90/p99, SLO attainment per class, errors, and queueing vs processing delay
+where the server reports it (``--stage-metrics``: vLLM-Omni's ``stage_durations``).
+
+Times are wall seconds; with ``time_scale`` ≠ 1 (a time-scaled replay against
+``CostProfileExecutor``), latencies and SLO checks are also given in the profile's seconds
+(wall × ``time_scale``), the unit of ``slo_ms``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlsched.sim.request import PRIORITY_CLASSES, Request
+
+PROMPT_PREFIX = "rlsched-loadgen request "
+"""Each prompt is this plus the request's index, so a server-side log can name requests."""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One HTTP request: when to send it (wall seconds after start) and its JSON body."""
+
+    index: int
+    send_s: float
+    priority: str
+    slo_s: float
+    """SLO in the profile's seconds (what ``slo_ms`` carries)."""
+    height: int
+    width: int
+    body: dict[str, Any]
+
+
+@dataclass
+class Result:
+    """What happened to one request (wall seconds after start)."""
+
+    index: int
+    priority: str
+    slo_s: float
+    sent_s: float = math.nan
+    done_s: float = math.nan
+    status: int = 0
+    """HTTP status; 0: no reply (connection error or timeout)."""
+    images: int = 0
+    """Valid PNGs of the requested size in the reply."""
+    error: str = ""
+    server_metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.images == 1 and not self.error
+
+    @property
+    def latency_s(self) -> float:
+        return self.done_s - self.sent_s
+
+
+def request_body(req: Request, model: str | None = None, stage_metrics: bool = False) -> dict[str, Any]:
+    """The ``/v1/images/generations`` body of an rlsched ``Request`` (class and SLO in ``extra_params``)."""
+    body: dict[str, Any] = {
+        "prompt": f"{PROMPT_PREFIX}{req.id}", "n": 1, "size": f"{req.width}x{req.height}",
+        "num_inference_steps": req.num_inference_steps, "seed": req.id,
+        # Qwen-Image's CFG knob; the plugin reads true_cfg_scale > 1 as CFG
+        "true_cfg_scale": 4.0 if req.cfg else 1.0, "guidance_scale": 1.0,
+        "extra_params": {"priority": req.priority, "slo_ms": round(req.slo_s * 1e3, 3)},
+    }
+    if model:
+        body["model"] = model
+    if stage_metrics:
+        body["return_stage_metrics"] = True
+    return body
+
+
+def plan(requests: Sequence[Request], time_scale: float = 1.0, model: str | None = None,
+         max_requests: int | None = None, stage_metrics: bool = False) -> list[Planned]:
+    """Requests in arrival order with wall send times (arrival ÷ ``time_scale``), at most ``max_requests``."""
+    if not time_scale > 0:
+        raise ValueError(f"time_scale must be > 0, not {time_scale}")
+    reqs = sorted(requests, key=lambda r: (r.arrival_s, r.id))[:max_requests]
+    return [Planned(r.id, r.arrival_s / time_scale, r.priority, r.slo_s, r.height, r.width,
+                    request_body(r, model, stage_metrics)) for r in reqs]
+
+
+def png_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a PNG, or None if ``data`` is not one."""
+    if len(data) < 24 or not data.startswith(PNG_MAGIC) or data[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def count_images(reply: Any, width: int, height: int) -> int:
+    """Valid PNGs of ``width``×``height`` in an OpenAI images reply (``data[].b64_json``)."""
+    items = reply.get("data") if isinstance(reply, dict) else None
+    n = 0
+    for item in items or []:
+        try:
+            data = base64.b64decode(item.get("b64_json") or "", validate=True)
+        except (ValueError, AttributeError):
+            continue
+        n += png_size(data) == (width, height)
+    return n
+
+
+def post_json(url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+    """POST ``body``; (status, parsed JSON or text). Raises ``OSError`` on no reply."""
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (user-given URL)
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")[:200]
+
+
+def images_url(base: str) -> str:
+    """``http://host:port`` or a full endpoint URL → the images endpoint."""
+    base = base.rstrip("/")
+    return base if base.endswith("/images/generations") else f"{base}/v1/images/generations"
+
+
+def run(url: str, planned: Sequence[Planned], timeout_s: float = 120.0, workers: int = 64,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[Result]:
+    """Send every planned request at its time (never early); one ``Result`` each, in plan order."""
+    endpoint, start = images_url(url), clock()
+    results = [Result(p.index, p.priority, p.slo_s) for p in planned]
+    lock = threading.Lock()
+
+    def send(i: int) -> None:
+        p, res = planned[i], results[i]
+        with lock:
+            res.sent_s = clock() - start
+        try:
+            res.status, reply = post_json(endpoint, p.body, timeout_s)
+            res.images = count_images(reply, p.width, p.height)
+            if res.status != 200:
+                res.error = f"HTTP {res.status}: {str(reply)[:120]}"
+            elif res.images != 1:
+                res.error = f"{res.images} valid {p.width}x{p.height} PNGs in the reply (expected 1)"
+            if isinstance(reply, dict) and isinstance(reply.get("metrics"), dict):
+                res.server_metrics = reply["metrics"]
+        except OSError as exc:
+            res.error = f"{type(exc).__name__}: {exc}"
+        res.done_s = clock() - start
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(planned) or 1))) as pool:
+        for i, p in enumerate(planned):
+            delay = p.send_s - (clock() - start)
+            if delay > 0:
+                sleep(delay)
+            pool.submit(send, i)
+    return results
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarize(results: Sequence[Result], time_scale: float = 1.0) -> dict[str, Any]:
+    """RPS/IPS, latency percentiles (wall s; ``*_scaled`` in profile s), SLO attainment per class,
+    errors, and the server's queueing/processing split when replies carried stage metrics."""
+    ok = [r for r in results if r.ok]
+    span = max((r.done_s for r in results), default=0.0) - min((r.sent_s for r in results), default=0.0)
+    lat = [r.latency_s for r in ok]
+    out: dict[str, Any] = {
+        "requests": len(results), "completed": len(ok), "errors": len(results) - len(ok),
+        "duration_s": span, "rps": len(ok) / span if span > 0 else math.nan,
+        "ips": sum(r.images for r in ok) / span if span > 0 else math.nan,
+        "time_scale": time_scale,
+    }
+    for q in (50, 90, 99):
+        out[f"latency_p{q}_s"] = _pct(lat, q)
+    out["slo_attainment"] = _attainment(results, time_scale)
+    out.update(_server_split(ok))
+    out["error_samples"] = sorted({r.error for r in results if r.error})[:5]
+    return out
+
+
+def _attainment(results: Sequence[Result], time_scale: float) -> dict[str, float]:
+    """Per class (and ``all``): share of requests served within SLO; an error is a miss."""
+    out = {}
+    for cls in (*PRIORITY_CLASSES, "all"):
+        rs = [r for r in results if cls in ("all", r.priority)]
+        if rs:
+            out[cls] = sum(r.ok and r.latency_s * time_scale <= r.slo_s for r in rs) / len(rs)
+    return out
+
+
+def _server_split(ok: Sequence[Result]) -> dict[str, float]:
+    """Queueing vs processing delay (wall s, medians) from replies' stage metrics, if any.
+
+    vLLM-Omni 0.30 (``return_stage_metrics``) reports ``stage_durations.queue_wait_ms`` (before the
+    stage) and ``stage_N_gen_ms`` (the stage, including the wait in the diffusion scheduler's queue).
+    """
+    queue, proc = [], []
+    for r in ok:
+        durations = r.server_metrics.get("stage_durations")
+        if not isinstance(durations, dict):
+            continue
+        wait = durations.get("queue_wait_ms")
+        gen = [v for k, v in durations.items() if k.startswith("stage_") and k.endswith("_gen_ms")
+               and isinstance(v, (int, float))]
+        if isinstance(wait, (int, float)) and math.isfinite(wait):
+            queue.append(wait / 1e3)
+        if gen:
+            proc.append(sum(gen) / 1e3)
+    out = {}
+    if queue:
+        out["queue_delay_p50_s"] = _pct(queue, 50)
+    if proc:
+        out["processing_p50_s"] = _pct(proc, 50)
+    return out
+
+
+__all__ = ["PROMPT_PREFIX", "Planned", "Result", "count_images", "images_url", "plan", "png_size",
+           "request_body", "run", "summarize"]

@@ -1,0 +1,198 @@
+"""Start a real ``vllm serve MODEL_DIR --omni`` with the stage ``rlsched deploy`` writes; stop it for sure.
+
+Only 127.0.0.1; the server runs in its own process group (``start_new_session``) and
+``Server.stop`` kills the whole group (SIGTERM, then SIGKILL after a grace period), so
+the API server, the stage process and anything they spawned go together. Imports no vLLM:
+the server runs in ``.venv-vllm`` as a subprocess.
+
+Used by ``tests/e2e`` and ``scripts/sim_vs_engine.py``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+STUBS = Path(__file__).resolve().parent / "stubs"
+EXECUTOR = "rlsched.integrations.vllm_omni.cost_executor.CostProfileExecutor"
+START_TIMEOUT_S = 240.0
+STOP_GRACE_S = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def deploy_stage(python: str, *deploy_args: str, out: Path) -> dict[str, Any]:
+    """Run ``rlsched deploy`` and return the stage of its printed ``--stage-overrides`` line."""
+    res = subprocess.run([python, "-m", "rlsched", "deploy", *deploy_args, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120, check=True, cwd=REPO)
+    found = re.search(r"--stage-overrides '(\{.*\})'", res.stdout)
+    if found is None:
+        raise AssertionError(f"no --stage-overrides line in rlsched deploy's output:\n{res.stdout}")
+    return dict(json.loads(found.group(1)))
+
+
+@dataclass
+class Server:
+    """One ``vllm serve`` process group; ``stage`` is exactly what ``rlsched deploy`` printed, plus the executor."""
+
+    model_dir: Path
+    stage: dict[str, Any]
+    workdir: Path
+    python: str = sys.executable
+    port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    pgid: int = -1
+    """The server's process group (its leader's pid), kept after ``stop`` for orphan checks."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def executor_log(self) -> Path:
+        return self.workdir / "executor.jsonl"
+
+    @property
+    def server_log(self) -> Path:
+        return self.workdir / "server.log"
+
+    def overrides(self) -> dict[str, Any]:
+        stage = json.loads(json.dumps(self.stage))
+        (sid, spec), = stage.items()
+        spec["distributed_executor_backend"] = EXECUTOR  # the only addition: no GPU here
+        spec["extras"]["rlsched"]["metrics_port"] = self.metrics_port
+        return {sid: spec}
+
+    def start(self) -> Server:
+        self.executor_log.unlink(missing_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RLSCHED_EXECUTOR_LOG": str(self.executor_log),
+               "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO), os.environ.get("PYTHONPATH", "")]),
+               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+        vllm = str(Path(self.python).with_name("vllm"))
+        cmd = [vllm, "serve", str(Path(self.model_dir).resolve()), "--omni", "--host", "127.0.0.1",
+               "--port", str(self.port), "--stage-overrides", json.dumps(self.overrides())]
+        with self.server_log.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
+                                         start_new_session=True)
+        self.pgid = self.proc.pid
+        atexit.register(self.stop)  # a second guard if the caller never reaches its finally
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise TimeoutError(f"vllm serve not healthy after {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """Kill the process group: SIGTERM, then SIGKILL after ``STOP_GRACE_S``; bounded time."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and _group_alive(proc.pid):
+                proc.poll()
+                time.sleep(0.2)
+            if not _group_alive(proc.pid):
+                break
+        proc.poll()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.server_log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------- reading
+    def metrics(self) -> dict[str, float]:
+        """The ``rlsched_*`` samples of the plugin's Prometheus endpoint, by ``name{labels}``."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("rlsched_"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def executed(self) -> list[dict[str, Any]]:
+        """The executor's calls in order (the warm-up first), one dict each."""
+        if not self.executor_log.exists():
+            return []
+        return [json.loads(line) for line in self.executor_log.read_text().splitlines() if line.strip()]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie leader still counts until reaped; check for live members
+    return any(_pgid(pid) == pgid and _state(pid) != "Z" for pid in _pids())
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return -1
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a group (tests assert none is left)."""
+    return [pid for pid in _pids() if _pgid(pid) == pgid and _state(pid) != "Z"]
