@@ -33,7 +33,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
     p.add_argument("--default-slo-scale", type=float, help="SLO scale of the default class")
-    p.add_argument("--decision-budget-ms", type=float, default=0.5,
+    p.add_argument("--decision-budget-ms", type=float, default=5.0,
                    help="a slower decision is discarded and FIFO schedules that call")
     p.add_argument("--decision-deadline-ms", type=float, default=100.0,
                    help="schedule() never waits longer for a decision; a policy that overran is not called again")

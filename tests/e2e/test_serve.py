@@ -28,9 +28,9 @@ TIME_SCALE = 50.0
 """Profile seconds per wall second: a 12 s Qwen-Image request takes 0.24 s here."""
 N_REQUESTS = 16
 BUDGET = ("--decision-budget-ms", "20")
-"""The 0.5 ms default is for a quiet GPU host: on this 2-core CI machine the stage process's other
-threads hold the GIL long enough that a few decisions ran over it (``slow`` fallbacks); 20 ms is
-still far below one scaled step."""
+"""On this 2-core CI machine the stage process's other threads hold the GIL long enough that a few
+decisions ran over a 0.5 ms budget (``slow`` fallbacks; the default is now 5 ms); 20 ms leaves
+margin and is still far below one scaled step."""
 
 
 def doc_block(tag: str) -> str:
