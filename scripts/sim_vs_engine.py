@@ -18,6 +18,7 @@ Run with the e2e venv (make test-e2e installs it):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -67,21 +68,6 @@ def workload(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     return sc, sc.requests(args.seed, args.rate_scale, args.duration)
 
 
-class OverheadSimulator(Simulator):
-    """The simulator plus a fixed engine overhead per wave (busy loop, IPC, post-processing).
-
-    Script-local: measured here, proposed for ``rlsched.sim`` as a serving setting."""
-
-    wave_overhead_s = 0.0
-    """Fixed part, profile seconds per wave."""
-    overhead_s_per_mpx = 0.0
-    """Part proportional to the wave's output megapixels (post-processing the images on the CPU)."""
-
-    def _duration(self, batch: list[Any]) -> float:
-        mpx = sum(r.request.height * r.request.width * r.request.num_frames for r in batch) / 1e6
-        return super()._duration(batch) + self.wave_overhead_s + self.overhead_s_per_mpx * mpx
-
-
 class NoTelemetry:
     """What the plugin reads on a machine without NVML: nothing (the observation's "unknown")."""
 
@@ -92,8 +78,9 @@ class NoTelemetry:
 def simulate(policy: str, args: argparse.Namespace, overhead: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
     """Run the simulator; ``overhead``: (ms per wave, ms per output megapixel), wall time."""
     sc, reqs = workload(args)
-    sim = OverheadSimulator(reqs, sc.cost(), sc.serving)
-    sim.wave_overhead_s, sim.overhead_s_per_mpx = (x / 1e3 * args.time_scale for x in overhead)
+    fixed, per_mpx = (x * args.time_scale for x in overhead)  # wall ms -> profile ms
+    serving = dataclasses.replace(sc.serving, engine_overhead_ms=fixed, engine_overhead_ms_per_mpx=per_mpx)
+    sim = Simulator(reqs, sc.cost(), serving)
     pol = make_policy(policy)
     if hasattr(pol, "telemetry"):  # the engine here has no GPU: the learned policy sees no NVML either
         pol.telemetry = NoTelemetry()

@@ -33,6 +33,8 @@ class ServingSpec(_Strict):
     mode: Literal["request", "step"] = "request"
     max_num_seqs: PositiveInt = 1
     request_batch_max_wait_ms: NonNegative = 0.0
+    engine_overhead_ms: NonNegative = 0.0
+    engine_overhead_ms_per_mpx: NonNegative = 0.0
 
 
 class PoissonSpec(_Strict):

@@ -54,14 +54,21 @@ class ServingConfig:
     """Most requests in one batch (vLLM-Omni's ``max_num_seqs``)."""
     request_batch_max_wait_ms: float = 0.0
     """Request mode: how long FIFO may hold a short wave to coalesce more requests."""
+    engine_overhead_ms: float = 0.0
+    """Engine time per wave outside the GPU's work (busy loop, IPC), added to each batch."""
+    engine_overhead_ms_per_mpx: float = 0.0
+    """Engine time per output megapixel·frame of a finishing request (turning output tensors
+    into images on the host). Measured against a real CPU server: ~1-2.5 ms and ~5.7 ms/MP
+    (docs/e2e.md) — negligible next to seconds-long waves, so the shipped scenarios keep 0."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError("serving.mode", f"must be one of {MODES}, not {self.mode!r}")
         if not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
             raise ConfigError("serving.max_num_seqs", f"must be an integer >= 1, not {self.max_num_seqs!r}")
-        if not self.request_batch_max_wait_ms >= 0:
-            raise ConfigError("serving.request_batch_max_wait_ms", "must be >= 0")
+        for name in ("request_batch_max_wait_ms", "engine_overhead_ms", "engine_overhead_ms_per_mpx"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"serving.{name}", "must be >= 0")
 
     @property
     def step_mode(self) -> bool:
@@ -86,6 +93,11 @@ class Decision:
 
 
 WAIT = Decision()
+
+
+def _output_mpx(rec: RequestRecord) -> float:
+    q = rec.request
+    return q.height * q.width * q.num_frames / 1e6
 
 
 def _request_id(rec: RequestRecord) -> int:
@@ -267,15 +279,17 @@ class Simulator:
 
     def _duration(self, batch: list[RequestRecord]) -> float:
         step = self.cost.batch_step_time(batch)
+        cfg = self.config
         if not self.step_mode:
             steps = batch[0].request.num_inference_steps
-            return steps * step + sum(r.encode_s + r.decode_s for r in batch)
-        extra = 0.0
+            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * cfg.engine_overhead_ms_per_mpx / 1e3
+                                      for r in batch) + cfg.engine_overhead_ms / 1e3
+        extra = cfg.engine_overhead_ms / 1e3
         for r in batch:
             if r.steps_done == 0:
                 extra += r.encode_s
             if r.steps_done + 1 == r.request.num_inference_steps:
-                extra += r.decode_s
+                extra += r.decode_s + _output_mpx(r) * cfg.engine_overhead_ms_per_mpx / 1e3
         return step + extra
 
     def _end_batch(self) -> None:

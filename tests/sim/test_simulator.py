@@ -1,13 +1,14 @@
 """Event loop, conservation, memory failures, step mode and determinism."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from rlsched.errors import InvalidDecision
+from rlsched.errors import ConfigError, InvalidDecision
 from rlsched.evaluation import RunSpec, prepare, simulate
 from rlsched.policies import make_policy
-from rlsched.sim import Decision
+from rlsched.sim import Decision, Simulator
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, FAILED_OOM
 from tests.conftest import make_request
@@ -122,3 +123,17 @@ def test_duplicate_ids_are_refused_up_front(make_sim) -> None:
 
     with pytest.raises(InvalidRequest, match="'id'"):
         make_sim([make_request(3, 0.0), make_request(3, 1.0)])
+
+
+def test_engine_overhead_lengthens_each_wave_by_its_fixed_and_per_megapixel_parts() -> None:
+    base = prepare(RunSpec("default", "fifo", 0, 1.0, 600.0))
+    slow = Simulator(list(base._arrivals), base.cost,
+                     replace(base.config, engine_overhead_ms=2.0, engine_overhead_ms_per_mpx=5.7))
+    for sim in (base, slow):
+        sim.advance_to_next_decision()
+        sim.apply(Decision(tuple(sim.waiting)[:1]))
+    (rec,) = slow.running
+    mpx = rec.request.height * rec.request.width / 1e6
+    assert slow.gpu_end_s - base.gpu_end_s == pytest.approx((2.0 + 5.7 * mpx) / 1e3)
+    with pytest.raises(ConfigError, match="engine_overhead_ms"):
+        replace(base.config, engine_overhead_ms=-1.0)
