@@ -1,5 +1,5 @@
 """Scheduling policies behind one protocol, built by name with ``make_policy``."""
 
-from rlsched.policies.base import SchedulingPolicy, make_policy, policy_names, register, same_key_batch
+from rlsched.policies.base import SchedulingPolicy, make_policy, policy_names, register
 
-__all__ = ["SchedulingPolicy", "make_policy", "policy_names", "register", "same_key_batch"]
+__all__ = ["SchedulingPolicy", "make_policy", "policy_names", "register"]

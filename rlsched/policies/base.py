@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from rlsched.errors import ConfigError
-from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 
 
@@ -56,18 +55,3 @@ def _load_builtin() -> None:
     import rlsched.policies.learned  # noqa: F401
     import rlsched.policies.lookahead  # noqa: F401
     import rlsched.policies.seed  # noqa: F401
-
-
-def same_key_batch(ordered: Iterable[RequestRecord], cap: int) -> tuple[int, ...]:
-    """The first record's key, then every later record with that key, up to ``cap``."""
-    it = iter(ordered)
-    first = next(it, None)
-    if first is None:
-        return ()
-    out = [first.request.id]
-    for rec in it:
-        if len(out) >= cap:
-            break
-        if rec.key == first.key:
-            out.append(rec.request.id)
-    return tuple(out)
