@@ -117,9 +117,19 @@ def aggregate(rows: list[dict[str, Any]]) -> list[Cell]:
             vals = np.array([flat(r, key) for r in group])
             vals = vals[~np.isnan(vals)]
             mean[key] = float(vals.mean()) if vals.size else math.nan
-            ci[key] = _t95(vals.size) * float(vals.std(ddof=1)) / math.sqrt(vals.size) if vals.size > 1 else math.nan
+            ci[key] = ci95_half_width(vals)
         cells.append(Cell(sc, pol, rs, len(group), mean, ci))
     return cells
+
+
+def ci95_half_width(values: Any) -> float:
+    """Half-width of the two-sided 95 % t-interval of the mean of ``values`` (NaN below 2)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    import numpy as np
+
+    return _t95(n) * float(np.std(values, ddof=1)) / math.sqrt(n)
 
 
 def _t95(n: int) -> float:
@@ -240,11 +250,10 @@ def paired(rows: list[dict[str, Any]], target: str, against: tuple[str, ...] = P
         best = max(rivals, key=lambda p: float(np.mean(list(rivals[p].values()))))
         seeds = sorted(set(mine) & set(rivals[best]))
         diff = np.array([mine[s] - rivals[best][s] for s in seeds])
-        half = _t95(diff.size) * float(diff.std(ddof=1)) / math.sqrt(diff.size) if diff.size > 1 else math.nan
         t_mean, b_mean = float(np.mean([mine[s] for s in seeds])), float(np.mean([rivals[best][s] for s in seeds]))
         out.append({"scenario": sc, "rate_scale": rs, "target": t_mean, "best": best, "best_value": b_mean,
                     "ratio": t_mean / b_mean if b_mean else math.nan, "diff": float(diff.mean()),
-                    "diff_ci95": half, "seeds": len(seeds)})
+                    "diff_ci95": ci95_half_width(diff), "seeds": len(seeds)})
     return out
 
 

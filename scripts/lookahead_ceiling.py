@@ -13,12 +13,11 @@ ahead). Slow by design: ~1-3 min per scenario and load on one core.
 from __future__ import annotations
 
 import argparse
-import math
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from rlsched.evaluation import RunSpec, _t95, prepare
+from rlsched.evaluation import RunSpec, ci95_half_width, prepare
 from rlsched.policies import make_policy
 from rlsched.sim.metrics import summarize
 
@@ -52,8 +51,7 @@ def main() -> None:
             cols = []
             for pol in POLICIES[1:]:
                 d = np.array([res[(sc, pol, s, rs)] for s in seeds]) - base
-                half = _t95(d.size) * d.std(ddof=1) / math.sqrt(d.size) if d.size > 1 else math.nan
-                cols.append(f"{100 * d.mean():+.1f} ± {100 * half:.1f}")
+                cols.append(f"{100 * d.mean():+.1f} ± {100 * ci95_half_width(d):.1f}")
             print(f"| {sc} | ×{rs:g} | {100 * base.mean():.1f} | " + " | ".join(cols) + " |")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import register
-from rlsched.policies.queue_index import QueueIndex
+from rlsched.policies.queue_index import QueueIndex, by_arrival, by_key
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import WAIT, Decision, Simulator
 
@@ -95,7 +95,7 @@ class OrderedPolicy:
     name = "ordered"
 
     def reset(self, state: Simulator) -> None:
-        self.index = QueueIndex(_KEY, lambda rec: self.rank(rec, state.now))
+        self.index = QueueIndex(by_key, lambda rec: self.rank(rec, state.now))
 
     def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
         raise NotImplementedError
@@ -112,10 +112,6 @@ class OrderedPolicy:
         same = [(*k, r) for k, r in zip(group.keys[:cap], group.recs[:cap])] if group else []
         same += [e for e in running if e[-1].key == key]
         return Decision(tuple(e[-1].request.id for e in sorted(same, key=_ORDER)[:cap]))
-
-
-def _KEY(rec: RequestRecord) -> tuple:
-    return rec.key
 
 
 def _ORDER(entry: tuple) -> tuple:
@@ -167,7 +163,7 @@ class Drr:
     def reset(self, state: Simulator) -> None:
         self._deficit: dict[tuple, float] = {}
         self._order: list[tuple] = []
-        self.index = QueueIndex(_KEY, _ARRIVAL)
+        self.index = QueueIndex(by_key, by_arrival)
 
     def decide(self, state: Simulator) -> Decision:
         if state.config.step_mode and state.running:
@@ -202,10 +198,6 @@ class Drr:
             out.append(rec.request.id)
         self._deficit[key] -= spent
         return tuple(out)
-
-
-def _ARRIVAL(rec: RequestRecord) -> tuple[float]:
-    return (rec.request.arrival_s,)
 
 
 def _num(arg: str, default: float, spec: str = "drr") -> float:

@@ -141,8 +141,18 @@ class QueueIndex:
             del self.groups[name]
 
 
+def by_key(rec: RequestRecord) -> Hashable:
+    """Group by compatibility key."""
+    return rec.key
+
+
+def by_arrival(rec: RequestRecord) -> Rank:
+    """Rank by arrival time (oldest first)."""
+    return (rec.request.arrival_s,)
+
+
 def _first(pair: tuple[Any, Any]) -> Any:
     return pair[0]
 
 
-__all__ = ["Group", "QueueIndex"]
+__all__ = ["Group", "QueueIndex", "by_arrival", "by_key"]

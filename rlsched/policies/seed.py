@@ -51,7 +51,7 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.policies.base import register
 from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action, with_overrides
-from rlsched.policies.queue_index import QueueIndex
+from rlsched.policies.queue_index import QueueIndex, by_arrival, by_key
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.request import PRIORITY_CLASSES, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
@@ -176,7 +176,7 @@ class SeedMemory:
         self.config = config or SeedConfig()
 
     def reset(self, state: Simulator) -> None:
-        self.index = QueueIndex(_KEY, _ARRIVAL)  # same-key requests without scanning the queue
+        self.index = QueueIndex(by_key, by_arrival)  # same-key requests without scanning the queue
 
     def decide(self, state: Simulator) -> Decision:
         self.index.sync(state)
@@ -263,7 +263,7 @@ class SeedPriority:
 
     def reset(self, state: Simulator) -> None:
         self.shares = FairShare(self.config)
-        self.index = QueueIndex(_CLASS_KEY, _ARRIVAL)
+        self.index = QueueIndex(_CLASS_KEY, by_arrival)
 
     def decide(self, state: Simulator) -> Decision:
         same, weights = self.ranked(state, lambda anchor: modality_cap(state, anchor, self.config))
@@ -313,16 +313,8 @@ class SeedPriority:
         return decision
 
 
-def _KEY(rec: RequestRecord) -> tuple:
-    return rec.key
-
-
 def _CLASS_KEY(rec: RequestRecord) -> tuple[str, tuple]:
     return (rec.request.priority, rec.key)
-
-
-def _ARRIVAL(rec: RequestRecord) -> tuple[float]:
-    return (rec.request.arrival_s,)
 
 
 def _records(state: Simulator, ids: Iterable[int]) -> list[RequestRecord]:
@@ -352,14 +344,9 @@ class SeedComposite(SeedPriority):
     name = "seed-composite"
 
     def decide(self, state: Simulator) -> Decision:
-        caps: list[int] = []
-
-        def depth(anchor: RequestRecord) -> int:  # the projection sees COMPOSE_DEPTH x cap candidates
-            caps.append(memory_cap(state, anchor, self.config))
-            return COMPOSE_DEPTH * caps[0]
-
-        same, weights = self.ranked(state, depth)
-        anchor, cap = same[0], caps[0]
+        same, weights = self.ranked(state, lambda a: COMPOSE_DEPTH * memory_cap(state, a, self.config))
+        anchor = same[0]
+        cap = memory_cap(state, anchor, self.config)
         chosen = project(self.items(same, weights, cap), self.resources(state))
         batch = tuple(same[i].request.id for i in chosen.tolist()) or (anchor.request.id,)
         full_at = cap if len(batch) == len(same) else len(batch)  # left some out: resources bind

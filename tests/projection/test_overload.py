@@ -18,27 +18,21 @@ from hypothesis import strategies as st
 from rlsched.evaluation import RunSpec, prepare
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig
 from rlsched.projection import Items, Resources, project
-from rlsched.projection.instances import random_instance
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, REJECTED
-from tests.projection.test_knapsack import assert_feasible, fits_alone
+from tests.projection.test_knapsack import assert_feasible, fits_alone, states
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 @st.composite
 def overloaded(draw: st.DrawFn, hard_bound: bool = False) -> tuple[Items, Resources]:
-    """A random queue in which a share of the requests is lost."""
+    """A random queue (``test_knapsack.states``) in which a share of the requests is lost."""
+    items, res = draw(states())
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    items, res = random_instance(
-        rng, n=draw(st.integers(1, 40)), n_keys=draw(st.integers(1, 6)), uniform=draw(st.booleans()),
-        compute_budget=draw(st.booleans()), starving_share=draw(st.sampled_from([0.0, 0.1, 0.5])),
-        integral=draw(st.booleans()))
     lost = rng.random(len(items)) < draw(st.sampled_from([0.0, 0.3, 0.8, 1.0]))
-    scale = draw(st.sampled_from([0.1, 1.0, 3.0]))
     hard = res.starvation_threshold_s * 1.1 if hard_bound else np.inf  # starving waits: 30-40 s
-    return (dataclasses.replace(items, lost=lost),
-            Resources(res.memory_gb * scale, res.compute_budget_mtok, res.starvation_threshold_s, hard))
+    return dataclasses.replace(items, lost=lost), dataclasses.replace(res, lost_starvation_threshold_s=hard)
 
 
 @settings(max_examples=3000, **SETTINGS)
