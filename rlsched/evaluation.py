@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import json_safe, summarize
@@ -180,22 +181,13 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
     grid = Grid([], {}, {}, ref)
     with Progress(disable=not progress) as bar:
         job = bar.add_task("evaluating", total=len(tasks))
-        for task, (metrics, ratios, sizes) in zip(tasks, _map(_one, tasks, workers)):
+        for task, (metrics, ratios, sizes) in zip(tasks, run_tasks(_one, tasks, workers)):
             grid.rows.append(metrics)
             for cls, vals in ratios.items():
                 grid.latency_ratio.setdefault((task[0], task[1], cls), []).extend(vals)
             grid.batch_sizes.setdefault(task[1], []).extend(sizes)
             bar.advance(job)
     return grid
-
-
-def _map(fn: Any, tasks: list[Any], workers: int) -> Any:
-    if workers <= 1:
-        return map(fn, tasks)
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(workers)
-    return pool.map(fn, tasks, chunksize=1)
 
 
 def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0.8)) -> dict[str, Any]:
