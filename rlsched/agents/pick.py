@@ -105,7 +105,7 @@ def advantages(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def imitate(net: CandidateNet, labels: dict[str, np.ndarray], epochs: int, lr: float, weight_decay: float,
-            seed: int, log: Any = None) -> dict[str, float]:
+            seed: int, log: Any = None, tag: str = "imitation") -> dict[str, float]:
     """Regress score(candidate) − score(proposal) on the label advantage (mean squared error);
     10 % of the labelled episodes' states held out.
 
@@ -136,7 +136,7 @@ def imitate(net: CandidateNet, labels: dict[str, np.ndarray], epochs: int, lr: f
         stats = evaluate_labels(net, labels, hold)
         if log is not None:
             for k, v in stats.items():
-                log.add_scalar(f"imitation/{k}", v, epoch)
+                log.add_scalar(f"{tag}/{k}", v, epoch)
     return stats
 
 

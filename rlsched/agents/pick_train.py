@@ -68,7 +68,7 @@ class PPOStage(_Strict):
 
 
 class ValidationConfig(_Strict):
-    seeds: tuple[int, ...] = tuple(range(900, 908))
+    seeds: tuple[int, ...] = tuple(range(900, 910))
     rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
     duration_s: float = Field(7200.0, gt=0)
 
@@ -238,7 +238,8 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
 
     def fit(files: list[Path], name: str) -> Any:
         net = CandidateNet()
-        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log)
+        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
+                              f"imitation_{name}")
         return net
 
     stats: dict[str, dict[str, float]] = {}
