@@ -76,40 +76,37 @@ def describe(base: ProjectedPolicy, state: Any, proposal: tuple[int, ...]) -> Ca
     from rlsched.policies.lookahead import candidate_batches
 
     batches = candidate_batches(base, state, proposal, doubled=True)[:K]
-    waiting = state.waiting
-    pool, _ = base.candidates(state)
-    pool = [r for r in pool if r.request.id in waiting]
-    now = state.now
-    pool_slack = np.array([r.deadline_s - now - r.remaining_s for r in pool])
-    pool_w = np.array([_W[CLASS_INDEX[r.request.priority]] for r in pool])
-    pool_ids = [r.request.id for r in pool]
+    waiting, now = state.waiting, state.now
+    pool = [r for r in base.candidates(state)[0] if r.request.id in waiting]
+    rows = base.table.gather(pool)  # request mode: remaining = standalone work
+    pool_slack = rows.deadline_s - now - rows.work_s
+    pool_w = _W[rows.cls]
+    open_slack = np.where(pool_slack >= 0, pool_slack, np.inf)
     per_key: dict[Any, int] = {}
     for rec, n, _ in base.queue_summary(state):
         per_key[rec.key] = per_key.get(rec.key, 0) + n
-    threshold = base.config.starvation_threshold_s
-    m = base.config.starvation_slo_multiple
+    cfg = base.config
     out = np.zeros((K, F), dtype=np.float32)
     for j, batch in enumerate(batches):
         recs = [waiting[i] for i in batch]
         wave = wave_s(state, recs)
-        alone = sum(r.remaining_s for r in recs)
-        w = np.array([_W[CLASS_INDEX[r.request.priority]] for r in recs])
+        w = _W[[CLASS_INDEX[r.request.priority] for r in recs]]
         time_left = np.array([r.deadline_s - now for r in recs])
-        lost = np.array([r.remaining_s > t for r, t in zip(recs, time_left)])
+        lost = np.array([r.remaining_s for r in recs]) > time_left
         meets = time_left >= wave
-        slack = np.where(meets, time_left - wave, np.inf)
-        starving = any(now - r.request.arrival_s > max(threshold, m * (r.deadline_s - r.request.arrival_s))
-                       for r in recs)
-        inside = set(batch)
-        others = np.array([i not in inside for i in pool_ids], dtype=bool)
-        collateral = float(pool_w[others & (pool_slack >= 0) & (pool_slack < wave)].sum()) if pool else 0.0
-        out[j] = (1.0, j == 0, math.log1p(len(recs)), math.log1p(wave / SCALE_S), alone / max(wave, 1e-9),
+        arrival = np.array([r.request.arrival_s for r in recs])
+        own = np.maximum(cfg.starvation_threshold_s, cfg.starvation_slo_multiple * (time_left + now - arrival))
+        inside = np.isin(rows.request_id, batch)
+        collateral = float(pool_w[~inside & (open_slack < wave)].sum())
+        out[j] = (1.0, j == 0, math.log1p(len(recs)), math.log1p(wave / SCALE_S),
+                  float(sum(r.remaining_s for r in recs)) / max(wave, 1e-9),
                   math.log1p(float(w[meets].sum())), math.log1p(float(w[~meets & ~lost].sum())),
                   math.log1p(float(w[lost].sum())),
-                  math.asinh(float(slack.min()) / max(wave, 1e-9)) if meets.any() else -5.0,
-                  math.log1p(collateral), math.log1p(per_key.get(recs[0].key, 0)), float(starving),
+                  math.asinh(float((time_left[meets] - wave).min()) / max(wave, 1e-9)) if meets.any() else -5.0,
+                  math.log1p(collateral), math.log1p(per_key.get(recs[0].key, 0)),
+                  float(((now - arrival) > own).any()),
                   float(np.mean([r.request.priority == "realtime" for r in recs])),
-                  math.log1p(max(now - min(r.request.arrival_s for r in recs), 0.0) / SCALE_S))
+                  math.log1p(max(now - float(arrival.min()), 0.0) / SCALE_S))
     np.clip(out, -5.0, 5.0, out=out)
     return CandidateView(batches, out)
 
