@@ -26,7 +26,7 @@ import numpy as np
 from rlsched.envs.observation import GLOBAL_DIM
 from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.errors import ConfigError
-from rlsched.policies.lookahead import _fits
+from rlsched.policies.lookahead import fits
 from rlsched.policies.pick import F, K, PickPolicy, Scorer
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.seed import load_static
@@ -81,7 +81,7 @@ def label_episode(task: LabelTask) -> dict[str, np.ndarray]:
             if seen % task.every == 0:
                 q = np.full(K, np.nan)
                 for j, batch in enumerate(view.batches):
-                    if _fits(sim, batch):
+                    if fits(sim, batch):
                         q[j] = rollout_value(sim, batch, base, task.future_s)
                 glob.append(policy.global_features(sim))
                 cand.append(view.features.copy())

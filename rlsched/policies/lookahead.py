@@ -96,7 +96,7 @@ class LookaheadPolicy:
         decision = self.base.decide(state)
         if state.config.step_mode or not decision.batch:
             return decision
-        batches = [b for b in candidate_batches(self.base, state, decision.batch) if _fits(state, b)]
+        batches = [b for b in candidate_batches(self.base, state, decision.batch) if fits(state, b)]
         if len(batches) < 2:
             return decision
         self.looked += 1
@@ -117,7 +117,7 @@ class LookaheadPolicy:
                    if r.slo_met and (self.future_s > 0 or r.request.id in present))
 
 
-def _fits(state: Simulator, batch: tuple[int, ...]) -> bool:
+def fits(state: Simulator, batch: tuple[int, ...]) -> bool:
     recs: list[RequestRecord] = [state.waiting[i] for i in batch if i in state.waiting]
     return len(recs) == len(batch) and len(batch) <= state.config.max_num_seqs and \
         state.cost.batch_memory_gb(recs) <= state.cost.gpu_memory_gb
@@ -138,4 +138,4 @@ def _lookahead(spec: str, future_s: float) -> LookaheadPolicy:
 register("lookahead")(lambda arg: _lookahead(arg, 0.0))
 register("hindsight")(lambda arg: _lookahead(arg, HINDSIGHT_S))
 
-__all__ = ["LookaheadPolicy", "candidate_batches"]
+__all__ = ["LookaheadPolicy", "candidate_batches", "fits"]

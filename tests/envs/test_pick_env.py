@@ -52,3 +52,15 @@ def test_gymnasium_env_checker_passes() -> None:
     from gymnasium.utils.env_checker import check_env
 
     check_env(_env(), skip_render_check=True)
+
+
+def test_registered_with_gymnasium() -> None:
+    import gymnasium as gym
+
+    import rlsched.envs  # noqa: F401
+
+    env = gym.make("rlsched/DiTPick-v0", scenarios=["default"], static={"default": "agents/tuned/default.json"},
+                   window_s=(600.0, 900.0))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (OBS_SIZE,)
+    assert env.unwrapped.action_masks()[0]
