@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from rlsched.envs.observation import GLOBAL_DIM
-from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.errors import ConfigError
+from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.policies.lookahead import fits
 from rlsched.policies.pick import F, K, PickPolicy, Scorer
 from rlsched.policies.projected import ProjectedPolicy

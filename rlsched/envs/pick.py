@@ -31,7 +31,7 @@ from gymnasium import spaces
 from rlsched.envs.episodes import EpisodeSampler
 from rlsched.envs.observation import GLOBAL_DIM
 from rlsched.errors import ConfigError
-from rlsched.policies.pick import F, K, CandidateView, PickPolicy
+from rlsched.policies.pick import CandidateView, F, K, PickPolicy
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.seed import load_static
 from rlsched.sim.metrics import CLASS_WEIGHTS

@@ -144,7 +144,7 @@ TENSORS = ("glob", "hidden.0", "hidden.1", "out")
 def load_scorer(folder: str | Path) -> FrozenScorer:
     """A frozen scorer checkpoint (``kind: pick``), every shape and value checked at load."""
     from rlsched.envs.observation import SCHEMA_VERSION
-    from rlsched.policies.checkpoint import _layers, _read_meta, content_hash, read_safetensors, META, WEIGHTS
+    from rlsched.policies.checkpoint import META, WEIGHTS, _layers, _read_meta, content_hash, read_safetensors
 
     folder = Path(folder)
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():

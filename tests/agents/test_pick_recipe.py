@@ -43,7 +43,7 @@ def test_labels_refuse_validation_and_evaluation_seeds() -> None:
 
 
 def test_the_recipe_runs_end_to_end_and_exports_a_loadable_scorer(tmp_path: Path) -> None:
-    from rlsched.agents.pick_train import load_pick_config, learn
+    from rlsched.agents.pick_train import learn, load_pick_config
     from rlsched.policies import make_policy
 
     cfg_file = tmp_path / "tiny.yaml"
