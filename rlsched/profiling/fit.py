@@ -109,6 +109,8 @@ def predict(cost: CostModel, row: Measurement) -> float:
         return row.steps * cost.batch_step_time(recs)
     if row.metric == "total_s":
         return recs[0].encode_s + row.steps * cost.batch_step_time(recs) + recs[0].decode_s
+    if row.metric == "encode_s":
+        return recs[0].encode_s
     if row.metric == "decode_s":
         return sum(r.decode_s for r in recs)
     if row.metric == "peak_gb":

@@ -15,7 +15,8 @@ cfg        ``true`` when classifier-free guidance is on
 metric     what ``value`` is: ``step_s`` (one denoise step of the batch, DiT only),
            ``diffuse_s`` (all denoise steps of one request), ``total_s`` (one request end to
            end: encode + steps + decode), ``attn_share`` (fraction of a DiT step spent in
-           attention), ``peak_gb`` (peak GPU memory of the batch), ``decode_s`` (VAE decode)
+           attention), ``peak_gb`` (peak GPU memory of the batch), ``decode_s`` (VAE decode
+           of the batch), ``encode_s`` (text encode of one request)
 value      the number
 use        ``fit`` (the profile is fitted to it) or ``check`` (held out: reported, not fitted)
 source     where the number comes from (URL or document + table); ``estimate:`` when it is not
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from rlsched.errors import TraceFormatError
 
-METRICS = ("step_s", "diffuse_s", "total_s", "attn_share", "peak_gb", "decode_s")
+METRICS = ("step_s", "diffuse_s", "total_s", "attn_share", "peak_gb", "decode_s", "encode_s")
 COLUMNS = ("model", "gpu", "stack", "height", "width", "frames", "batch", "steps", "cfg", "metric", "value",
            "use", "source")
 

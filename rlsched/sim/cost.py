@@ -56,6 +56,11 @@ class ModelCost:
     patch_px: int = 16
     temporal_stride: int = 4
     cfg_passes: int = 2
+    memory_form: str = "sum"
+    """``sum``: a request holds activation + decode peak; ``max``: activations (denoising) and
+    the VAE-decode peak happen at different times, so a request holds the larger of the two.
+    Within a batch every request has the same shape (same key), so ``max`` per request equals
+    weights + max(Σ activations, Σ decode peaks) for the batch."""
     sequential_cfg: bool = False
     """Set from the profile's ``stack.cfg``: CFG passes run as separate forwards."""
     linear_gflop_per_token: float = 0.0
@@ -120,7 +125,8 @@ class CostModel:
         step = m.step_time(tokens, quad, passes)
         decode = m.decode_s_per_mpx * mpx
         work = m.encode_s + req.num_inference_steps * step + decode
-        mem = m.act_gb_per_ktok * tokens * 1e3 + m.vae_gb_per_mpx * mpx
+        act, vae = m.act_gb_per_ktok * tokens * 1e3, m.vae_gb_per_mpx * mpx
+        mem = max(act, vae) if m.memory_form == "max" else act + vae
         return RequestRecord(req, tokens, quad, m.encode_s, decode, work, step, mem, deadline_s)
 
     def batch_step_time(self, records: list[RequestRecord]) -> float:
@@ -175,6 +181,8 @@ def _model(name: str, spec: dict[str, Any], where: str, sequential_cfg: bool = F
                           sequential_cfg=sequential_cfg, **flops, **spec)
     except TypeError as exc:
         raise ConfigError(where, str(exc)) from None
+    if model.memory_form not in ("sum", "max"):
+        raise ConfigError(where, f"memory_form must be 'sum' or 'max', not {model.memory_form!r}")
     if model.token_rule not in ("latent", "sequence"):
         raise ConfigError(where, f"token_rule must be 'latent' or 'sequence', not {model.token_rule!r}")
     for fname in ("floor_s", "b_s_per_mtok", "weights_gb", "encode_s"):

@@ -127,3 +127,23 @@ def test_missing_stack_is_refused(tmp_path: Path) -> None:
 def test_measurement_shape_label() -> None:
     row = Measurement("m", "H100", "s", 480, 832, 81, 1, 50, True, "step_s", 1.0, "fit", "x")
     assert row.shape == "832x480x81f"
+
+
+def test_max_memory_form_holds_the_larger_of_activation_and_decode(tmp_path: Path) -> None:
+    data = yaml.safe_load((PROFILE_DIR / "flux1-dev-h100.yaml").read_text())
+    req = Request(0, 0.0, "flux1-dev", "image", 1024, 1024, 1, 28, False, "batch", math.inf)
+    summed = load_profile("flux1-dev-h100").record(req).mem_gb
+    data["models"]["flux1-dev"]["memory_form"] = "max"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cost = load_profile(path)
+    m = cost.model("flux1-dev")
+    act, vae = m.act_gb_per_ktok * 4096 / 1e3, m.vae_gb_per_mpx * 1024 * 1024 / 1e6
+    recs = [cost.record(Request(i, 0.0, "flux1-dev", "image", 1024, 1024, 1, 28, False, "batch", math.inf))
+            for i in range(4)]
+    assert recs[0].mem_gb == pytest.approx(max(act, vae)) and summed == pytest.approx(act + vae)
+    assert cost.batch_memory_gb(recs) == pytest.approx(cost.weights_gb + max(4 * act, 4 * vae))
+    data["models"]["flux1-dev"]["memory_form"] = "peak"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="memory_form"):
+        load_profile(path)
