@@ -9,7 +9,8 @@ from __future__ import annotations
 from rlsched.profiling.fit import fit_profile
 from rlsched.sim.cost import PROFILE_DIR
 
-UNIT = {"step_s": "s/step", "diffuse_s": "s", "total_s": "s", "decode_s": "s", "encode_s": "s", "attn_share": "", "peak_gb": "GB"}
+UNIT = {"step_s": "s/step", "diffuse_s": "s", "total_s": "s", "decode_s": "s", "encode_s": "s", "attn_share": "",
+        "peak_gb": "GB"}
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m = sub.add_parser("measure", help="time a diffusers transformer's denoise step and VAE decode on this device",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     m.add_argument("--arch", default="tiny-flux",
-                   help="architecture: tiny-flux / tiny-wan (random tiny configs, CPU CI) or flux / qwen-image / wan"
-                        " (full-size configs with random weights; needs a GPU)")
+                   help="architecture: tiny-flux / tiny-qwen-image / tiny-wan (random tiny configs, CPU CI) or"
+                        " flux / qwen-image / wan (full-size configs with random weights; needs a GPU)")
     m.add_argument("--batch-sizes", default="1,2", help="comma-separated batch sizes")
     m.add_argument("--resolutions", default="64x64,128x128", help="comma-separated WIDTHxHEIGHT (video: WxHxFRAMES)")
     m.add_argument("--cfg", action="store_true", help="run CFG as two sequential forwards per step (as vLLM-Omni)")

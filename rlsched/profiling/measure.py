@@ -5,8 +5,8 @@ that ``rlsched profile fit`` reads.
 Weights are random (built from a config, nothing is downloaded): step time and memory
 depend on the architecture and shapes, not on the weight values. ``tiny-*`` configs are a
 few layers of a few channels, so the code path runs in CPU CI; the full-size configs
-(``flux``, ``wan``) are the published architectures (FLUX.1-dev, Wan2.1-T2V-14B) and need
-a GPU. torch and diffusers are imported here only (the simulator never needs them).
+(``flux``, ``qwen-image``, ``wan``) are the published architectures (FLUX.1-dev,
+Qwen-Image, Wan2.1-T2V-14B) and need a GPU. torch and diffusers are imported here only (the simulator never needs them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class Arch:
     model: str
     """Model name written to the CSV (the profile's model key)."""
     family: str
-    """``flux`` (image MMDiT, packed 2x2 latents) or ``wan`` (video DiT, 3D VAE)."""
+    """``flux`` (image MMDiT, packed 2x2 latents), ``qwen-image`` (the same packing, a 3D VAE)
+    or ``wan`` (video DiT, 3D VAE)."""
     transformer: dict[str, Any]
     vae: dict[str, Any]
     size: str
@@ -54,6 +55,11 @@ ARCHS: dict[str, Arch] = {
                                              out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=1),
                      dict(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1), "tiny"),
     "wan": Arch("wan2.1-t2v-14b", "wan", {}, {}, "full"),
+    "tiny-qwen-image": Arch("tiny-qwen-image", "qwen-image",
+                            dict(num_layers=1, attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                 axes_dims_rope=(4, 6, 6)),
+                            dict(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1), "tiny"),
+    "qwen-image": Arch("qwen-image", "qwen-image", {}, {}, "full"),
 }
 
 
@@ -100,7 +106,7 @@ def measure(spec: MeasureSpec, out: Path) -> list[Measurement]:
         raise ConfigError("--repeats/--batch-sizes", "must be >= 1")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if arch.size == "full" and device == "cpu":
-        raise ConfigError("--arch", f"{spec.arch!r} is full size and needs a GPU; use tiny-flux or tiny-wan on CPU")
+        raise ConfigError("--arch", f"{spec.arch!r} is full size and needs a GPU; use a tiny-* arch on CPU")
     dtype = _dtype(spec.dtype, device)
     torch.manual_seed(spec.seed)
     transformer, vae = _build(arch, device, dtype)
@@ -188,6 +194,15 @@ def _inputs(arch: Arch, transformer: Any, device: str, dtype: Any, w: int, h: in
         return (lambda: transformer(hidden_states=x, encoder_hidden_states=ctx, pooled_projections=pooled,
                                     timestep=t / 1000, img_ids=img_ids, txt_ids=txt_ids, guidance=guidance,
                                     return_dict=False)), latents
+    if arch.family == "qwen-image":
+        lh, lw = h // 16, w // 16
+        x = torch.randn(batch, lh * lw, cfg.in_channels, device=device, dtype=dtype)
+        ctx = torch.randn(batch, text, cfg.joint_attention_dim, device=device, dtype=dtype)
+        mask = torch.ones(batch, text, device=device, dtype=torch.long)
+        latents = torch.randn(batch, 16, 1, h // 8, w // 8, device=device, dtype=dtype)
+        return (lambda: transformer(hidden_states=x, encoder_hidden_states=ctx, encoder_hidden_states_mask=mask,
+                                    timestep=t / 1000, img_shapes=[[(1, lh, lw)]] * batch,
+                                    return_dict=False)), latents
     lf = (f - 1) // 4 + 1
     x = torch.randn(batch, cfg.in_channels, lf, h // 8, w // 8, device=device, dtype=dtype)
     ctx = torch.randn(batch, text, cfg.text_dim, device=device, dtype=dtype)
@@ -196,10 +211,18 @@ def _inputs(arch: Arch, transformer: Any, device: str, dtype: Any, w: int, h: in
 
 def _build(arch: Arch, device: str, dtype: Any) -> tuple[Any, Any]:
     import torch
-    from diffusers import AutoencoderKL, AutoencoderKLWan, FluxTransformer2DModel, WanTransformer3DModel
+    from diffusers import (
+        AutoencoderKL,
+        AutoencoderKLQwenImage,
+        AutoencoderKLWan,
+        FluxTransformer2DModel,
+        QwenImageTransformer2DModel,
+        WanTransformer3DModel,
+    )
 
-    transformer_cls, vae_cls = ((FluxTransformer2DModel, AutoencoderKL) if arch.family == "flux"
-                                else (WanTransformer3DModel, AutoencoderKLWan))
+    transformer_cls, vae_cls = {"flux": (FluxTransformer2DModel, AutoencoderKL),
+                                "qwen-image": (QwenImageTransformer2DModel, AutoencoderKLQwenImage),
+                                "wan": (WanTransformer3DModel, AutoencoderKLWan)}[arch.family]
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # build in the target dtype: a 14B model in fp32 would not fit twice
     try:

@@ -13,7 +13,8 @@ from rlsched.profiling.measure import MeasureSpec, measure, parse_resolutions
 from rlsched.profiling.measurements import read_measurements
 
 
-@pytest.mark.parametrize("arch,shapes,cfg", [("tiny-flux", "32x32,64x64", False), ("tiny-wan", "32x32x5,64x64", True)])
+@pytest.mark.parametrize("arch,shapes,cfg", [("tiny-flux", "32x32,64x64", False), ("tiny-wan", "32x32x5,64x64", True),
+                                              ("tiny-qwen-image", "32x32,64x64", True)])
 def test_measure_writes_a_csv_that_fit_reads(tmp_path: Path, arch: str, shapes: str, cfg: bool) -> None:
     out = tmp_path / "measurements.csv"
     rows = measure(MeasureSpec(arch, [1, 2], shapes, cfg, 1, True, "auto", False, 0), out)
