@@ -9,6 +9,7 @@ A measurement set is a folder ``envs/profiles/measurements/NAME/`` holding
     name: wan21-t2v-14b-h100
     comment: "lines written at the top of the profile"
     gpu: {name: H100, memory_gb: 80, peak_bf16_tflops: 989}
+    max_mfu: 0.8    # b, c >= FLOP / (peak * max_mfu) for models whose spec gives flops
     stack: {engine: ..., attention: ..., compile: false, precision: bf16, cfg: batched}
     sources: ["..."]
     models:
@@ -41,6 +42,8 @@ from rlsched.sim.yamlio import read_yaml
 STEP_KEYS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
 COEFFS = (*STEP_KEYS, "encode_s", "decode_s_per_mpx", "weights_gb", "act_gb_per_ktok", "vae_gb_per_mpx")
 SIG_DIGITS = 5
+SET_KEYS = ("name", "comment", "gpu", "max_mfu", "stack", "sources", "models")
+MODEL_KEYS = ("spec", "start", "fit", "derive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,7 @@ class Residual:
 @dataclass(frozen=True, slots=True)
 class FitResult:
     profile: dict[str, Any]
-    """The profile as written to YAML (``write_profile``)."""
+    """The profile as ``render_profile`` writes it to YAML."""
     residuals: list[Residual]
     comment: str
 
@@ -83,6 +86,9 @@ def fit_profile(path: Path) -> FitResult:
     spec = read_yaml(spec_path)
     rows = read_measurements(csv_path)
     where = str(spec_path)
+    _known_keys(spec, SET_KEYS, where)
+    for name, m in (spec.get("models") or {}).items():
+        _known_keys(m, MODEL_KEYS, f"{where}: models.{name}")
     try:
         models = {name: _fit_model(name, m, rows, spec, spec_path) for name, m in spec["models"].items()}
         profile = {"name": spec["name"], "gpu": dict(spec["gpu"]), "stack": dict(spec["stack"]),
@@ -95,6 +101,15 @@ def fit_profile(path: Path) -> FitResult:
         raise ConfigError(str(csv_path), f"rows name models not in fit.yaml: {unknown}")
     residuals = [Residual(r, predict(cost, r)) for r in rows]
     return FitResult(profile, residuals, str(spec.get("comment", "")).rstrip())
+
+
+def _known_keys(data: Any, known: tuple[str, ...], where: str) -> None:
+    """A typo (``max_mfuu``) must not silently drop a bound or a fit."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, "must be a mapping")
+    extra = sorted(set(data) - set(known))
+    if extra:
+        raise ConfigError(where, f"unknown keys {extra} (known: {list(known)})")
 
 
 def predict(cost: CostModel, row: Measurement) -> float:

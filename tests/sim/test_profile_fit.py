@@ -147,3 +147,13 @@ def test_max_memory_form_holds_the_larger_of_activation_and_decode(tmp_path: Pat
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="memory_form"):
         load_profile(path)
+
+
+def test_unknown_fit_yaml_key_is_refused(tmp_path: Path) -> None:
+    src = MEASUREMENTS / "flux1-dev-h100"
+    spec = yaml.safe_load((src / "fit.yaml").read_text())
+    spec["max_mfuu"] = spec.pop("max_mfu")
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "measurements.csv").write_text((src / "measurements.csv").read_text())
+    with pytest.raises(ConfigError, match="max_mfuu"):
+        fit_profile(tmp_path)
