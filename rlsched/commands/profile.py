@@ -76,7 +76,7 @@ def _residual_table(rows: list[dict], name: str) -> None:
         t.add_row(str(r["line"]), r["use"], r["metric"], r["shape"], str(r["batch"]), str(r["steps"]),
                   str(r["cfg"]).lower(), r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
                   f"{r['error']:+.1%}")
-    Console(file=sys.stderr).print(t)
+    Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200).print(t)
 
 
 def run_measure(args: argparse.Namespace) -> int:
