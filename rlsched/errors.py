@@ -43,6 +43,15 @@ class CheckpointError(RlschedError, ValueError):
     """A frozen policy is missing, tampered with, or of another schema version."""
 
 
+class MissingExtra(RlschedError, ImportError):
+    """An option needs an optional dependency that is not installed; says which extra brings it."""
+
+    def __init__(self, option: str, module: str, extra: str) -> None:
+        self.option, self.module, self.extra = option, module, extra
+        super().__init__(f"{option} needs the optional package {module!r}, which is not installed: "
+                         f"pip install 'rlsched[{extra}]'")
+
+
 class TraceRowsSkipped(UserWarning):
     """Trace rows that parsed but were not replayed (e.g. past the arrival window).
 
