@@ -4,7 +4,23 @@ from __future__ import annotations
 
 
 class RlschedError(Exception):
-    """Base class of every error rlsched raises on purpose."""
+    """Base class of every error rlsched raises on purpose.
+
+    Pickles through its constructor's own arguments (not the formatted message), so an error
+    raised in a worker process or a Ray task comes back as the same typed error."""
+
+    def __new__(cls, *args: object, **kwargs: object) -> RlschedError:
+        self = super().__new__(cls, *args)
+        self._init = (args, kwargs)
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        args, kwargs = self._init
+        return _rebuild, (type(self), args, kwargs), self.__dict__
+
+
+def _rebuild(cls: type[RlschedError], args: tuple, kwargs: dict) -> RlschedError:
+    return cls(*args, **kwargs)
 
 
 class InvalidRequest(RlschedError, ValueError):

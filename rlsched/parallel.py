@@ -90,7 +90,7 @@ def _on_ray(fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str
             if len(pending) >= window:
                 break
         while pending:
-            result = ray.get(pending.popleft())
+            result = _get(ray, pending.popleft())
             task = next(queue, _END)
             if task is not _END:
                 pending.append(remote.remote(task))
@@ -101,6 +101,18 @@ def _on_ray(fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str
 
 
 _END: Any = object()
+
+
+def _get(ray: Any, ref: Any) -> Any:
+    """A task's result; a task's own exception is raised as itself (e.g. ``ConfigError``), as it is
+    locally, so the CLI reports it the same way; Ray's wrapper with the remote traceback is its cause."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from exc
+        raise
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:

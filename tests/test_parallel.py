@@ -62,3 +62,23 @@ def test_eval_without_ray_never_imports_it(tmp_path: Path) -> None:
             "assert 'ray' not in sys.modules and 'optuna' not in sys.modules, 'imported'")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_a_typed_error_in_a_worker_comes_back_typed() -> None:
+    """Not a BrokenProcessPool: the CLI reports a worker's ConfigError like an in-process one."""
+    from rlsched.errors import ConfigError
+    from rlsched.evaluation import run_grid
+
+    with pytest.raises(ConfigError, match="nowhere.json"):
+        run_grid(["default"], ["fifo", "static:nowhere.json"], [1000], [1.0], 300.0, workers=2, progress=False)
+
+
+def test_typed_errors_pickle_through_their_own_arguments() -> None:
+    import pickle
+
+    from rlsched.errors import CheckpointError, ConfigError, InvalidRequest, TraceFormatError
+
+    for err in (ConfigError("f", "why"), TraceFormatError("t.csv", 3, "bad"), InvalidRequest("height", 5, why="x"),
+                MissingExtra("--ray", "ray", "ray"), CheckpointError("tampered")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)

@@ -46,6 +46,14 @@ def test_eval_cli_runs_on_the_cluster_at_an_address(ray_address: str, tmp_path: 
     assert on_ray == _eval(tmp_path / "local")
 
 
+def test_a_task_error_comes_back_typed_as_locally(ray_cluster: Any) -> None:
+    from rlsched.errors import ConfigError
+
+    bad = dict(GRID, policies=["fifo", "static:nowhere.json"])
+    with pytest.raises(ConfigError, match="nowhere.json"):
+        run_grid(**bad, progress=False, ray="auto")
+
+
 def test_tune_trials_on_ray_match_local(ray_cluster: Any) -> None:
     from rlsched.commands.tune import TuneSpec, search
 
