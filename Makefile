@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 
 run: $(VENV)/.installed
 	$(VENV)/bin/rlsched simulate --scenario default --seed 1000 \
-	  --compare fifo,edf,seed-composite,static:agents/tuned/default.json,rl:checkpoints/default
+	  --compare "fifo,edf,seed-composite,static:agents/tuned/default.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/default.json"
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
@@ -80,7 +80,7 @@ test-vllm: $(VLLM_VENV)/.installed
 	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
 # The README's results section: every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
-RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default
+RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/{scenario}.json
 results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \

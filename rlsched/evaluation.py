@@ -220,6 +220,8 @@ def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0
     return out
 
 
+LEARNED = ("pick", "rl", "static")
+"""Policy prefixes reported against the heuristics, in headline order."""
 PLAIN_HEURISTICS = ("fifo", "sjf", "edf", "priority", "drr")
 """The heuristics a user could switch on without rlsched's projection or tuning."""
 
@@ -258,15 +260,18 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cells = aggregate(grid.rows)
     names = list(dict.fromkeys(c.policy for c in cells))
-    target = next((p for p in names if p.startswith("rl")), None) or next(
-        (p for p in names if p.startswith("static")), None)
+    # the headline policy: the learned candidate policy, else the learned knob policy, else static
+    target = next((p for prefix in LEARNED for p in names if p.startswith(prefix)), None)
     summary: dict[str, Any] = {
         "cells": [dataclasses.asdict(c) for c in cells],
         "seeds": sorted({r["seed"] for r in grid.rows}),
     }
     if target:
         summary["headline"] = headline(cells, target)
-        summary["paired"] = {p: paired(grid.rows, p) for p in names if p.startswith(("rl", "static"))}
+        summary["paired"] = {p: paired(grid.rows, p) for p in names if p.startswith(LEARNED)}
+        static = [p for p in names if p.startswith("static")]
+        summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names
+                                       if p.startswith(LEARNED[:2]) and static}
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1))
     (out / "results.md").write_text(_markdown(cells, summary.get("headline")) + _paired_markdown(summary))
     _plots(grid, cells, out)
@@ -280,6 +285,8 @@ def label(policy: str) -> str:
         return "static (tuned)"
     if name == "rl":
         return f"rl ({Path(arg).name})" if arg else "rl (default)"
+    if name == "pick":
+        return f"pick ({Path(arg.split(';')[0]).name or 'default'})"
     return policy
 
 
@@ -317,20 +324,25 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
 
 
 def _paired_markdown(summary: dict[str, Any]) -> str:
-    """Every load: each projection policy ÷ the best plain heuristic, with the paired difference."""
+    """Every load: each projection policy ÷ the best plain heuristic (and each learned policy ÷
+    the tuned ``static``), with the paired difference."""
     lines = []
-    for pol, rows in summary.get("paired", {}).items():
+    tables = [(pol, rows, f"the best plain heuristic ({', '.join(PLAIN_HEURISTICS)})")
+              for pol, rows in summary.get("paired", {}).items()]
+    tables += [(pol, rows, "static (tuned), the strengthened heuristic")
+               for pol, rows in summary.get("paired_vs_static", {}).items()]
+    for pol, rows, rival in tables:
         if not rows:
             continue
-        lines += [f"### {label(pol)} vs the best plain heuristic ({', '.join(PLAIN_HEURISTICS)}), every load", "",
+        lines += [f"### {label(pol)} vs {rival}, every load", "",
                   "Paired by seed: difference in points, mean ± 95 % interval of the per-seed differences.", "",
-                  "| scenario | load | policy | best heuristic | ratio | difference (points) |",
+                  "| scenario | load | policy | rival | ratio | difference (points) |",
                   "|---|---|---|---|---|---|"]
         for r in rows:
             ci = "" if math.isnan(r["diff_ci95"]) else f" ± {100 * r['diff_ci95']:.1f}"
             mark = "**" if r["ratio"] < 0.98 else ""
             lines.append(f"| {r['scenario']} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | "
-                         f"{r['best']} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.3f}{mark} | "
+                         f"{label(r['best'])} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.3f}{mark} | "
                          f"{100 * r['diff']:+.1f}{ci} |")
         ratios = [r["ratio"] for r in rows]
         lines += ["", f"Lowest ratio ×{min(ratios):.3f}; mean ×{sum(ratios) / len(ratios):.2f} over {len(rows)} cells "

@@ -54,8 +54,15 @@ def make_policy_for_bench() -> tuple[LearnedPolicy, str]:
 
 @bench("decision")
 def decision_speed(args: argparse.Namespace) -> dict[str, Any]:
-    """p50/p99 of a full RL decision at 16, 256 and 4,096 waiting requests."""
-    policy, label = make_policy_for_bench()
+    """p50/p99 of a full RL decision at 16, 256 and 4,096 waiting requests (``--policies``:
+    another policy spec, e.g. ``pick:checkpoints/pick``, instead of the shipped knob policy)."""
+    if args.policies:
+        from rlsched.policies import make_policy
+
+        label = args.policies.split(",")[0]
+        policy = make_policy(label)
+    else:
+        policy, label = make_policy_for_bench()
     out: dict[str, Any] = {"policy": label}
     scale = max(1, args.repeats) / 5
     for n in QUEUE_SIZES:

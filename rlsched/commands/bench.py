@@ -23,7 +23,8 @@ def bench(name: str) -> Callable[[Callable[[argparse.Namespace], dict[str, Any]]
 @command("bench", "Speed benchmarks: sim, projection, env, decision, backlog.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=("sim", "projection", "env", "decision", "backlog"), help="what to measure")
-    p.add_argument("--policies", default="", help="backlog: comma-separated policies (default: every built-in)")
+    p.add_argument("--policies", default="", help="backlog: comma-separated policies (default: every built-in); "
+                                                  "decision: the policy to time (default: rl:checkpoints/default)")
     p.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)

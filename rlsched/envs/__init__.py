@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 ENV_ID = "rlsched/DiTBatch-v0"
+PICK_ENV_ID = "rlsched/DiTPick-v0"
+"""Choose one of K feasible candidate batches (``rlsched.envs.pick``)."""
 MAX_EPISODE_STEPS = 2048
 
 try:
@@ -19,6 +21,8 @@ except ImportError:  # numpy-only install: the encoder still works
 else:
     if ENV_ID not in registry:
         register(id=ENV_ID, entry_point="rlsched.envs.dit_batch:DiTBatchEnv", max_episode_steps=MAX_EPISODE_STEPS)
+    if PICK_ENV_ID not in registry:
+        register(id=PICK_ENV_ID, entry_point="rlsched.envs.pick:DiTPickEnv")
 
 
 def __getattr__(name: str) -> Any:
@@ -28,4 +32,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ENV_ID", "MAX_EPISODE_STEPS", "DiTBatchEnv"]
+__all__ = ["ENV_ID", "MAX_EPISODE_STEPS", "PICK_ENV_ID", "DiTBatchEnv"]

@@ -60,6 +60,8 @@ _COUNTS = 0
 _WORK, _SLACK, _WAIT, _LOAD = (C * M + i * C for i in range(4))  # then SLO EWMA, globals
 _GLOBAL = C * M + 5 * C
 _SLOTS = _GLOBAL + len(GLOBAL_FIELDS)
+GLOBAL_DIM = _SLOTS
+"""Entries before the top-K slots: the queue-level features (the candidate policy's global input)."""
 _F = len(SLOT_FIELDS)
 _S_WORK, _S_SLACK, _S_WAIT, _S_SAME, _S_RUN, _S_KEYS, _S_VALID = range(C + M, _F)
 
@@ -249,4 +251,4 @@ def _telemetry(s: TelemetrySample | None) -> tuple[float, float, float, float]:
     return mem, compute, membw, 1.0
 
 
-__all__ = ["FEATURE_NAMES", "OBS_DIM", "SCHEMA_VERSION", "TOP_K", "ClassHistory", "ObservationEncoder"]
+__all__ = ["FEATURE_NAMES", "GLOBAL_DIM", "OBS_DIM", "SCHEMA_VERSION", "TOP_K", "ClassHistory", "ObservationEncoder"]

@@ -54,4 +54,5 @@ def _load_builtin() -> None:
     import rlsched.policies.baselines  # noqa: F401  (registers on import)
     import rlsched.policies.learned  # noqa: F401
     import rlsched.policies.lookahead  # noqa: F401
+    import rlsched.policies.pick  # noqa: F401
     import rlsched.policies.seed  # noqa: F401

@@ -35,8 +35,12 @@ NEXT_KEYS = 3
 """Keys besides the proposal's whose best batch becomes a candidate."""
 
 
-def candidate_batches(policy: ProjectedPolicy, state: Simulator, proposal: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Feasible batches to choose from now, ``proposal`` (the policy's own) first, no duplicates."""
+def candidate_batches(policy: ProjectedPolicy, state: Simulator, proposal: tuple[int, ...],
+                      doubled: bool = False) -> list[tuple[int, ...]]:
+    """Feasible batches to choose from now, ``proposal`` (the policy's own) first, no duplicates:
+    the proposal with a doubled cap (``doubled``) and cut to its most valuable request, the key
+    batches of the earliest-deadline and the shortest savable request, then the best batch of
+    each of the most valuable keys."""
     recs, _ = policy.candidates(state)
     out: list[tuple[int, ...]] = [proposal] if proposal else []
     if len(recs) < 2:
@@ -44,11 +48,13 @@ def candidate_batches(policy: ProjectedPolicy, state: Simulator, proposal: tuple
     items = policy.items(state, recs)
     res = replace(policy.resources(state), starvation_threshold_s=math.inf, lost_starvation_threshold_s=math.inf)
     ids = np.fromiter((r.request.id for r in recs), np.int64, len(recs))
-    best_per_key = {int(k): float(items.utility[items.key_id == k].max()) for k in np.unique(items.key_id)}
-    for key in sorted(best_per_key, key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
-        out.append(_key_batch(items, res, ids, items.key_id == key, items.utility))
-    if proposal:
-        members = [i for i, rid in enumerate(ids.tolist()) if rid in proposal]
+    members = [i for i, rid in enumerate(ids.tolist()) if rid in proposal]
+    if members and doubled:
+        key = items.key_id[members[0]]
+        top = min(state.config.max_num_seqs, 2 * int(items.cap[members[0]]))
+        wide = replace(items, cap=np.where(items.key_id == key, top, items.cap))
+        out.append(_key_batch(wide, res, ids, items.key_id == key, items.utility))
+    if members:
         out.append((int(ids[max(members, key=lambda i: items.utility[i])]),))
     savable = ~items.lost
     if savable.any():
@@ -56,6 +62,9 @@ def candidate_batches(policy: ProjectedPolicy, state: Simulator, proposal: tuple
             first = int(np.where(savable, rank, np.inf).argmin())
             prefer = np.max(rank[np.isfinite(rank)], initial=0.0) + 1.0 - np.where(np.isfinite(rank), rank, 0.0)
             out.append(_key_batch(items, res, ids, items.key_id == items.key_id[first], prefer))
+    best_per_key = {int(k): float(items.utility[items.key_id == k].max()) for k in np.unique(items.key_id)}
+    for key in sorted(best_per_key, key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
+        out.append(_key_batch(items, res, ids, items.key_id == key, items.utility))
     return list(dict.fromkeys(tuple(sorted(b)) for b in out if b))
 
 
@@ -87,7 +96,7 @@ class LookaheadPolicy:
         decision = self.base.decide(state)
         if state.config.step_mode or not decision.batch:
             return decision
-        batches = [b for b in candidate_batches(self.base, state, decision.batch) if _fits(state, b)]
+        batches = [b for b in candidate_batches(self.base, state, decision.batch) if fits(state, b)]
         if len(batches) < 2:
             return decision
         self.looked += 1
@@ -108,7 +117,7 @@ class LookaheadPolicy:
                    if r.slo_met and (self.future_s > 0 or r.request.id in present))
 
 
-def _fits(state: Simulator, batch: tuple[int, ...]) -> bool:
+def fits(state: Simulator, batch: tuple[int, ...]) -> bool:
     recs: list[RequestRecord] = [state.waiting[i] for i in batch if i in state.waiting]
     return len(recs) == len(batch) and len(batch) <= state.config.max_num_seqs and \
         state.cost.batch_memory_gb(recs) <= state.cost.gpu_memory_gb
@@ -129,4 +138,4 @@ def _lookahead(spec: str, future_s: float) -> LookaheadPolicy:
 register("lookahead")(lambda arg: _lookahead(arg, 0.0))
 register("hindsight")(lambda arg: _lookahead(arg, HINDSIGHT_S))
 
-__all__ = ["LookaheadPolicy", "candidate_batches"]
+__all__ = ["LookaheadPolicy", "candidate_batches", "fits"]

@@ -124,3 +124,15 @@ def test_frozen_rl_policy_serves_through_the_plugin() -> None:
     assert result["identical_batches"]
     sim_att, plugin_att = result["weighted_slo_attainment"]
     assert sim_att == plugin_att
+
+
+def test_frozen_candidate_policy_serves_through_the_plugin() -> None:
+    # The shipped candidate-batch policy (numpy scorer over the tuned heuristic's candidates)
+    # inside the real RequestScheduler: no fallbacks, the simulator's batches, at overload
+    # where it leaves the heuristic's proposal.
+    spec = "pick:checkpoints/pick;static=agents/tuned/default.json"
+    result = compare("default", spec, 0, DURATION_S, 1.5, "request", 0.0)
+    assert result["scheduler"] == "RLRequestScheduler" and result["fallbacks"] == {}
+    assert result["identical_batches"]
+    sim_att, plugin_att = result["weighted_slo_attainment"]
+    assert sim_att == plugin_att

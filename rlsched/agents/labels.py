@@ -1,0 +1,147 @@
+"""Teacher labels for the candidate policy: the value of starting each candidate batch.
+
+At a visited decision point every candidate is tried on a fork of the simulator and the
+strengthened heuristic finishes the fork; the candidate's label is the class-weighted
+number of SLOs met in that fork (``CLASS_WEIGHTS``: realtime 3, batch 2, background 1).
+
+*Realizable* labels (``future_s`` = 0) count only the requests already queued or running —
+what a scheduler knows, but blind to the requests its choice delays next. *Hindsight*
+labels (``future_s`` > 0) also feed the fork the real arrivals of the next ``future_s``
+seconds and count them: one Monte-Carlo sample of Q(state, candidate) under the heuristic,
+so their average over similar states is the one-step policy improvement a network that sees
+only the present can learn (the single-sample argmax, the hindsight teacher, is a ceiling no
+online policy reaches). States are visited by the heuristic or, in DAgger rounds, by the
+learned policy itself; each task is one seeded workload on training seeds, so labels are
+reproducible whichever worker computes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.envs.observation import GLOBAL_DIM
+from rlsched.errors import ConfigError
+from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
+from rlsched.policies.lookahead import fits
+from rlsched.policies.pick import F, K, PickPolicy, Scorer
+from rlsched.policies.projected import ProjectedPolicy
+from rlsched.policies.seed import load_static
+from rlsched.sim.metrics import CLASS_WEIGHTS
+from rlsched.sim.simulator import Decision, Simulator
+
+LABEL_HORIZON_S = 600.0
+"""Default hindsight horizon of the labels: arrivals of the next 10 minutes."""
+
+
+@dataclass(frozen=True)
+class LabelTask:
+    """One labelled episode: a seeded workload, who drives it, and how labels look ahead."""
+
+    scenario: str
+    seed: int
+    rate_scale: float
+    static: str
+    """Tuned action file of the heuristic (proposal, rollouts)."""
+    future_s: float = LABEL_HORIZON_S
+    every: int = 2
+    """Label one decision point in ``every`` (neighbouring states are near copies)."""
+    duration_s: float | None = None
+    scorer: Any = None
+    """A ``Scorer`` (DAgger: the learned policy visits the states) or None (the heuristic does)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < VALIDATION_SEED_BASE:
+            raise ConfigError("label.seeds", f"labels use training seeds [0, {VALIDATION_SEED_BASE}), not {self.seed}")
+
+
+def _always_proposal(g: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    return -np.arange(K, dtype=np.float64)
+
+
+def label_episode(task: LabelTask) -> dict[str, np.ndarray]:
+    """Arrays ``glob`` (N, G), ``cand`` (N, K, F), ``q`` (N, K; NaN where invalid) of one episode."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sim = prepare(RunSpec(task.scenario, "label", task.seed, task.rate_scale, task.duration_s))
+    base = load_static(task.static)
+    policy = PickPolicy(task.scorer or _always_proposal, base)
+    policy.reset(sim)
+    glob, cand, qs = [], [], []
+    seen = 0
+    while sim.advance_to_next_decision():
+        decision = policy.decide(sim)
+        view = policy.view
+        if view is not None and len(view.batches) > 1:
+            seen += 1
+            if seen % task.every == 0:
+                q = np.full(K, np.nan)
+                for j, batch in enumerate(view.batches):
+                    if fits(sim, batch):
+                        q[j] = rollout_value(sim, batch, base, task.future_s)
+                glob.append(policy.global_features(sim))
+                cand.append(view.features.copy())
+                qs.append(q)
+        sim.apply(decision)
+    return {"glob": np.asarray(glob, np.float32).reshape(-1, GLOBAL_DIM),
+            "cand": np.asarray(cand, np.float32).reshape(-1, K, F), "q": np.asarray(qs).reshape(-1, K)}
+
+
+def rollout_value(state: Simulator, batch: tuple[int, ...], base: ProjectedPolicy, future_s: float) -> float:
+    """Class-weighted SLOs met when ``batch`` starts now and the heuristic runs the rest
+    (present requests; with ``future_s`` > 0 also the arrivals of the next ``future_s`` s)."""
+    fork = state.fork(future_s)
+    present = set(fork.records)
+    fork.apply(Decision(batch))
+    fork.run(ProjectedPolicy(base.params, base.config))
+    return sum(CLASS_WEIGHTS[r.request.priority] for r in fork.records.values()
+               if r.slo_met and (future_s > 0 or r.request.id in present))
+
+
+def save_labels(path: Path, parts: list[dict[str, np.ndarray]], meta: dict[str, Any]) -> Path:
+    """Concatenate per-episode arrays into one ``.npz`` (no pickle) with its provenance."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q")}
+    np.savez_compressed(path, **arrays, meta=np.asarray(json.dumps(meta)))
+    return path
+
+
+def load_labels(paths: list[Path]) -> dict[str, np.ndarray]:
+    parts = []
+    for p in paths:
+        with np.load(p, allow_pickle=False) as data:
+            parts.append({k: data[k] for k in ("glob", "cand", "q")})
+    return {k: np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q")}
+
+
+__all__ = ["LABEL_HORIZON_S", "LabelTask", "Scorer", "label_episode", "load_labels", "rollout_value", "save_labels"]
+
+
+def label_tasks(scenarios: list[str], static: str, episodes: int, seed0: int, rate_scale: tuple[float, float],
+                future_s: float, every: int, duration_s: float | None, scorer: Any = None) -> list[LabelTask]:
+    """``episodes`` per scenario on consecutive training seeds from ``seed0``, loads spread evenly
+    over ``rate_scale`` (stratified rather than drawn: every load band gets labels)."""
+    loads = np.linspace(*rate_scale, episodes) if episodes > 1 else np.array([np.mean(rate_scale)])
+    return [LabelTask(sc, seed0 + i, float(loads[i]), static.format(scenario=sc), future_s, every, duration_s, scorer)
+            for sc in scenarios for i in range(episodes)]
+
+
+def generate(tasks: list[LabelTask], workers: int = 1, progress: bool = True) -> list[dict[str, np.ndarray]]:
+    """Label every task (in parallel processes), with a progress bar over finished episodes."""
+    from rich.progress import Progress
+
+    from rlsched.parallel import run_tasks
+
+    parts = []
+    with Progress(disable=not progress) as bar:
+        job = bar.add_task("labelling", total=len(tasks))
+        for part in run_tasks(label_episode, tasks, workers):
+            parts.append(part)
+            bar.advance(job)
+    return parts

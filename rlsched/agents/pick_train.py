@@ -1,0 +1,296 @@
+"""The candidate policy's recipe, one command: labels → imitation → DAgger → MaskablePPO → validation → export.
+
+1. Label states the heuristic visits with the look-ahead teacher (``rlsched.agents.labels``).
+2. Imitate: cross-entropy of the network's masked scores to softmax(Q / tau).
+3. DAgger: label states the imitated policy visits itself, aggregate, imitate again.
+4. Fine-tune with sb3-contrib's ``MaskablePPO`` on ``rlsched/DiTPick-v0`` (reward: SLO credit
+   minus a shadow heuristic's on the same workload), TensorBoard in ``RUN/tb``.
+5. Validate every stage's policy paired against the heuristic on validation seeds (900+)
+   and export the best as a frozen scorer (``kind: pick``); the heuristic itself is a
+   valid outcome (``proposal_margin`` = inf is never chosen silently: the report says so).
+
+Workload seeds: labels and PPO below 900, validation 900-999, evaluation (``rlsched eval``) >= 1000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rlsched.errors import ConfigError
+from rlsched.sim.yamlio import read_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LabelConfig(_Strict):
+    episodes_per_scenario: int = Field(24, ge=1)
+    seed0: int = Field(0, ge=0, lt=900)
+    future_s: float = Field(600.0, ge=0)
+    """Hindsight horizon of the teacher (0: realizable, present requests only)."""
+    every: int = Field(2, ge=1)
+    duration_s: float = Field(7200.0, gt=0)
+    dagger_rounds: int = Field(1, ge=0)
+    dagger_episodes_per_scenario: int = Field(12, ge=1)
+
+
+class ImitationConfig(_Strict):
+    epochs: int = Field(40, ge=1)
+    learning_rate: float = Field(3e-3, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    margins: tuple[float, ...] = (0.5, 1.0, 2.0)
+    """Proposal margins (class-weighted requests) tried on the validation seeds; the best is kept."""
+    dagger_margin: float = Field(1.0, ge=0)
+    """Margin of the policy that visits the states of a DAgger round."""
+
+
+class PPOStage(_Strict):
+    timesteps: int = Field(100_000, ge=0)
+    learning_rate: float = Field(1e-4, gt=0)
+    n_steps: int = Field(512, ge=8)
+    batch_size: int = Field(256, ge=8)
+    n_epochs: int = Field(4, ge=1)
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip_range: float = Field(0.1, gt=0)
+    ent_coef: float = Field(0.001, ge=0)
+    n_envs: int = Field(2, ge=1)
+    window_s: tuple[float, float] = (1200.0, 2400.0)
+    burn_in_s: float = Field(300.0, ge=0)
+
+
+class ValidationConfig(_Strict):
+    seeds: tuple[int, ...] = tuple(range(900, 910))
+    rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
+    duration_s: float = Field(7200.0, gt=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _validation_seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or not all(900 <= s < 1000 for s in v):
+            raise ValueError("validation seeds must be in [900, 1000) (evaluation uses >= 1000)")
+        return v
+
+
+class PickConfig(_Strict):
+    name: str = "pick"
+    kind: str = "pick"
+    scenarios: tuple[str, ...] = ("default", "omni-mix", "trace-azure", "bursty")
+    """Request-mode scenarios (step mode runs the heuristic's proposal)."""
+    static: str = "agents/tuned/{scenario}.json"
+    """The strengthened heuristic per scenario (proposal, rollouts, shadow)."""
+    rate_scale: tuple[float, float] = (0.5, 1.5)
+    labels: LabelConfig = LabelConfig()
+    imitation: ImitationConfig = ImitationConfig()
+    ppo: PPOStage = PPOStage()
+    validation: ValidationConfig = ValidationConfig()
+    workers: int = Field(2, ge=1)
+    seed: int = 0
+
+
+def load_pick_config(path: str | Path, **overrides: Any) -> PickConfig:
+    from pydantic import ValidationError
+
+    data = read_yaml(Path(path)) or {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return PickConfig(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
+
+
+# ------------------------------------------------------------------ stages
+def _label(cfg: PickConfig, run: Path, name: str, episodes: int, seed0: int, scorer: Any,
+           progress: bool) -> Path:
+    from rlsched.agents.labels import generate, label_tasks, save_labels
+
+    lc = cfg.labels
+    tasks = label_tasks(list(cfg.scenarios), cfg.static, episodes, seed0, cfg.rate_scale, lc.future_s, lc.every,
+                        lc.duration_s, scorer)
+    t0 = time.perf_counter()
+    parts = generate(tasks, cfg.workers, progress)
+    meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1],
+            "future_s": lc.future_s, "seconds": time.perf_counter() - t0}
+    return save_labels(run / "labels" / f"{name}.npz", parts, meta)
+
+
+def _validate_one(task: tuple[str, int, float, float, Any]) -> float:
+    from rlsched.evaluation import RunSpec, prepare
+    from rlsched.policies.pick import PickPolicy
+    from rlsched.policies.seed import load_static
+    from rlsched.sim.metrics import summarize
+
+    static, seed, load, duration, scorer = task
+    scenario = static.split("/")[-1].removesuffix(".json")
+    sim = prepare(RunSpec(scenario, "validate", seed, load, duration))
+    base = load_static(static)
+    sim.run(base if scorer is None else PickPolicy(scorer, base))
+    return float(summarize(sim)["weighted_slo_attainment"])
+
+
+def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Paired mean difference (points) vs the heuristic per stage, per scenario and overall."""
+    from rlsched.evaluation import ci95_half_width
+    from rlsched.parallel import run_tasks
+
+    v = cfg.validation
+    cells = [(sc, s, rs) for sc in cfg.scenarios for rs in v.rate_scales for s in v.seeds]
+    names = [None, *scorers]
+    tasks = [(cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers.get(n)) for sc, s, rs in cells
+             for n in names]
+    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers))).reshape(len(cells), len(names))
+    out: dict[str, dict[str, float]] = {}
+    for i, name in enumerate(names[1:], start=1):
+        d = 100 * (res[:, i] - res[:, 0])
+        row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
+        for sc in cfg.scenarios:
+            sel = np.array([c[0] == sc for c in cells])
+            row[sc] = float(d[sel].mean())
+        row["worst_cell"] = float(min(d[np.array([c[0] == sc and c[2] == rs for c in cells])].mean()
+                                      for sc in cfg.scenarios for rs in v.rate_scales))
+        out[name] = row
+    return out
+
+
+def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from rlsched.agents.pick import policy_class
+    from rlsched.envs.pick import DiTPickEnv
+
+    p = cfg.ppo
+    static = {sc: cfg.static.format(scenario=sc) for sc in cfg.scenarios}
+
+    def make(rank: int) -> Any:
+        def thunk() -> Any:
+            env = Monitor(DiTPickEnv(list(cfg.scenarios), static, cfg.rate_scale, p.window_s, p.burn_in_s),
+                          info_keywords=("deviations", "decisions", "agent_credit", "shadow_credit"))
+            env.reset(seed=cfg.seed + 7919 * rank)
+            return env
+        return thunk
+
+    venv = VecNormalize(DummyVecEnv([make(i) for i in range(p.n_envs)]), norm_obs=False, norm_reward=True,
+                        gamma=p.gamma)
+    model = MaskablePPO(policy_class(), venv, learning_rate=p.learning_rate, n_steps=p.n_steps,
+                        batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                        clip_range=p.clip_range, ent_coef=p.ent_coef, seed=cfg.seed, device="cpu",
+                        tensorboard_log=str(run / "tb"), verbose=0)
+    with torch.no_grad():
+        for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
+            mod.net.load_state_dict(net.state_dict())
+    model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo",
+                callback=_PickMetrics())
+    venv.close()
+    trained = type(net)()
+    trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())
+    return trained
+
+
+def _PickMetrics() -> Any:  # noqa: N802  (a class built lazily: SB3 imports stay inside training)
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class PickMetrics(BaseCallback):
+        """TensorBoard: the differential return (agent − shadow heuristic, SLO credits) and
+        how often the agent leaves the heuristic's proposal, per finished episode."""
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", []):
+                ep = info.get("episode")
+                if ep is not None:
+                    self.logger.record_mean("pick/differential_return", float(ep["r"]))
+                    self.logger.record_mean("pick/agent_credit", float(info["agent_credit"]))
+                    self.logger.record_mean("pick/shadow_credit", float(info["shadow_credit"]))
+                    self.logger.record_mean("pick/deviation_share",
+                                            float(info["deviations"]) / max(1.0, float(info["decisions"])))
+            return True
+
+    return PickMetrics()
+
+
+def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """The whole recipe (see the module docstring); returns the report also written to RUN/report.json."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rlsched.agents.labels import load_labels
+    from rlsched.agents.pick import CandidateNet, export_scorer, imitate, numpy_scorer
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(cfg.model_dump_json(indent=1))
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    log = SummaryWriter(str(run / "tb" / "imitation"))
+    lc, ic = cfg.labels, cfg.imitation
+
+    def fit(files: list[Path], name: str) -> Any:
+        net = CandidateNet()
+        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
+                              f"imitation_{name}")
+        return net
+
+    stats: dict[str, dict[str, float]] = {}
+    files = [_label(cfg, run, "round0", lc.episodes_per_scenario, lc.seed0, None, progress)]
+    timing["labels_round0_s"] = time.perf_counter() - t0
+    net = fit(files, "round0")
+    seed0 = lc.seed0 + lc.episodes_per_scenario
+    for r in range(1, lc.dagger_rounds + 1):
+        t = time.perf_counter()
+        files.append(_label(cfg, run, f"dagger{r}", lc.dagger_episodes_per_scenario, seed0,
+                            numpy_scorer(_with_margin(net, ic.dagger_margin)), progress))
+        seed0 += lc.dagger_episodes_per_scenario
+        timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
+        net = fit(files, f"dagger{r}")
+    log.close()
+    t = time.perf_counter()
+    nets = {f"imitation@{m:g}": _with_margin(net, m) for m in ic.margins}
+    val = validate(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
+    timing["validation_imitation_s"] = time.perf_counter() - t
+    best = max(val, key=lambda n: val[n]["mean"])
+    if cfg.ppo.timesteps:
+        t = time.perf_counter()
+        nets["ppo"] = _ppo(cfg, nets[best], run, progress)
+        timing["ppo_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        val.update(validate(cfg, {"ppo": numpy_scorer(nets["ppo"])}))
+        timing["validation_ppo_s"] = time.perf_counter() - t
+        best = max(val, key=lambda n: val[n]["mean"])
+    report = {"imitation": stats, "validation": val, "chosen": best, "timing": timing,
+              "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
+    (run / "report.json").write_text(json.dumps(report, indent=1))
+    if out is not None:
+        from rlsched.policies.pick import read_base_action
+
+        statics = [cfg.static.format(scenario=sc) for sc in cfg.scenarios]
+        export_scorer(nets[best], out, {
+            "base_action": read_base_action(statics), "projection": {}, "scenarios": list(cfg.scenarios),
+            "stage": best, "validation": val[best], "training_config": cfg.model_dump(mode="json"),
+            "train_seconds": report["total_s"], "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return report
+
+
+def _with_margin(net: Any, margin: float) -> Any:
+    import copy
+
+    import torch
+
+    out = copy.deepcopy(net)
+    with torch.no_grad():
+        out.proposal_bias.fill_(margin)
+    return out
+
+
+__all__ = ["PickConfig", "learn", "load_pick_config", "validate"]

@@ -1,0 +1,72 @@
+"""``rlsched label`` (teacher labels for the candidate policy) and ``rlsched learn`` (its whole recipe)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlsched.cli import command, print_json, seed_arg
+
+
+@command("label", "Label decision points with the look-ahead teacher: the value of starting each candidate batch.")
+def add_label_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenarios", default="default,omni-mix,trace-azure,bursty",
+                   help="request-mode scenarios, comma-separated")
+    p.add_argument("--static", default="agents/tuned/{scenario}.json",
+                   help="tuned action file of the heuristic ({scenario} is replaced)")
+    p.add_argument("--episodes", type=int, default=8, help="labelled episodes per scenario")
+    p.add_argument("--seed", type=seed_arg, default=0, help="first training seed (consecutive, < 900)")
+    p.add_argument("--rate-scales", default="0.5,1.5", help="load range LOW,HIGH; episodes spread evenly over it")
+    p.add_argument("--future", type=float, default=600.0,
+                   help="hindsight horizon in s (the fork sees the real arrivals this far ahead; 0: realizable)")
+    p.add_argument("--every", type=int, default=2, help="label one decision point with a choice in this many")
+    p.add_argument("--duration", type=float, default=7200.0, help="arrival window per episode (s)")
+    p.add_argument("--policy", help="DAgger: a frozen scorer (pick checkpoint folder) visits the states "
+                                    "instead of the heuristic")
+    p.add_argument("--workers", type=int, default=2, help="processes")
+    p.add_argument("--out", required=True, help="labels file to write (.npz)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=run_label)
+
+
+def run_label(args: argparse.Namespace) -> int:
+    from rlsched.agents.labels import generate, label_tasks, save_labels
+    from rlsched.sim.workload import positive
+
+    low, high = (positive(x, "--rate-scales") for x in args.rate_scales.split(","))
+    scorer = None
+    if args.policy:
+        from rlsched.policies.pick import load_scorer
+
+        scorer = load_scorer(args.policy)
+    tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),
+                        args.future, args.every, args.duration, scorer)
+    parts = generate(tasks, args.workers, not args.no_progress)
+    out = save_labels(Path(args.out), parts, {"scenarios": args.scenarios, "episodes": args.episodes,
+                                                "seed": args.seed, "future_s": args.future})
+    print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})
+    return 0
+
+
+@command("learn", "Train the candidate-batch policy end to end: labels, imitation, DAgger, MaskablePPO, "
+                  "validation, export.")
+def add_learn_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent", default="agents/pick.yaml", help="recipe preset (YAML)")
+    p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
+    p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
+    p.add_argument("--timesteps", type=int, help="PPO steps (default: the preset's; 0 skips PPO)")
+    p.add_argument("--workers", type=int, help="processes for labels and validation")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=run_learn)
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    from rlsched.agents.pick_train import learn, load_pick_config
+
+    cfg = load_pick_config(args.agent, workers=args.workers)
+    if args.timesteps is not None:
+        cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
+    report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
+    print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
+    print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
+    return 0

@@ -1,0 +1,176 @@
+"""``rlsched/DiTPick-v0``: pick one of K feasible candidate batches; rewarded against a shadow heuristic.
+
+Each episode draws a request-mode scenario, a load and a window of arrivals on a training
+seed. The strengthened heuristic (the scenario's tuned ``static``) serves the first
+``burn_in_s`` seconds alone, so the agent starts with a realistic queue, not an empty GPU.
+From then on, at every decision point with a choice, the agent picks a candidate of
+``rlsched.policies.pick`` (slot 0 is the heuristic's own proposal; invalid slots are masked
+through ``action_masks()``, as sb3-contrib's ``MaskablePPO`` expects).
+
+Reward (paired, input-dependent baseline, as in Decima / RLTune): the class-weighted SLO
+credit (realtime 1, batch 2/3, background 1/3 per request met) the agent's simulator earns
+in the step, minus what a *shadow* heuristic earns over the same simulated interval on an
+identical copy of the workload (run once per episode: the heuristic is deterministic, so
+its finish times are the lockstep copy). At the end the shadow's remaining credit is
+subtracted, so the return is exactly (agent − heuristic) requests met after the burn-in:
+0 for a policy that always picks slot 0, whatever the workload's own difficulty.
+
+Observation: ``GLOBAL_DIM`` queue-level entries (the knob policy's ``dit-batch-obs/2``
+before its top-K slots) then K × ``CAND_FIELDS`` per-candidate features, in [-5, 5].
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rlsched.envs.episodes import EpisodeSampler
+from rlsched.envs.observation import GLOBAL_DIM
+from rlsched.errors import ConfigError
+from rlsched.policies.pick import CandidateView, F, K, PickPolicy
+from rlsched.policies.projected import ProjectedPolicy
+from rlsched.policies.seed import load_static
+from rlsched.sim.metrics import CLASS_WEIGHTS
+from rlsched.sim.request import RequestRecord
+from rlsched.sim.simulator import Decision, Simulator
+
+OBS_SIZE = GLOBAL_DIM + K * F
+_TOP = max(CLASS_WEIGHTS.values())
+_RETRIES = 20
+
+
+def _credit(rec: RequestRecord) -> float:
+    return CLASS_WEIGHTS[rec.request.priority] / _TOP if rec.slo_met else 0.0
+
+
+class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
+    """See the module docstring. ``static`` maps scenario → tuned action file (the heuristic)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, scenarios: list[str], static: dict[str, str], rate_scale: tuple[float, float] = (0.5, 1.5),
+                 window_s: tuple[float, float] = (1200.0, 2400.0), burn_in_s: float = 300.0,
+                 workload_seed: int | None = None) -> None:
+        missing = [s for s in scenarios if s not in static]
+        if missing:
+            raise ConfigError("pick.static", f"no tuned action file for {missing}")
+        self.scenarios, self.static = list(scenarios), dict(static)
+        self.rate_scale, self.window_s, self.burn_in_s = rate_scale, window_s, burn_in_s
+        self.workload_seed = workload_seed
+        self.action_space = spaces.Discrete(K)
+        self.observation_space = spaces.Box(-5.0, 5.0, (OBS_SIZE,), dtype=np.float32)
+        self._sampler = EpisodeSampler()
+        self._bases: dict[str, ProjectedPolicy] = {}
+        self.view: CandidateView | None = None
+
+    # ---------------------------------------------------------------- API
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        from rlsched.envs.episodes import EpisodeOptions
+
+        super().reset(seed=seed)
+        opts = EpisodeOptions.build(self.scenarios, "request", self.rate_scale, self.window_s, self.workload_seed)
+        opts = opts.merged(options)
+        for _ in range(_RETRIES):  # a window whose queue never offers a choice has nothing to learn
+            obs, info = self._start(self._sampler.sample(opts, self.np_random))
+            if info["alive"]:
+                break
+        return obs, info
+
+    def _start(self, ep: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        name = ep.scenario.name
+        start = ep.start_s + self.burn_in_s
+        sim = self.sim = Simulator(ep.requests, ep.cost, ep.scenario.serving)
+        self.policy = PickPolicy(lambda g, c: np.zeros(K), self._base(name))
+        self.policy.reset(sim)
+        while sim.advance_to_next_decision() and sim.now < start:  # burn-in: the heuristic alone
+            sim.apply(self.policy.base.decide(sim))
+        # both copies are identical up to here; credits count from the first decision after it
+        self._t = sim.now if sim.needs_decision else float("inf")
+        shadow = Simulator(ep.requests, ep.cost, ep.scenario.serving).run(self._base(name))
+        done = sorted((r.finish_s, _credit(r)) for r in shadow.records.values() if r.finish_s > self._t)
+        self._shadow_t = [t for t, _ in done]
+        self._shadow_c = np.concatenate([[0.0], np.cumsum([c for _, c in done])])
+        self._pending = 0.0
+        sim.on_finish.append(self._on_finish)
+        self.agent_credit = self.shadow_credit = 0.0
+        self.decisions = self.deviations = 0
+        self._decision: Decision | None = None
+        alive = self._advance(first=True)
+        info = {"scenario": name, "rate_scale": ep.rate_scale, "workload_seed": ep.workload_seed, "alive": alive}
+        return self._obs(), info
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._decision is None or self.view is None:
+            raise gym.error.ResetNeeded("call reset() before step(), and again after the episode ended")
+        j = int(action)
+        if not self.view.mask[j]:
+            j = 0  # a masked slot (only without masking) is the heuristic's proposal
+        self.decisions += 1
+        self.deviations += j != 0
+        self.sim.apply(self.policy.choose(self._decision, self.view, j))
+        alive = self._advance()
+        reward = self._reward(final=not alive)
+        info = {"agent_credit": self.agent_credit, "shadow_credit": self.shadow_credit,
+                "deviations": self.deviations, "decisions": self.decisions}
+        return self._obs(), reward, not alive, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Valid candidates (sb3-contrib's ``MaskablePPO`` reads this)."""
+        if self.view is None:
+            mask = np.zeros(K, dtype=bool)
+            mask[0] = True
+            return mask
+        return self.view.mask.copy()
+
+    # ------------------------------------------------------------ internals
+    def _base(self, scenario: str) -> ProjectedPolicy:
+        if scenario not in self._bases:
+            self._bases[scenario] = load_static(self.static[scenario])
+        base = self._bases[scenario]
+        return ProjectedPolicy(base.params, base.config)
+
+    def _on_finish(self, rec: RequestRecord) -> None:
+        self._pending += _credit(rec)
+
+    def _advance(self, first: bool = False) -> bool:
+        """Run to the next decision point with a choice; False when the workload is drained."""
+        sim = self.sim
+        if first and sim.needs_decision:
+            decision, view = self.policy.propose(sim)
+            if view is not None:
+                self._decision, self.view = decision, view
+                return True
+            sim.apply(decision)
+        while sim.advance_to_next_decision():
+            decision, view = self.policy.propose(sim)
+            if view is not None:
+                self._decision, self.view = decision, view
+                return True
+            sim.apply(decision)
+        self._decision, self.view = None, None
+        return False
+
+    def _reward(self, final: bool) -> float:
+        now = float("inf") if final else self.sim.now
+        i0, i1 = bisect.bisect_right(self._shadow_t, self._t), bisect.bisect_right(self._shadow_t, now)
+        shadow = float(self._shadow_c[i1] - self._shadow_c[i0])
+        self._t = now
+        agent, self._pending = self._pending, 0.0
+        self.agent_credit += agent
+        self.shadow_credit += shadow
+        return agent - shadow
+
+    def _obs(self) -> np.ndarray:
+        out = np.zeros(OBS_SIZE, dtype=np.float32)
+        if self.view is not None:
+            out[:GLOBAL_DIM] = self.policy.global_features(self.sim)
+            out[GLOBAL_DIM:] = self.view.features.ravel()
+        return out
+
+
+__all__ = ["OBS_SIZE", "DiTPickEnv"]

@@ -1,0 +1,292 @@
+"""Learned policy over candidate batches: the network picks which feasible batch starts now.
+
+At a decision point the strengthened heuristic (``static``, a tuned ``ProjectedPolicy``)
+proposes a batch; ``candidate_batches`` adds the other batches a scheduler could start
+now — the proposal with a doubled cap and cut to its most valuable request, the batch of
+the earliest-deadline and of the shortest savable request's key, the best batch of the
+next most valuable keys — every one a knapsack solution of the same projection, so every
+candidate is feasible (memory, batch cap, compatibility key). ``CandidateView`` describes
+each candidate by ``CAND_FIELDS`` (size, wave time, value of the members that meet their
+SLO if it starts now, members it makes late, collateral: waiting requests that go late
+while it runs, ...) beside the queue-level features of the knob policy's observation.
+
+A shared per-candidate network scores each candidate (permutation-equivariant: the
+order of the candidates does not matter, only their features), invalid slots are masked,
+and the highest score starts. The proposal is always candidate 0 and always valid, so a
+policy that learned nothing beyond "pick 0" is the heuristic itself.
+
+Request mode only: in step mode (every denoise step is a decision) the policy runs the
+heuristic's proposal. ``pick:CHECKPOINT;static=TUNED.json`` serves a frozen scorer over
+that tuned heuristic; without ``static=`` the checkpoint's own base action is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.errors import CheckpointError, ConfigError, PolicyOutputError
+from rlsched.policies.base import register
+from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, decode_action
+from rlsched.sim.metrics import CLASS_WEIGHTS
+from rlsched.sim.request import CLASS_INDEX, RequestRecord
+from rlsched.sim.simulator import Decision, Simulator
+
+K = 8
+"""Candidate batches per decision (slot 0: the heuristic's proposal)."""
+CAND_FIELDS = ("valid", "proposal", "size", "wave", "efficiency", "value_met", "made_late", "lost",
+               "min_slack", "collateral", "key_queue", "starving", "realtime_share", "wait")
+F = len(CAND_FIELDS)
+PICK_SCHEMA = "dit-pick-obs/1"
+"""Bump whenever a candidate or global feature changes (checkpoints record it)."""
+SCALE_S = 30.0
+_W = np.array([CLASS_WEIGHTS[c] for c in sorted(CLASS_INDEX, key=CLASS_INDEX.__getitem__)]) / max(
+    CLASS_WEIGHTS.values())
+"""Class weights scaled to realtime = 1."""
+
+
+def wave_s(state: Any, batch: list[RequestRecord]) -> float:
+    """Request mode: seconds the GPU needs for ``batch`` as one wave (``Simulator._duration``
+    without the engine overhead, which is the same for every candidate)."""
+    steps = batch[0].request.num_inference_steps
+    return steps * state.cost.batch_step_time(batch) + sum(r.encode_s + r.decode_s for r in batch)
+
+
+@dataclass
+class CandidateView:
+    """The candidates at one decision point and their features."""
+
+    batches: list[tuple[int, ...]]
+    features: np.ndarray
+    """(K, F) float32; rows past ``len(batches)`` are zeros (invalid)."""
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.features[:, 0] > 0.5
+
+
+def describe(base: ProjectedPolicy, state: Any, proposal: tuple[int, ...]) -> CandidateView:
+    """Candidates (``proposal`` first) and their ``CAND_FIELDS``; ``proposal`` may not be empty."""
+    from rlsched.policies.lookahead import candidate_batches
+
+    batches = candidate_batches(base, state, proposal, doubled=True)[:K]
+    waiting, now = state.waiting, state.now
+    pool = [r for r in base.candidates(state)[0] if r.request.id in waiting]
+    rows = base.table.gather(pool)  # request mode: remaining = standalone work
+    pool_slack = rows.deadline_s - now - rows.work_s
+    pool_w = _W[rows.cls]
+    open_slack = np.where(pool_slack >= 0, pool_slack, np.inf)
+    per_key: dict[Any, int] = {}
+    for rec, n, _ in base.queue_summary(state):
+        per_key[rec.key] = per_key.get(rec.key, 0) + n
+    cfg = base.config
+    out = np.zeros((K, F), dtype=np.float32)
+    for j, batch in enumerate(batches):
+        recs = [waiting[i] for i in batch]
+        wave = wave_s(state, recs)
+        w = _W[[CLASS_INDEX[r.request.priority] for r in recs]]
+        time_left = np.array([r.deadline_s - now for r in recs])
+        lost = np.array([r.remaining_s for r in recs]) > time_left
+        meets = time_left >= wave
+        arrival = np.array([r.request.arrival_s for r in recs])
+        own = np.maximum(cfg.starvation_threshold_s, cfg.starvation_slo_multiple * (time_left + now - arrival))
+        inside = np.isin(rows.request_id, batch)
+        collateral = float(pool_w[~inside & (open_slack < wave)].sum())
+        out[j] = (1.0, j == 0, math.log1p(len(recs)), math.log1p(wave / SCALE_S),
+                  float(sum(r.remaining_s for r in recs)) / max(wave, 1e-9),
+                  math.log1p(float(w[meets].sum())), math.log1p(float(w[~meets & ~lost].sum())),
+                  math.log1p(float(w[lost].sum())),
+                  math.asinh(float((time_left[meets] - wave).min()) / max(wave, 1e-9)) if meets.any() else -5.0,
+                  math.log1p(collateral), math.log1p(per_key.get(recs[0].key, 0)),
+                  float(((now - arrival) > own).any()),
+                  float(np.mean([r.request.priority == "realtime" for r in recs])),
+                  math.log1p(max(now - float(arrival.min()), 0.0) / SCALE_S))
+    np.clip(out, -5.0, 5.0, out=out)
+    return CandidateView(batches, out)
+
+
+# ------------------------------------------------------------------ frozen scorer
+Scorer = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""(global features (G,), candidate features (K, F)) → one score per candidate (K,)."""
+
+
+@dataclass(frozen=True)
+class FrozenScorer:
+    """The trained scorer in numpy: g = tanh(global · Wg + bg); per candidate
+    h = tanh(W2 · tanh(W1 · [c, g] + b1) + b2); score = w3 · h + b3 (see ``CandidateNet``)."""
+
+    glob: tuple[np.ndarray, np.ndarray]
+    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]
+    out: tuple[np.ndarray, np.ndarray]
+    proposal_bias: float
+    """Added to the proposal's score (slot 0): the margin an alternative must beat."""
+    meta: dict[str, Any]
+
+    def __call__(self, g: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        w, b = self.glob
+        ge = np.tanh(g @ w.T + b)
+        x = np.concatenate([cand, np.broadcast_to(ge, (cand.shape[0], ge.size))], axis=1)
+        for w, b in self.hidden:
+            x = np.tanh(x @ w.T + b)
+        w, b = self.out
+        return (x @ w.T + b)[:, 0] + self.proposal_bias * cand[:, 1]
+
+
+TENSORS = ("glob", "hidden.0", "hidden.1", "out")
+
+
+def load_scorer(folder: str | Path) -> FrozenScorer:
+    """A frozen scorer checkpoint (``kind: pick``), every shape and value checked at load."""
+    from rlsched.envs.observation import SCHEMA_VERSION
+    from rlsched.policies.checkpoint import META, WEIGHTS, _layers, _read_meta, content_hash, read_safetensors
+
+    folder = Path(folder)
+    if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
+        raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
+    meta = _read_meta(folder / META)
+    if meta.get("content_sha256") != content_hash((folder / WEIGHTS).read_bytes(), meta):
+        raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
+    where = str(folder / META)
+    if meta.get("kind") != "pick":
+        raise CheckpointError(f"{where}: kind {meta.get('kind')!r} is not a candidate scorer ('pick')")
+    if meta.get("pick_schema") != PICK_SCHEMA or meta.get("obs_schema") != SCHEMA_VERSION:
+        raise CheckpointError(f"{where}: features {meta.get('pick_schema')!r}/{meta.get('obs_schema')!r} do not "
+                              f"match this rlsched ({PICK_SCHEMA!r}/{SCHEMA_VERSION!r}); retrain")
+    t = read_safetensors(folder / WEIGHTS)
+    g_dim, g_out = meta.get("global_dim"), meta.get("global_out")
+    if not all(type(v) is int and v > 0 for v in (g_dim, g_out)):
+        raise CheckpointError(f"{where}: global_dim and global_out must be integers > 0")
+    (glob,) = _layers(where, t, ["glob"], g_dim, g_out)
+    hidden = _layers(where, t, ["hidden.0", "hidden.1"], F + g_out, t["hidden.1.weight"].shape[0]
+                     if "hidden.1.weight" in t else 0)
+    (out,) = _layers(where, t, ["out"], hidden[-1][0].shape[0], 1)
+    bias = t.get("proposal_bias")
+    if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
+        raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
+    action = np.asarray(meta.get("base_action", []), dtype=np.float64)
+    from rlsched.policies.projected import ACTION_DIM
+
+    if action.shape != (ACTION_DIM,) or not np.isfinite(action).all():
+        raise CheckpointError(f"{where}: base_action must hold {ACTION_DIM} finite numbers")
+    from rlsched.policies.checkpoint import check_projection
+
+    check_projection(where, meta.get("projection", {}))
+    return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
+
+
+# ------------------------------------------------------------------ the policy
+class PickPolicy:
+    """Scores the candidates of ``base`` (a tuned ``ProjectedPolicy``) and starts the best one."""
+
+    name = "pick"
+
+    def __init__(self, scorer: Scorer, base: ProjectedPolicy, telemetry: Any = None) -> None:
+        from rlsched.envs.observation import ObservationEncoder
+
+        self.scorer, self.base = scorer, base
+        self.encoder = ObservationEncoder(base)
+        self.telemetry = telemetry
+        self._telemetry = telemetry
+        self.view: CandidateView | None = None
+        """The candidates of the last decision (for tests and the environment)."""
+        self.picked = self.decisions = 0
+
+    def reset(self, state: Simulator) -> None:
+        from rlsched.telemetry.sim import SimTelemetry
+
+        self.base.reset(state)
+        self.encoder.reset(state.now)
+        self._telemetry = self.telemetry or (SimTelemetry(state) if isinstance(state, Simulator) else None)
+        if hasattr(state, "on_arrival"):
+            state.on_arrival.append(self.note_arrival)
+            state.on_finish.append(self.note_finish)
+
+    def note_arrival(self, rec: RequestRecord) -> None:
+        self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])
+
+    def note_finish(self, rec: RequestRecord) -> None:
+        self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
+
+    def global_features(self, state: Any) -> np.ndarray:
+        """The knob policy's queue-level observation entries (counts, work, slack, history, telemetry)."""
+        from rlsched.envs.observation import GLOBAL_DIM
+
+        sample = self._telemetry.read() if self._telemetry is not None else getattr(state, "telemetry", None)
+        return self.encoder.encode(state, sample)[:GLOBAL_DIM]
+
+    def propose(self, state: Any) -> tuple[Decision, CandidateView | None]:
+        """The heuristic's decision and, when there is a choice, the candidates (None: no choice)."""
+        decision = self.base.decide(state)
+        self.view = None
+        if state.config.step_mode or not decision.batch:
+            return decision, None
+        view = describe(self.base, state, tuple(decision.batch))
+        if len(view.batches) < 2:
+            return decision, None
+        self.view = view
+        return decision, view
+
+    def choose(self, decision: Decision, view: CandidateView, j: int) -> Decision:
+        """Candidate ``j`` of ``view`` as the decision (0: the heuristic's own)."""
+        self.decisions += 1
+        if j == 0:
+            return decision
+        self.picked += 1
+        return Decision(view.batches[j], reject=decision.reject, reason=decision.reason)
+
+    def decide(self, state: Simulator) -> Decision:
+        decision, view = self.propose(state)
+        if view is None:
+            return decision
+        scores = np.asarray(self.scorer(self.global_features(state), view.features), dtype=np.float64)
+        if scores.shape != (K,) or not np.isfinite(scores).all():
+            raise PolicyOutputError(f"{self.name}: scores are not {K} finite numbers ({scores.tolist()})")
+        return self.choose(decision, view, int(np.argmax(np.where(view.mask, scores, -np.inf))))
+
+
+def pick_policy(path: str | Path, static: str | None = None) -> PickPolicy:
+    from rlsched.policies.seed import load_static
+
+    scorer = load_scorer(path)
+    config = ProjectionConfig(**scorer.meta.get("projection", {}))
+    if static:
+        base = load_static(static)
+        if base.config != config:
+            raise ConfigError(f"pick:{path}", "the static file's projection settings differ from the checkpoint's")
+    else:
+        base = ProjectedPolicy(decode_action(np.asarray(scorer.meta["base_action"])), config)
+    policy = PickPolicy(scorer, base)
+    policy.name = f"pick:{path}" + (f";static={static}" if static else "")
+    return policy
+
+
+def _pick(spec: str) -> PickPolicy:
+    from rlsched.policies.learned import _resolve
+
+    path, *opts = spec.split(";")
+    static = None
+    for opt in opts:
+        name, _, value = opt.partition("=")
+        if name.strip() != "static":
+            raise ConfigError(f"policy option {name!r}", "pick takes only static=TUNED.json")
+        static = value.strip()
+    return pick_policy(_resolve(path or "checkpoints/default"), static)
+
+
+register("pick")(_pick)
+
+
+def read_base_action(paths: list[str]) -> list[float]:
+    """Mean tuned action of ``paths`` (the checkpoint's base when no ``static=`` is given)."""
+    acts = [json.loads(Path(p).read_text())["action"] for p in paths]
+    return np.mean(np.asarray(acts, dtype=np.float64), axis=0).tolist()
+
+
+__all__ = ["CAND_FIELDS", "F", "K", "PICK_SCHEMA", "CandidateView", "FrozenScorer", "PickPolicy", "describe",
+           "load_scorer", "pick_policy"]
