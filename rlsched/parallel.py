@@ -33,8 +33,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int = 1, ray: s
     ``ray=None``: on ``workers`` local processes (1: in this process). ``ray="auto"`` or an
     address (``HOST:PORT``, ``ray://HOST:10001``): as Ray tasks on that cluster (``auto``: the
     one this process is attached to, e.g. under ``ray job submit``); ``ray="local"``: on a private
-    local instance of ``workers`` CPUs. On Ray, ``workers > 1`` caps the tasks in flight;
-    otherwise twice the cluster's CPUs are kept in flight.
+    local instance of ``workers`` CPUs. On Ray the cluster's size sets the pace (twice its CPUs
+    in flight), not ``workers``.
     """
     if ray is not None:
         yield from _on_ray(fn, tasks, workers, ray)
@@ -81,7 +81,7 @@ def _on_ray(fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str
     and yield their results in task order; unfinished tasks are cancelled if the caller stops early."""
     ray = connect(address, workers)
     remote = ray.remote(num_cpus=1)(fn)
-    window = workers if workers > 1 else max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending: deque[Any] = deque()
     queue = iter(tasks)
     try:
@@ -115,11 +115,11 @@ def _get(ray: Any, ref: Any) -> Any:
         raise
 
 
-def add_parallel_args(p: argparse.ArgumentParser) -> None:
+def add_parallel_args(p: argparse.ArgumentParser, workers: int = 1) -> None:
     """``--workers N`` and ``--ray [ADDRESS]``: the same two flags on every command that fans out."""
-    p.add_argument("--workers", type=int, default=1,
-                   help="local processes, each runs one simulation at a time (with --ray: most tasks in flight; "
-                        "1 = twice the cluster's CPUs)")
+    p.add_argument("--workers", type=int, default=workers,
+                   help="local processes, each runs one simulation at a time (with --ray: only the CPUs of "
+                        "--ray local; a cluster runs as many tasks as it has CPUs)")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="run the simulations as tasks on a Ray cluster (needs `pip install 'rlsched[ray]'`): "
                         "bare --ray or 'auto' = the cluster this process is attached to (RAY_ADDRESS, "

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from rlsched.cli import command, print_json, seed_arg
+from rlsched.parallel import add_parallel_args
 
 
 @command("label", "Label decision points with the look-ahead teacher: the value of starting each candidate batch.")
@@ -23,7 +24,7 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=7200.0, help="arrival window per episode (s)")
     p.add_argument("--policy", help="DAgger: a frozen scorer (pick checkpoint folder) visits the states "
                                     "instead of the heuristic")
-    p.add_argument("--workers", type=int, default=2, help="processes")
+    add_parallel_args(p, workers=2)
     p.add_argument("--out", required=True, help="labels file to write (.npz)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_label)
@@ -41,7 +42,7 @@ def run_label(args: argparse.Namespace) -> int:
         scorer = load_scorer(args.policy)
     tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),
                         args.future, args.every, args.duration, scorer)
-    parts = generate(tasks, args.workers, not args.no_progress)
+    parts = generate(tasks, args.workers, not args.no_progress, args.ray)
     out = save_labels(Path(args.out), parts, {"scenarios": args.scenarios, "episodes": args.episodes,
                                                 "seed": args.seed, "future_s": args.future})
     print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})

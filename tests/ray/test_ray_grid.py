@@ -60,3 +60,33 @@ def test_tune_trials_on_ray_match_local(ray_cluster: Any) -> None:
     spec = TuneSpec("default", seeds=(0, 1), rate_scales=(0.75, 1.25), duration_s=600.0, trials=4, batch=2)
     local, on_ray = search(spec), search(spec, ray="auto")
     assert on_ray.scores == local.scores and list(on_ray.vector) == list(local.vector)
+
+
+def test_labels_on_ray_match_local(ray_cluster: Any) -> None:
+    import numpy as np
+
+    from rlsched.agents.labels import generate, label_tasks
+
+    tasks = label_tasks(["default", "bursty"], "agents/tuned/{scenario}.json", 2, 5, (1.0, 1.5), 300.0, 3, 1200.0)
+    local, on_ray = generate(tasks, progress=False), generate(tasks, progress=False, ray="auto")
+    assert sum(len(p["q"]) for p in local) > 0 and len(on_ray) == len(local)
+    for a, b in zip(local, on_ray):
+        for key in ("glob", "cand", "q"):
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_label_cli_runs_on_the_cluster_at_an_address(ray_address: str, tmp_path: Path) -> None:
+    import numpy as np
+
+    def label(out: Path, *extra: str) -> dict[str, Any]:
+        cmd = [sys.executable, "-m", "rlsched", "label", "--scenarios", "default", "--episodes", "2", "--seed", "7",
+               "--future", "300", "--every", "4", "--duration", "900", "--out", str(out), "--no-progress", *extra]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert res.returncode == 0, res.stderr[-3000:]
+        with np.load(json.loads(res.stdout.splitlines()[-1])["labels"]) as data:
+            return {k: data[k] for k in ("glob", "cand", "q")}
+
+    on_ray, local = label(tmp_path / "ray.npz", "--ray", ray_address), label(tmp_path / "local.npz", "--workers", "1")
+    assert len(local["q"]) > 0
+    for key in local:
+        np.testing.assert_array_equal(on_ray[key], local[key])
