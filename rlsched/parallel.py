@@ -115,11 +115,12 @@ def _get(ray: Any, ref: Any) -> Any:
         raise
 
 
-def add_parallel_args(p: argparse.ArgumentParser, workers: int = 1) -> None:
+def add_parallel_args(p: argparse.ArgumentParser, workers: int | None = 1) -> None:
     """``--workers N`` and ``--ray [ADDRESS]``: the same two flags on every command that fans out."""
     p.add_argument("--workers", type=int, default=workers,
                    help="local processes, each runs one simulation at a time (with --ray: only the CPUs of "
-                        "--ray local; a cluster runs as many tasks as it has CPUs)")
+                        "--ray local; a cluster runs as many tasks as it has CPUs)"
+                        + ("; None: the preset's" if workers is None else ""))
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="run the simulations as tasks on a Ray cluster (needs `pip install 'rlsched[ray]'`): "
                         "bare --ray or 'auto' = the cluster this process is attached to (RAY_ADDRESS, "

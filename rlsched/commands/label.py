@@ -56,7 +56,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
     p.add_argument("--timesteps", type=int, help="PPO steps (default: the preset's; 0 skips PPO)")
-    p.add_argument("--workers", type=int, help="processes for labels and validation")
+    add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_learn)
 
@@ -64,7 +64,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 def run_learn(args: argparse.Namespace) -> int:
     from rlsched.agents.pick_train import learn, load_pick_config
 
-    cfg = load_pick_config(args.agent, workers=args.workers)
+    cfg = load_pick_config(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
     report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
