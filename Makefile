@@ -9,12 +9,13 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm lint bench results help
+.PHONY: run test test-vllm test-ray lint bench results help
 
 help:
 	@echo "make run    - compare policies on the default scenario"
 	@echo "make test   - install (first time) and run the test suite"
 	@echo "make test-vllm - plugin tests against the real vLLM-Omni classes (own venv)"
+	@echo "make test-ray - eval grid, tuning and labels on a local Ray instance (adds the ray extra)"
 	@echo "make bench  - speed benchmarks"
 	@echo "make results - the README results table and plots (results/default)"
 
@@ -42,6 +43,17 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	@for b in sim projection env decision backlog; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
+
+# The Ray tier: a local Ray instance (2 CPUs, no dashboard) runs a small eval grid, tuning trials
+# and labels, checked bit-identical to local runs. Ray is an extra, added to the main venv here only.
+# Bounded twice (pytest-timeout per test, `timeout` overall); no Ray process may outlive it.
+$(VENV)/.ray-installed: $(VENV)/.installed
+	$(UV) pip install --python $(PY) -q -e ".[rl,dev,serve,nvml,ray]"
+	touch $@
+
+test-ray: $(VENV)/.ray-installed
+	RLSCHED_REQUIRE_RAY=1 timeout --kill-after=30 600 $(PY) -m pytest -q -m ray tests/ray -p no:cacheprovider --timeout 300
+	@sleep 2; ! pgrep -fa "[r]ay::|$(abspath $(VENV))/lib/.*/ray/core/src/ray/([r]aylet|[g]cs)" || { echo "orphan Ray processes"; exit 1; }
 
 # The plugin tier: vLLM 0.30.0 + vLLM-Omni 0.30.0 (CPU torch) in their own venv, installed
 # --no-deps plus a pinned list of their pure-Python dependencies, so no CUDA wheel is pulled.

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 
 class RlschedError(Exception):
-    """Base class of every error rlsched raises on purpose."""
+    """Base class of every error rlsched raises on purpose.
+
+    Pickles through its constructor's own arguments (not the formatted message), so an error
+    raised in a worker process or a Ray task comes back as the same typed error."""
+
+    def __new__(cls, *args: object, **kwargs: object) -> RlschedError:
+        self = super().__new__(cls, *args)
+        self._init = (args, kwargs)
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        args, kwargs = self._init
+        return _rebuild, (type(self), args, kwargs), self.__dict__
+
+
+def _rebuild(cls: type[RlschedError], args: tuple, kwargs: dict) -> RlschedError:
+    return cls(*args, **kwargs)
 
 
 class InvalidRequest(RlschedError, ValueError):
@@ -41,6 +57,15 @@ class PolicyOutputError(InvalidDecision):
 
 class CheckpointError(RlschedError, ValueError):
     """A frozen policy is missing, tampered with, or of another schema version."""
+
+
+class MissingExtra(RlschedError, ImportError):
+    """An option needs an optional dependency that is not installed; says which extra brings it."""
+
+    def __init__(self, option: str, module: str, extra: str) -> None:
+        self.option, self.module, self.extra = option, module, extra
+        super().__init__(f"{option} needs the optional package {module!r}, which is not installed: "
+                         f"pip install 'rlsched[{extra}]'")
 
 
 class TraceRowsSkipped(UserWarning):

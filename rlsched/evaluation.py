@@ -171,8 +171,12 @@ def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[s
 
 
 def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads: list[float],
-             duration: float | None = None, workers: int = 1, progress: bool = True) -> Grid:
-    """Run every (scenario, policy, seed, load); same seed → same workload for all policies."""
+             duration: float | None = None, workers: int = 1, progress: bool = True,
+             ray: str | None = None) -> Grid:
+    """Run every (scenario, policy, seed, load); same seed → same workload for all policies.
+
+    ``workers`` and ``ray`` choose where the runs happen (``rlsched.parallel.run_tasks``);
+    the rows are the same, in the same order, wherever they ran."""
     from rich.progress import Progress
 
     ref = min(loads, key=lambda x: abs(x - 1.0))
@@ -181,7 +185,7 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
     grid = Grid([], {}, {}, ref)
     with Progress(disable=not progress) as bar:
         job = bar.add_task("evaluating", total=len(tasks))
-        for task, (metrics, ratios, sizes) in zip(tasks, run_tasks(_one, tasks, workers)):
+        for task, (metrics, ratios, sizes) in zip(tasks, run_tasks(_one, tasks, workers, ray)):
             grid.rows.append(metrics)
             for cls, vals in ratios.items():
                 grid.latency_ratio.setdefault((task[0], task[1], cls), []).extend(vals)

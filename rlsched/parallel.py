@@ -1,29 +1,131 @@
-"""Fan independent simulations out to worker processes, results in task order.
+"""Fan independent simulations out to worker processes or a Ray cluster, results in task order.
 
 Every command that runs many independent simulations (evaluation grids, tuning trials,
-teacher labels) goes through ``run_tasks`` so that one switch moves them all elsewhere.
-``fn`` must be a module-level function and each task picklable; each task carries its own
-seed, so results do not depend on which worker ran it.
+teacher labels) goes through ``run_tasks`` so that one switch moves them all elsewhere:
+``--workers N`` for local processes, ``--ray [ADDRESS]`` for a Ray cluster. ``fn`` must be a
+module-level function and each task picklable; each task carries its own seed, so results do
+not depend on which worker (or which machine) ran it: the same tasks give bit-identical
+results locally and on Ray.
+
+Ray is an optional extra (``pip install 'rlsched[ray]'``) and is imported only when asked for.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from rlsched.errors import ConfigError, MissingExtra
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+LOCAL_RAY = "local"
+"""``--ray local``: start a private Ray instance on this machine (no dashboard), for trying Ray out."""
 
-def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int = 1) -> Iterator[R]:
-    """``map(fn, tasks)`` on ``workers`` local processes (1: in this process), in task order."""
-    if workers <= 1 or len(tasks) <= 1:
+
+def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int = 1, ray: str | None = None) -> Iterator[R]:
+    """``map(fn, tasks)``, in task order, so callers can advance a progress bar per result.
+
+    ``ray=None``: on ``workers`` local processes (1: in this process). ``ray="auto"`` or an
+    address (``HOST:PORT``, ``ray://HOST:10001``): as Ray tasks on that cluster (``auto``: the
+    one this process is attached to, e.g. under ``ray job submit``); ``ray="local"``: on a private
+    local instance of ``workers`` CPUs. On Ray the cluster's size sets the pace (twice its CPUs
+    in flight), not ``workers``.
+    """
+    if ray is not None:
+        yield from _on_ray(fn, tasks, workers, ray)
+    elif workers <= 1 or len(tasks) <= 1:
         yield from map(fn, tasks)
-        return
-    from concurrent.futures import ProcessPoolExecutor
+    else:
+        from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
-        yield from pool.map(fn, tasks, chunksize=1)
+        with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+            yield from pool.map(fn, tasks, chunksize=1)
 
 
-__all__ = ["run_tasks"]
+def import_ray() -> Any:
+    """The ``ray`` module, or a ``MissingExtra`` saying how to install it (Ray is not a core dependency)."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise MissingExtra("--ray", "ray", "ray") from exc
+
+
+def connect(address: str, workers: int = 1) -> Any:
+    """Attach to the Ray cluster at ``address`` (or start a local one for ``"local"``); returns ``ray``.
+
+    A process already attached (``ray.init`` called before, e.g. by a test or a notebook)
+    keeps its connection, whatever the address.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    try:
+        if address == LOCAL_RAY:
+            ray.init(num_cpus=max(workers, 1), include_dashboard=False, ignore_reinit_error=True,
+                     log_to_driver=False)
+        else:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    except ConnectionError as exc:
+        raise ConfigError("--ray", f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head`, "
+                          f"give its address, or use `--ray {LOCAL_RAY}` for a private local instance") from exc
+    return ray
+
+
+def _on_ray(fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str) -> Iterator[R]:
+    """Submit a sliding window of tasks (so millions of them do not all sit in the object store)
+    and yield their results in task order; unfinished tasks are cancelled if the caller stops early."""
+    ray = connect(address, workers)
+    remote = ray.remote(num_cpus=1)(fn)
+    window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    pending: deque[Any] = deque()
+    queue = iter(tasks)
+    try:
+        for task in queue:
+            pending.append(remote.remote(task))
+            if len(pending) >= window:
+                break
+        while pending:
+            result = _get(ray, pending.popleft())
+            task = next(queue, _END)
+            if task is not _END:
+                pending.append(remote.remote(task))
+            yield result
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+
+
+_END: Any = object()
+
+
+def _get(ray: Any, ref: Any) -> Any:
+    """A task's result; a task's own exception is raised as itself (e.g. ``ConfigError``), as it is
+    locally, so the CLI reports it the same way; Ray's wrapper with the remote traceback is its cause."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from exc
+        raise
+
+
+def add_parallel_args(p: argparse.ArgumentParser, workers: int | None = 1) -> None:
+    """``--workers N`` and ``--ray [ADDRESS]``: the same two flags on every command that fans out."""
+    p.add_argument("--workers", type=int, default=workers,
+                   help="local processes, each runs one simulation at a time (with --ray: only the CPUs of "
+                        "--ray local; a cluster runs as many tasks as it has CPUs)"
+                        + ("; None: the preset's" if workers is None else ""))
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="run the simulations as tasks on a Ray cluster (needs `pip install 'rlsched[ray]'`): "
+                        "bare --ray or 'auto' = the cluster this process is attached to (RAY_ADDRESS, "
+                        "`ray start`, `ray job submit`), HOST:PORT or ray://HOST:10001 = that cluster, "
+                        f"'{LOCAL_RAY}' = a private instance on this machine with --workers CPUs")
+
+
+__all__ = ["LOCAL_RAY", "add_parallel_args", "connect", "import_ray", "run_tasks"]

@@ -93,6 +93,8 @@ class PickConfig(_Strict):
     ppo: PPOStage = PPOStage()
     validation: ValidationConfig = ValidationConfig()
     workers: int = Field(2, ge=1)
+    ray: str | None = None
+    """Ray cluster for labels and validation (``rlsched.parallel``); None: ``workers`` local processes."""
     seed: int = 0
 
 
@@ -117,7 +119,7 @@ def _label(cfg: PickConfig, run: Path, name: str, episodes: int, seed0: int, sco
     tasks = label_tasks(list(cfg.scenarios), cfg.static, episodes, seed0, cfg.rate_scale, lc.future_s, lc.every,
                         lc.duration_s, scorer)
     t0 = time.perf_counter()
-    parts = generate(tasks, cfg.workers, progress)
+    parts = generate(tasks, cfg.workers, progress, cfg.ray)
     meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1],
             "future_s": lc.future_s, "seconds": time.perf_counter() - t0}
     return save_labels(run / "labels" / f"{name}.npz", parts, meta)
@@ -147,7 +149,7 @@ def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, fl
     names = [None, *scorers]
     tasks = [(cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers.get(n)) for sc, s, rs in cells
              for n in names]
-    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers))).reshape(len(cells), len(names))
+    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(len(cells), len(names))
     out: dict[str, dict[str, float]] = {}
     for i, name in enumerate(names[1:], start=1):
         d = 100 * (res[:, i] - res[:, 0])

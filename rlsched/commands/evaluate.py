@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rlsched.cli import command, int_list, print_json
 from rlsched.evaluation import EVAL_SEED_BASE, run_grid, write_report
+from rlsched.parallel import add_parallel_args
 from rlsched.sim.workload import positive
 
 
@@ -22,7 +23,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25,1.5", help="loads to evaluate")
     p.add_argument("--duration", type=float, help="arrival window per run (default: each scenario's)")
     p.add_argument("--out", default="results/latest", help="folder for results.md, results.json, plots")
-    p.add_argument("--workers", type=int, default=1, help="processes (each runs one simulation at a time)")
+    add_parallel_args(p)
     p.add_argument("--allow-training-seeds", action="store_true", help="permit seeds < 1000 (not for reporting)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
                          "pass --allow-training-seeds to use them anyway")
     grid = run_grid(args.scenarios.split(","), args.policies.split(","), seeds,
                     [positive(x, "--rate-scales") for x in args.rate_scales.split(",")], args.duration, args.workers,
-                    progress=not args.json)
+                    progress=not args.json, ray=args.ray)
     out = Path(args.out)
     summary = write_report(grid, out)
     if args.json:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from rlsched.cli import command, print_json, seed_arg
+from rlsched.parallel import add_parallel_args
 
 
 @command("label", "Label decision points with the look-ahead teacher: the value of starting each candidate batch.")
@@ -23,7 +24,7 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=7200.0, help="arrival window per episode (s)")
     p.add_argument("--policy", help="DAgger: a frozen scorer (pick checkpoint folder) visits the states "
                                     "instead of the heuristic")
-    p.add_argument("--workers", type=int, default=2, help="processes")
+    add_parallel_args(p, workers=2)
     p.add_argument("--out", required=True, help="labels file to write (.npz)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_label)
@@ -41,7 +42,7 @@ def run_label(args: argparse.Namespace) -> int:
         scorer = load_scorer(args.policy)
     tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),
                         args.future, args.every, args.duration, scorer)
-    parts = generate(tasks, args.workers, not args.no_progress)
+    parts = generate(tasks, args.workers, not args.no_progress, args.ray)
     out = save_labels(Path(args.out), parts, {"scenarios": args.scenarios, "episodes": args.episodes,
                                                 "seed": args.seed, "future_s": args.future})
     print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})
@@ -55,7 +56,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
     p.add_argument("--timesteps", type=int, help="PPO steps (default: the preset's; 0 skips PPO)")
-    p.add_argument("--workers", type=int, help="processes for labels and validation")
+    add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_learn)
 
@@ -63,7 +64,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 def run_learn(args: argparse.Namespace) -> int:
     from rlsched.agents.pick_train import learn, load_pick_config
 
-    cfg = load_pick_config(args.agent, workers=args.workers)
+    cfg = load_pick_config(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
     report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)

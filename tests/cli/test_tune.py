@@ -1,0 +1,89 @@
+"""``rlsched tune`` on Optuna: anchors first, seeded, resumable, the same wherever trials run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from rlsched.commands.tune import (  # noqa: E402
+    PARAMS,
+    TuneSpec,
+    deadline_vector,
+    default_vector,
+    objective,
+    open_study,
+    search,
+)
+from rlsched.errors import ConfigError, MissingExtra  # noqa: E402
+from rlsched.sim import load_scenario  # noqa: E402
+
+SPEC = TuneSpec("default", seeds=(0,), rate_scales=(1.0, 1.5), duration_s=300.0, trials=5, explore=0.6)
+
+
+def _storage(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def test_anchors_are_the_first_trials_and_scores_match_the_in_process_objective() -> None:
+    init = tuple(np.linspace(-0.5, 0.5, 9))
+    spec = TuneSpec(**{**SPEC.__dict__, "init": init})
+    study = open_study(spec)
+    space = {name: optuna.distributions.FloatDistribution(-1.0, 1.0) for name in PARAMS}
+    first = [study.ask(space) for _ in range(3)]
+    assert [t.number for t in first] == [0, 1, 2]
+    got = [np.array([t.params[name] for name in PARAMS]) for t in first]
+    assert all(np.array_equal(a, b) for a, b in zip(got, [default_vector(), deadline_vector(), np.array(init)]))
+    result = search(SPEC)
+    assert result.default_score == objective(SPEC, load_scenario("default"), default_vector())
+    assert result.score == max(result.scores) >= result.default_score
+
+
+def test_same_search_seed_same_study_and_other_seed_other_proposals() -> None:
+    a, b = search(SPEC), search(SPEC)
+    assert a.scores == b.scores and np.array_equal(a.vector, b.vector)
+    other = search(TuneSpec(**{**SPEC.__dict__, "search_seed": 1}))
+    assert other.scores[:2] == a.scores[:2] and other.scores[2:] != a.scores[2:]  # anchors, then the sampler
+
+
+def test_local_workers_do_not_change_the_result() -> None:
+    spec = TuneSpec(**{**SPEC.__dict__, "trials": 4, "batch": 2})
+    assert search(spec).scores == search(spec, workers=2).scores
+
+
+def test_a_stopped_tune_resumes_its_study(tmp_path: Path) -> None:
+    storage = _storage(tmp_path)
+    first = search(TuneSpec(**{**SPEC.__dict__, "trials": 3}), storage=storage)
+    study = open_study(SPEC, storage)
+    study.ask()  # a trial left running by a killed process
+    reported: list[int] = []
+    resumed = search(SPEC, lambda done, score, best: reported.append(done), storage=storage)
+    assert resumed.scores[:3] == first.scores and len(resumed.scores) == 5
+    assert reported == [4, 5]  # only the missing trials ran
+    states = [t.state.name for t in open_study(SPEC, storage).trials]
+    assert states.count("FAIL") == 1 and states.count("COMPLETE") == 5
+
+
+def test_resuming_under_another_objective_is_refused(tmp_path: Path) -> None:
+    storage = _storage(tmp_path)
+    search(TuneSpec(**{**SPEC.__dict__, "trials": 2}), storage=storage)
+    with pytest.raises(ConfigError, match="--study-name"):
+        search(TuneSpec(**{**SPEC.__dict__, "seeds": (1,)}), storage=storage)
+    search(TuneSpec(**{**SPEC.__dict__, "seeds": (1,), "trials": 2}), storage=storage, study_name="other")
+
+
+def test_missing_optuna_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    with pytest.raises(MissingExtra, match=r"rlsched\[tune\]"):
+        search(SPEC)
+
+
+def test_spec_fields_are_checked() -> None:
+    with pytest.raises(ConfigError, match="tune.batch"):
+        TuneSpec("default", batch=0)
+    with pytest.raises(ConfigError, match="tune.init"):
+        TuneSpec("default", init=(0.0, 1.0))

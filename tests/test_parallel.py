@@ -1,0 +1,84 @@
+"""``rlsched.parallel``: local fan-out in task order, the shared flags, Ray only when asked for.
+
+The Ray side itself runs in the Ray tier (tests/ray, ``make test-ray``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlsched.errors import MissingExtra
+from rlsched.parallel import add_parallel_args, run_tasks
+
+
+def _slow_square(x: int) -> int:
+    import time
+
+    time.sleep(0.05 * (3 - x % 3))  # later tasks finish first: order must come from the caller's tasks
+    return x * x
+
+
+def test_local_processes_keep_task_order() -> None:
+    assert list(run_tasks(_slow_square, list(range(6)), workers=2)) == [x * x for x in range(6)]
+    assert list(run_tasks(_slow_square, [4], workers=2)) == [16]
+
+
+def test_flags_default_to_local_and_bare_ray_means_the_attached_cluster() -> None:
+    p = argparse.ArgumentParser()
+    add_parallel_args(p)
+    assert (p.parse_args([]).ray, p.parse_args([]).workers) == (None, 1)
+    assert p.parse_args(["--ray"]).ray == "auto"
+    assert p.parse_args(["--ray", "10.0.0.1:6379", "--workers", "8"]).ray == "10.0.0.1:6379"
+
+
+def test_missing_ray_is_a_typed_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray → ImportError, as on a core install
+    with pytest.raises(MissingExtra, match=r"rlsched\[ray\]") as err:
+        list(run_tasks(abs, [-1, -2], ray="auto"))
+    assert err.value.option == "--ray"
+
+
+def test_no_cluster_to_attach_to_is_a_config_error_naming_the_flag() -> None:
+    pytest.importorskip("ray")
+    if Path("/tmp/ray/ray_current_cluster").exists():
+        pytest.skip("a Ray cluster is running on this machine: `auto` would attach to it")
+    code = ("from rlsched.parallel import connect\n"
+            "try:\n    connect('auto')\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.stdout.startswith("ConfigError --ray: no Ray cluster at 'auto'"), res.stdout + res.stderr[-2000:]
+
+
+def test_eval_without_ray_never_imports_it(tmp_path: Path) -> None:
+    """The core install has no Ray: the local path must not touch it."""
+    code = ("import sys; from rlsched.cli import main; "
+            f"main(['eval', '--scenarios', 'default', '--policies', 'fifo', '--seeds', '1000', '--rate-scales', '1',"
+            f" '--duration', '300', '--workers', '2', '--out', r'{tmp_path}', '--json']); "
+            "assert 'ray' not in sys.modules and 'optuna' not in sys.modules, 'imported'")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_a_typed_error_in_a_worker_comes_back_typed() -> None:
+    """Not a BrokenProcessPool: the CLI reports a worker's ConfigError like an in-process one."""
+    from rlsched.errors import ConfigError
+    from rlsched.evaluation import run_grid
+
+    with pytest.raises(ConfigError, match="nowhere.json"):
+        run_grid(["default"], ["fifo", "static:nowhere.json"], [1000], [1.0], 300.0, workers=2, progress=False)
+
+
+def test_typed_errors_pickle_through_their_own_arguments() -> None:
+    import pickle
+
+    from rlsched.errors import CheckpointError, ConfigError, InvalidRequest, TraceFormatError
+
+    for err in (ConfigError("f", "why"), TraceFormatError("t.csv", 3, "bad"), InvalidRequest("height", 5, why="x"),
+                MissingExtra("--ray", "ray", "ray"), CheckpointError("tampered")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
