@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	else \
 	  $(VENV)/bin/pip install -q torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu; \
 	fi
-	$(UV) pip install --python $(PY) -q -e ".[rl,dev,serve,nvml]"
+	$(UV) pip install --python $(PY) -q -e ".[rl,dev,serve,nvml,profile]"
 	@$(PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
 	touch $@
 

@@ -46,7 +46,7 @@ class ImitationConfig(_Strict):
     epochs: int = Field(40, ge=1)
     learning_rate: float = Field(3e-3, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
-    margins: tuple[float, ...] = (0.5, 1.0, 2.0)
+    margins: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     """Proposal margins (class-weighted requests) tried on the validation seeds; the best is kept."""
     dagger_margin: float = Field(1.0, ge=0)
     """Margin of the policy that visits the states of a DAgger round."""
@@ -192,9 +192,10 @@ def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
     with torch.no_grad():
         for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
             mod.net.load_state_dict(net.state_dict())
-    model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo",
-                callback=_PickMetrics())
+    metrics = _PickMetrics()
+    model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo", callback=metrics)
     venv.close()
+    _write_curve(metrics.episodes, run)
     trained = type(net)()
     trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())
     return trained
@@ -207,10 +208,15 @@ def _PickMetrics() -> Any:  # noqa: N802  (a class built lazily: SB3 imports sta
         """TensorBoard: the differential return (agent − shadow heuristic, SLO credits) and
         how often the agent leaves the heuristic's proposal, per finished episode."""
 
+        episodes: list[tuple[int, float, float]] = []
+        """(timesteps, differential return, deviation share) per finished episode."""
+
         def _on_step(self) -> bool:
             for info in self.locals.get("infos", []):
                 ep = info.get("episode")
                 if ep is not None:
+                    self.episodes.append((self.num_timesteps, float(ep["r"]),
+                                          float(info["deviations"]) / max(1.0, float(info["decisions"]))))
                     self.logger.record_mean("pick/differential_return", float(ep["r"]))
                     self.logger.record_mean("pick/agent_credit", float(info["agent_credit"]))
                     self.logger.record_mean("pick/shadow_credit", float(info["shadow_credit"]))
@@ -219,6 +225,39 @@ def _PickMetrics() -> Any:  # noqa: N802  (a class built lazily: SB3 imports sta
             return True
 
     return PickMetrics()
+
+
+def _write_curve(episodes: list[tuple[int, float, float]], run: Path) -> None:
+    """``RUN/ppo_curve.csv`` and ``.png``: the differential return against the shadow heuristic
+    (SLO credits, realtime = 1) per training episode, with a rolling mean."""
+    import csv
+
+    with (run / "ppo_curve.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["timesteps", "differential_return", "deviation_share"])
+        w.writerows(episodes)
+    if len(episodes) < 2:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, ret, dev = (np.asarray(x) for x in zip(*episodes))
+    k = max(1, len(ret) // 20)
+    roll = np.convolve(ret, np.ones(k) / k, mode="valid")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.plot(steps, ret, ".", ms=2, alpha=0.3, label="episode")
+    ax.plot(steps[k - 1:], roll, lw=2, label=f"rolling mean ({k} episodes)")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("PPO timesteps")
+    ax.set_ylabel("agent − shadow heuristic\n(SLO credits)")
+    ax.set_title(f"deviation from the heuristic's batch: {100 * dev[-k:].mean():.0f} % of decisions (last {k})",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(run / "ppo_curve.png", dpi=110)
+    plt.close(fig)
 
 
 def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:

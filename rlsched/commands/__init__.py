@@ -1,3 +1,3 @@
 """Subcommands; each module registers itself with ``rlsched.cli.command``."""
 
-from rlsched.commands import bench, deploy, evaluate, label, loadgen, simulate, train, tune  # noqa: F401
+from rlsched.commands import bench, deploy, evaluate, label, loadgen, profile, simulate, train, tune  # noqa: F401

@@ -255,7 +255,7 @@ def batching_cap(cost: CostModel, rec: RequestRecord, limit: int, marginal: floa
     extra = 0.0 if step_mode else rec.encode_s + rec.decode_s
 
     def wave(b: int) -> float:
-        return steps * model.step_time(b * rec.tokens, b * rec.quad) + b * extra
+        return steps * model.step_time(b * rec.tokens, b * rec.quad, model.passes(rec.request)) + b * extra
 
     one, b = wave(1), 1
     while b < limit and wave(b + 1) - wave(b) <= marginal * one:

@@ -135,6 +135,35 @@ class ScenarioFile(_Strict):
         return self
 
 
+
+class StackSpec(_Strict):
+    """The software stack a cost profile was measured on (``stack:`` in ``envs/profiles/*.yaml``).
+
+    Times for the same model and tokens differ up to 2x across stacks (eager vs
+    ``torch.compile``, FlashAttention versions, sglang vs vLLM-Omni), so a profile must say
+    which one it models; ``cfg`` says how that stack runs classifier-free guidance:
+    ``batched`` (conditional and unconditional passes in one forward) or ``sequential``
+    (two forwards per step on one GPU, as vLLM-Omni does), which pays the fixed per-forward
+    cost twice.
+    """
+
+    engine: str
+    attention: str
+    compile: bool
+    precision: Literal["bf16", "fp16", "fp8", "fp32"]
+    cfg: Literal["batched", "sequential", "none"] = "batched"
+    notes: str = ""
+
+
+def validate_stack(data: Any, where: str) -> StackSpec:
+    """``data`` checked as a profile's ``stack``; a ``ConfigError`` naming the file and key."""
+    try:
+        return StackSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(x) for x in ("stack", *err["loc"]))
+        raise ConfigError(where, f"{key}: {err['msg']}") from None
+
 def validate_scenario(data: Any, where: str, line_of: LineOf | None = None) -> ScenarioFile:
     """``data`` checked against the schema; a ``ConfigError`` naming file, line (with ``line_of``),
     key and reason."""

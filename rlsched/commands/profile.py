@@ -1,0 +1,93 @@
+"""``rlsched profile fit|measure``: cost profiles from measurements, and measurements from this device."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlsched.cli import command, print_json
+from rlsched.errors import ConfigError
+
+
+@command("profile", "Fit a cost profile to a measurement set, or measure a diffusers transformer on this device.")
+def add_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
+    f = sub.add_parser("fit", help="fit a profile to a measurement set (folder with measurements.csv + fit.yaml)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("measurements", type=Path, help="measurement set: its folder, measurements.csv or fit.yaml")
+    f.add_argument("--out", type=Path, help="write the profile YAML here (default: print it)")
+    f.add_argument("--json", action="store_true", help="print the residuals as JSON instead of a table")
+    f.set_defaults(handler=run_fit)
+    m = sub.add_parser("measure", help="time a diffusers transformer's denoise step and VAE decode on this device",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    m.add_argument("--arch", default="tiny-flux",
+                   help="architecture: tiny-flux / tiny-qwen-image / tiny-wan (random tiny configs, CPU CI) or"
+                        " flux / qwen-image / wan (full-size configs with random weights; needs a GPU)")
+    m.add_argument("--batch-sizes", default="1,2", help="comma-separated batch sizes")
+    m.add_argument("--resolutions", default="64x64,128x128", help="comma-separated WIDTHxHEIGHT (video: WxHxFRAMES)")
+    m.add_argument("--cfg", action="store_true", help="run CFG as two sequential forwards per step (as vLLM-Omni)")
+    m.add_argument("--repeats", type=int, default=3, help="timed repeats per point (after one warm-up)")
+    m.add_argument("--no-decode", action="store_true", help="skip timing the VAE decode")
+    m.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32")
+    m.add_argument("--compile", action="store_true", help="torch.compile the transformer (recorded in the stack)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    m.add_argument("--out", type=Path, required=True, help="measurement CSV to write")
+    m.set_defaults(handler=run_measure)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from rlsched.profiling.fit import fit_profile, render_profile
+
+    result = fit_profile(args.measurements)
+    text = render_profile(result, _shown(args.measurements))
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    elif not args.json:
+        print(text, end="")
+    rows = [{"line": r.row.line, "model": r.row.model, "gpu": r.row.gpu, "stack": r.row.stack,
+             "shape": r.row.shape, "batch": r.row.batch, "steps": r.row.steps, "cfg": r.row.cfg,
+             "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 6),
+             "error": round(r.error, 4), "use": r.row.use} for r in result.residuals]
+    if args.json:
+        print_json(rows)
+    else:
+        _residual_table(rows, result.profile["name"])
+    return 0
+
+
+def _shown(path: Path) -> str:
+    """The set as given, relative to the working directory when it is inside it (stable headers)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _residual_table(rows: list[dict], name: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{name}: residuals (fit rows are fitted, check rows are held out)")
+    for col in ("line", "use", "metric", "shape", "batch", "steps", "cfg", "stack", "measured", "predicted", "error"):
+        t.add_column(col, justify="right" if col in ("line", "batch", "steps", "measured", "predicted", "error")
+                     else "left")
+    for r in rows:
+        t.add_row(str(r["line"]), r["use"], r["metric"], r["shape"], str(r["batch"]), str(r["steps"]),
+                  str(r["cfg"]).lower(), r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
+                  f"{r['error']:+.1%}")
+    Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200).print(t)
+
+
+def run_measure(args: argparse.Namespace) -> int:
+    from rlsched.profiling.measure import MeasureSpec, measure
+
+    try:
+        batches = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        raise ConfigError("--batch-sizes", f"not a list of integers: {args.batch_sizes!r}") from None
+    spec = MeasureSpec(args.arch, batches, args.resolutions, args.cfg, args.repeats, not args.no_decode,
+                       args.dtype, args.compile, args.seed)
+    rows = measure(spec, args.out)
+    print(f"wrote {len(rows)} rows to {args.out}", file=sys.stderr)
+    return 0

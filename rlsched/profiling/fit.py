@@ -1,0 +1,254 @@
+"""``rlsched profile fit``: a cost profile from a measurement file, reproducibly.
+
+A measurement set is a folder ``envs/profiles/measurements/NAME/`` holding
+``measurements.csv`` (one number per row, each with its source; see
+``rlsched.profiling.measurements``) and ``fit.yaml`` (what is fitted and what is not):
+
+.. code-block:: yaml
+
+    name: wan21-t2v-14b-h100
+    comment: "lines written at the top of the profile"
+    gpu: {name: H100, memory_gb: 80, peak_bf16_tflops: 989}
+    max_mfu: 0.8    # b, c >= FLOP / (peak * max_mfu) for models whose spec gives flops
+    stack: {engine: ..., attention: ..., compile: false, precision: bf16, cfg: batched}
+    sources: ["..."]
+    models:
+      wan2.1-t2v-14b:
+        spec: {modality: video}         # copied as is (token rule, patch, flops, ...)
+        start: {floor_s: 0.1, a_s: 0.03, b_s_per_mtok: 20, ...}   # every coefficient
+        fit: [b_s_per_mtok, c_s_per_gtok2]   # fitted to the rows with use=fit
+        derive: {from: OTHER_SET, model: M, scale: {b_s_per_mtok: 0.36}}  # optional
+
+Coefficients not in ``fit`` keep their ``start`` value: they are estimates, and the
+profile's sources say so. The fit minimises the relative error of every ``use=fit`` row
+(``scipy.optimize.least_squares``, coefficients >= 0) and rounds each fitted value to
+five significant digits, so the same files give the same profile byte for byte; the
+shipped profiles are this function's output (a test re-fits and compares).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlsched.errors import ConfigError
+from rlsched.profiling.measurements import Measurement, read_measurements
+from rlsched.sim.cost import CostModel, profile_from_dict
+from rlsched.sim.request import Request
+from rlsched.sim.yamlio import read_yaml
+
+STEP_KEYS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
+COEFFS = (*STEP_KEYS, "encode_s", "decode_s_per_mpx", "weights_gb", "act_gb_per_ktok", "vae_gb_per_mpx")
+SIG_DIGITS = 5
+SET_KEYS = ("name", "comment", "gpu", "max_mfu", "stack", "sources", "models")
+MODEL_KEYS = ("spec", "start", "fit", "derive")
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """One measurement next to what the fitted profile predicts for it."""
+
+    row: Measurement
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Relative error (predicted / measured - 1)."""
+        return self.predicted / self.row.value - 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    profile: dict[str, Any]
+    """The profile as ``render_profile`` writes it to YAML."""
+    residuals: list[Residual]
+    comment: str
+
+    def cost(self) -> CostModel:
+        return profile_from_dict(_copy(self.profile), self.profile["name"])
+
+
+def measurement_set(path: Path) -> tuple[Path, Path]:
+    """(measurements.csv, fit.yaml) of a set given as its folder or either file."""
+    folder = path if path.is_dir() else path.parent
+    csv_path, spec_path = folder / "measurements.csv", folder / "fit.yaml"
+    for p in (csv_path, spec_path):
+        if not p.is_file():
+            raise ConfigError(str(p), "not found (a measurement set is a folder with measurements.csv and fit.yaml)")
+    return csv_path, spec_path
+
+
+def fit_profile(path: Path) -> FitResult:
+    """Fit the profile of the measurement set at ``path`` (folder, CSV or fit.yaml)."""
+    csv_path, spec_path = measurement_set(path)
+    spec = read_yaml(spec_path)
+    rows = read_measurements(csv_path)
+    where = str(spec_path)
+    _known_keys(spec, SET_KEYS, where)
+    for name, m in (spec.get("models") or {}).items():
+        _known_keys(m, MODEL_KEYS, f"{where}: models.{name}")
+    try:
+        models = {name: _fit_model(name, m, rows, spec, spec_path) for name, m in spec["models"].items()}
+        profile = {"name": spec["name"], "gpu": dict(spec["gpu"]), "stack": dict(spec["stack"]),
+                   "sources": list(spec["sources"]), "models": models}
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(where, f"missing or malformed field {exc}") from None
+    cost = profile_from_dict(_copy(profile), where)
+    unknown = sorted({r.model for r in rows} - set(models))
+    if unknown:
+        raise ConfigError(str(csv_path), f"rows name models not in fit.yaml: {unknown}")
+    residuals = [Residual(r, predict(cost, r)) for r in rows]
+    return FitResult(profile, residuals, str(spec.get("comment", "")).rstrip())
+
+
+def _known_keys(data: Any, known: tuple[str, ...], where: str) -> None:
+    """A typo (``max_mfuu``) must not silently drop a bound or a fit."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, "must be a mapping")
+    extra = sorted(set(data) - set(known))
+    if extra:
+        raise ConfigError(where, f"unknown keys {extra} (known: {list(known)})")
+
+
+def predict(cost: CostModel, row: Measurement) -> float:
+    """What ``cost`` says for the quantity ``row`` measured."""
+    m = cost.model(row.model)
+    reqs = [Request(i, 0.0, row.model, m.modality, row.height, row.width, row.frames, row.steps, row.cfg,
+                    "batch", math.inf) for i in range(row.batch)]
+    recs = [cost.record(r) for r in reqs]
+    if row.metric == "step_s":
+        return cost.batch_step_time(recs)
+    if row.metric == "diffuse_s":
+        return row.steps * cost.batch_step_time(recs)
+    if row.metric == "total_s":
+        return recs[0].encode_s + row.steps * cost.batch_step_time(recs) + recs[0].decode_s
+    if row.metric == "encode_s":
+        return recs[0].encode_s
+    if row.metric == "decode_s":
+        return sum(r.decode_s for r in recs)
+    if row.metric == "peak_gb":
+        return cost.batch_memory_gb(recs)
+    tokens, quad = sum(r.tokens for r in recs), sum(r.quad for r in recs)  # attn_share
+    attn = m.c_s_per_gtok2 * quad
+    k = m.passes(reqs[0]) if m.sequential_cfg else 1
+    return attn / (k * m.a_s + m.b_s_per_mtok * tokens + attn)
+
+
+def _fit_model(name: str, m: dict[str, Any], rows: list[Measurement], spec: dict[str, Any],
+               spec_path: Path) -> dict[str, Any]:
+    where = f"{spec_path}: models.{name}"
+    coeffs = {k: float(v) for k, v in m["start"].items()}
+    missing = [k for k in COEFFS if k not in coeffs]
+    if missing:
+        raise ConfigError(where, f"start: missing {missing}")
+    if "derive" in m:
+        coeffs.update(_derived(m["derive"], spec_path, where))
+    free = list(m.get("fit", []))
+    bad = [k for k in free if k not in COEFFS]
+    if bad:
+        raise ConfigError(where, f"fit: unknown coefficients {bad} (known: {COEFFS})")
+    mine = [r for r in rows if r.model == name and r.use == "fit"]
+    if free:
+        if len(mine) < len(free):
+            raise ConfigError(where, f"{len(free)} coefficients to fit but only {len(mine)} 'fit' rows")
+        coeffs.update(_least_squares(name, m, coeffs, free, mine, spec, where))
+    return _model_entry(m.get("spec", {}), coeffs)
+
+
+def _least_squares(name: str, m: dict[str, Any], coeffs: dict[str, float], free: list[str],
+                   rows: list[Measurement], spec: dict[str, Any], where: str) -> dict[str, float]:
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    def cost_of(x: Any) -> CostModel:
+        trial = {**coeffs, **dict(zip(free, (float(v) for v in x)))}
+        prof = {"name": spec["name"], "gpu": dict(spec["gpu"]), "stack": dict(spec["stack"]),
+                "sources": ["fit"], "models": {name: _model_entry(m.get("spec", {}), trial)}}
+        return profile_from_dict(prof, where)
+
+    def resid(x: Any) -> Any:
+        c = cost_of(x)
+        return np.array([predict(c, r) / r.value - 1.0 for r in rows])
+
+    lower = _physical_lower_bounds(m.get("spec", {}).get("flops", {}), spec)
+    lb = np.array([lower.get(k, 0.0) for k in free])
+    x0 = np.maximum(np.array([coeffs[k] for k in free]), lb * 1.001)
+    sol = least_squares(resid, x0, bounds=(lb, np.inf), x_scale=np.maximum(np.abs(x0), 1e-6),
+                        xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    return {k: _round(float(v)) for k, v in zip(free, sol.x)}
+
+
+def _physical_lower_bounds(flops: dict[str, float], spec: dict[str, Any]) -> dict[str, float]:
+    """Least seconds per token (b) and per token² (c) the GPU can reach: FLOP / (peak · max_mfu).
+
+    Without these bounds a fit to few points can land on coefficients that imply more
+    FLOP/s than the GPU has (the old Wan2.1 profile implied ~1.7 PFLOP/s on an H100)."""
+    peak = float(spec["gpu"].get("peak_bf16_tflops", 0.0)) * 1e12 * float(spec.get("max_mfu", 1.0))
+    if not peak:
+        return {}
+    return {"b_s_per_mtok": float(flops.get("linear_gflop_per_token", 0.0)) * 1e15 / peak,
+            "c_s_per_gtok2": float(flops.get("attn_flop_per_token2", 0.0)) * 1e9 / peak}
+
+
+def _derived(d: dict[str, Any], spec_path: Path, where: str) -> dict[str, float]:
+    """Coefficients scaled from another set's fit (a derived model, not a measured one)."""
+    base = fit_profile(spec_path.parent.parent / d["from"]).profile["models"][d["model"]]
+    flat = {**base["step"], **{k: v for k, v in base.items() if k in COEFFS}}
+    try:
+        return {k: _round(flat[k] * float(s)) for k, s in d["scale"].items()}
+    except KeyError as exc:
+        raise ConfigError(where, f"derive.scale: unknown coefficient {exc}") from None
+
+
+def _model_entry(spec: dict[str, Any], c: dict[str, float]) -> dict[str, Any]:
+    entry: dict[str, Any] = {k: v for k, v in spec.items() if k != "flops"}
+    entry["step"] = {k: _num(c[k]) for k in STEP_KEYS}
+    for k in COEFFS[len(STEP_KEYS):]:
+        entry[k] = _num(c[k])
+    if "flops" in spec:
+        entry["flops"] = dict(spec["flops"])
+    return entry
+
+
+def _round(x: float) -> float:
+    return 0.0 if x == 0 else round(x, SIG_DIGITS - 1 - int(math.floor(math.log10(abs(x)))))
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _copy(profile: dict[str, Any]) -> dict[str, Any]:
+    return {**profile, "models": {k: dict(v) for k, v in profile["models"].items()}}
+
+
+def render_profile(result: FitResult, source: str) -> str:
+    """The profile as YAML text, with a header saying how it was made."""
+    p = result.profile
+    lines = [f"# {line}".rstrip() for line in result.comment.splitlines()]
+    lines += [f"# Written by `rlsched profile fit {source}`: do not edit by hand; edit the",
+              "# measurements or fit.yaml and re-fit (tests/sim/test_profile_fit.py compares)."]
+    lines += [f"name: {p['name']}", f"gpu: {_flow(p['gpu'])}", f"stack: {_flow(p['stack'])}", "sources:"]
+    lines += [f"  - {_scalar(s)}" for s in p["sources"]]
+    lines.append("models:")
+    for name, m in p["models"].items():
+        lines.append(f"  {name}:")
+        for k, v in m.items():
+            lines.append(f"    {k}: {_flow(v) if isinstance(v, dict) else _scalar(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _flow(d: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in d.items()) + "}"
+
+
+def _scalar(v: Any) -> str:
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v), ensure_ascii=False)
