@@ -68,6 +68,13 @@ def test_a_stopped_tune_resumes_its_study(tmp_path: Path) -> None:
     assert states.count("FAIL") == 1 and states.count("COMPLETE") == 5
 
 
+def test_anchors_are_queued_once_across_reopenings(tmp_path: Path) -> None:
+    storage = _storage(tmp_path)
+    open_study(SPEC, storage)  # a tune killed before its first trial
+    study = open_study(SPEC, storage)
+    assert [t.state.name for t in study.trials] == ["WAITING", "WAITING"]
+
+
 def test_resuming_under_another_objective_is_refused(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
     search(TuneSpec(**{**SPEC.__dict__, "trials": 2}), storage=storage)
