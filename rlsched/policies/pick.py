@@ -37,6 +37,7 @@ from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, decode
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
+from rlsched.telemetry.base import TelemetrySample
 
 K = 8
 """Candidate batches per decision (slot 0: the heuristic's proposal)."""
@@ -193,6 +194,7 @@ class PickPolicy:
         self.encoder = ObservationEncoder(base)
         self.telemetry = telemetry
         self._telemetry = telemetry
+        self._sample: TelemetrySample | None = None
         self.view: CandidateView | None = None
         """The candidates of the last decision (for tests and the environment)."""
         self.picked = self.decisions = 0
@@ -214,14 +216,18 @@ class PickPolicy:
         self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
 
     def global_features(self, state: Any) -> np.ndarray:
-        """The knob policy's queue-level observation entries (counts, work, slack, history, telemetry)."""
+        """The knob policy's queue-level observation entries (counts, work, slack, history, and the
+        telemetry sampled by the last ``propose``)."""
         from rlsched.envs.observation import GLOBAL_DIM
 
-        sample = self._telemetry.read() if self._telemetry is not None else getattr(state, "telemetry", None)
-        return self.encoder.encode(state, sample)[:GLOBAL_DIM]
+        return self.encoder.encode(state, self._sample)[:GLOBAL_DIM]
 
     def propose(self, state: Any) -> tuple[Decision, CandidateView | None]:
-        """The heuristic's decision and, when there is a choice, the candidates (None: no choice)."""
+        """The heuristic's decision and, when there is a choice, the candidates (None: no choice).
+        Telemetry is sampled at every call, choice or not, as the plugin folds it at every
+        schedule(): the simulator and the engine then see the same utilisation averages."""
+        sample = self._telemetry.read() if self._telemetry is not None else getattr(state, "telemetry", None)
+        self._sample = sample if isinstance(sample, TelemetrySample) else None
         decision = self.base.decide(state)
         self.view = None
         if state.config.step_mode or not decision.batch:

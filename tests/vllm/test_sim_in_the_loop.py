@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
@@ -107,11 +106,12 @@ def test_plugin_matches_the_simulator(policy: str, mode: str) -> None:
 
 def test_plugin_with_the_engine_admission_wait() -> None:
     # With 50 ms coalescing the engine holds some waves 10 ms longer than the simulator's EDF
-    # would; batches stay the same here, start times and SLO outcomes may shift slightly.
+    # would; batches stay the same here, start times and SLO outcomes may shift slightly (that
+    # the wait changes the records at all is test_admission_wait_matters_for_the_comparison).
     result = compare("default", "sjf", 0, DURATION_S, 2.0, "request")
     assert result["wait_ms"] == 50 and result["identical_batches"]
     sim_att, plugin_att = result["slo_attainment"]
-    assert not math.isclose(sim_att, plugin_att) and abs(sim_att - plugin_att) < 0.02
+    assert abs(sim_att - plugin_att) < 0.02
 
 
 def test_frozen_rl_policy_serves_through_the_plugin() -> None:
