@@ -9,6 +9,8 @@ class RlschedError(Exception):
     Pickles through its constructor's own arguments (not the formatted message), so an error
     raised in a worker process or a Ray task comes back as the same typed error."""
 
+    _init: tuple[tuple[object, ...], dict[str, object]]
+
     def __new__(cls, *args: object, **kwargs: object) -> RlschedError:
         self = super().__new__(cls, *args)
         self._init = (args, kwargs)

@@ -64,6 +64,7 @@ def connect(address: str, workers: int = 1) -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
+    _probe(address)
     try:
         if address == LOCAL_RAY:
             ray.init(num_cpus=max(workers, 1), include_dashboard=False, ignore_reinit_error=True,
@@ -74,6 +75,20 @@ def connect(address: str, workers: int = 1) -> Any:
         raise ConfigError("--ray", f"no Ray cluster at {address!r} ({exc}); start one with `ray start --head`, "
                           f"give its address, or use `--ray {LOCAL_RAY}` for a private local instance") from exc
     return ray
+
+
+def _probe(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on: Ray itself retries such an address for minutes."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if address == LOCAL_RAY or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError("--ray", f"cannot reach a Ray head at {address!r} ({exc}); give the address "
+                          "`ray start --head` printed (HOST:6379 by default)") from exc
 
 
 def _on_ray(fn: Callable[[T], R], tasks: Sequence[T], workers: int, address: str) -> Iterator[R]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsched.errors import MissingExtra
+from rlsched.errors import ConfigError, MissingExtra
 from rlsched.parallel import add_parallel_args, run_tasks
 
 
@@ -52,6 +52,17 @@ def test_no_cluster_to_attach_to_is_a_config_error_naming_the_flag() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert res.stdout.startswith("ConfigError --ray: no Ray cluster at 'auto'"), res.stdout + res.stderr[-2000:]
+
+
+def test_an_address_nobody_listens_on_fails_fast_naming_the_flag() -> None:
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConfigError, match=f"--ray: cannot reach a Ray head at '127.0.0.1:{port}'"):
+        list(run_tasks(abs, [-1], ray=f"127.0.0.1:{port}"))
 
 
 def test_eval_without_ray_never_imports_it(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ trial's seeds × loads simulations fan out through ``rlsched.parallel`` (``--wor
 the simulations ran never changes the result; ``--batch`` does (TPE sees fewer results
 before each proposal).
 
-    rlsched tune --scenario default --trials 30 --seeds 0,1,2,3,4,5 --rate-scales 0.5,1,1.5
+    rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --rate-scales 0.5,1,1.5
     rlsched simulate --scenario default --policy static:agents/tuned/default.json --seed 1000
 """
 
@@ -250,9 +250,11 @@ def _fail_stale(optuna: Any, study: Any) -> None:
 
 
 def _enqueue_anchors(optuna: Any, study: Any, spec: TuneSpec) -> None:
+    """Enqueue each anchor the study has neither scored nor queued (a resumed study keeps its own)."""
     TS = optuna.trial.TrialState
-    seen = [_vector(t.params) for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.WAITING))
-            if set(t.params) == set(PARAMS)]
+    scored = [t.params for t in study.get_trials(deepcopy=False, states=(TS.COMPLETE,))]
+    queued = [t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False, states=(TS.WAITING,))]
+    seen = [_vector(params) for params in scored + queued if set(params) == set(PARAMS)]
     for vector in anchors(spec):
         if not any(np.array_equal(vector, other) for other in seen):
             study.enqueue_trial(_params(vector))

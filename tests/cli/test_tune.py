@@ -68,6 +68,13 @@ def test_a_stopped_tune_resumes_its_study(tmp_path: Path) -> None:
     assert states.count("FAIL") == 1 and states.count("COMPLETE") == 5
 
 
+def test_anchors_are_queued_once_across_reopenings(tmp_path: Path) -> None:
+    storage = _storage(tmp_path)
+    open_study(SPEC, storage)  # a tune killed before its first trial
+    study = open_study(SPEC, storage)
+    assert [t.state.name for t in study.trials] == ["WAITING", "WAITING"]
+
+
 def test_resuming_under_another_objective_is_refused(tmp_path: Path) -> None:
     storage = _storage(tmp_path)
     search(TuneSpec(**{**SPEC.__dict__, "trials": 2}), storage=storage)
@@ -87,3 +94,23 @@ def test_spec_fields_are_checked() -> None:
         TuneSpec("default", batch=0)
     with pytest.raises(ConfigError, match="tune.init"):
         TuneSpec("default", init=(0.0, 1.0))
+
+
+def test_cli_keeps_the_study_beside_out_and_a_rerun_resumes_it(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    def tune(trials: int) -> dict:
+        cmd = [sys.executable, "-m", "rlsched", "tune", "--scenario", "default", "--seeds", "0", "--duration", "300",
+               "--trials", str(trials), "--out", "tuned/default.json", "--json"]
+        res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(res.stdout)
+
+    first = tune(3)
+    assert (tmp_path / "tuned" / "default.optuna.db").exists() and first["trials"] == 3
+    again = tune(4)
+    assert again["trials"] == 4 and again["default_score"] == first["default_score"]
+    assert again["score"] >= first["score"]
+    study = optuna.load_study(study_name="tune-default", storage=f"sqlite:///{tmp_path / 'tuned/default.optuna.db'}")
+    assert len(study.trials) == 4  # one more trial, not a second study of four
