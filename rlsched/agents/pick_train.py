@@ -32,45 +32,45 @@ class _Strict(BaseModel):
 
 
 class LabelConfig(_Strict):
-    episodes_per_scenario: int = Field(24, ge=1)
-    seed0: int = Field(0, ge=0, lt=900)
-    future_s: float = Field(600.0, ge=0)
+    episodes_per_scenario: int = Field(default=24, ge=1)
+    seed0: int = Field(default=0, ge=0, lt=900)
+    future_s: float = Field(default=600.0, ge=0)
     """Hindsight horizon of the teacher (0: realizable, present requests only)."""
-    every: int = Field(2, ge=1)
-    duration_s: float = Field(7200.0, gt=0)
-    dagger_rounds: int = Field(1, ge=0)
-    dagger_episodes_per_scenario: int = Field(12, ge=1)
+    every: int = Field(default=2, ge=1)
+    duration_s: float = Field(default=7200.0, gt=0)
+    dagger_rounds: int = Field(default=1, ge=0)
+    dagger_episodes_per_scenario: int = Field(default=12, ge=1)
 
 
 class ImitationConfig(_Strict):
-    epochs: int = Field(40, ge=1)
-    learning_rate: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(1e-4, ge=0)
+    epochs: int = Field(default=40, ge=1)
+    learning_rate: float = Field(default=3e-3, gt=0)
+    weight_decay: float = Field(default=1e-4, ge=0)
     margins: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     """Proposal margins (class-weighted requests) tried on the validation seeds; the best is kept."""
-    dagger_margin: float = Field(1.0, ge=0)
+    dagger_margin: float = Field(default=1.0, ge=0)
     """Margin of the policy that visits the states of a DAgger round."""
 
 
 class PPOStage(_Strict):
-    timesteps: int = Field(100_000, ge=0)
-    learning_rate: float = Field(1e-4, gt=0)
-    n_steps: int = Field(512, ge=8)
-    batch_size: int = Field(256, ge=8)
-    n_epochs: int = Field(4, ge=1)
-    gamma: float = Field(0.99, gt=0, le=1)
-    gae_lambda: float = Field(0.95, ge=0, le=1)
-    clip_range: float = Field(0.1, gt=0)
-    ent_coef: float = Field(0.001, ge=0)
-    n_envs: int = Field(2, ge=1)
+    timesteps: int = Field(default=100_000, ge=0)
+    learning_rate: float = Field(default=1e-4, gt=0)
+    n_steps: int = Field(default=512, ge=8)
+    batch_size: int = Field(default=256, ge=8)
+    n_epochs: int = Field(default=4, ge=1)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    gae_lambda: float = Field(default=0.95, ge=0, le=1)
+    clip_range: float = Field(default=0.1, gt=0)
+    ent_coef: float = Field(default=0.001, ge=0)
+    n_envs: int = Field(default=2, ge=1)
     window_s: tuple[float, float] = (1200.0, 2400.0)
-    burn_in_s: float = Field(300.0, ge=0)
+    burn_in_s: float = Field(default=300.0, ge=0)
 
 
 class ValidationConfig(_Strict):
     seeds: tuple[int, ...] = tuple(range(900, 910))
     rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
-    duration_s: float = Field(7200.0, gt=0)
+    duration_s: float = Field(default=7200.0, gt=0)
 
     @field_validator("seeds")
     @classmethod
@@ -92,7 +92,7 @@ class PickConfig(_Strict):
     imitation: ImitationConfig = ImitationConfig()
     ppo: PPOStage = PPOStage()
     validation: ValidationConfig = ValidationConfig()
-    workers: int = Field(2, ge=1)
+    workers: int = Field(default=2, ge=1)
     ray: str | None = None
     """Ray cluster for labels and validation (``rlsched.parallel``); None: ``workers`` local processes."""
     seed: int = 0
@@ -146,12 +146,12 @@ def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, fl
 
     v = cfg.validation
     cells = [(sc, s, rs) for sc in cfg.scenarios for rs in v.rate_scales for s in v.seeds]
-    names = [None, *scorers]
-    tasks = [(cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers.get(n)) for sc, s, rs in cells
+    names: list[str | None] = [None, *scorers]  # None: the heuristic itself
+    tasks = [(cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers[n] if n else None) for sc, s, rs in cells
              for n in names]
     res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(len(cells), len(names))
     out: dict[str, dict[str, float]] = {}
-    for i, name in enumerate(names[1:], start=1):
+    for i, name in enumerate(scorers, start=1):
         d = 100 * (res[:, i] - res[:, 0])
         row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
         for sc in cfg.scenarios:
@@ -191,13 +191,13 @@ def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
                         tensorboard_log=str(run / "tb"), verbose=0)
     with torch.no_grad():
         for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
-            mod.net.load_state_dict(net.state_dict())
+            mod.net.load_state_dict(net.state_dict())  # type: ignore[union-attr]
     metrics = _PickMetrics()
     model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo", callback=metrics)
     venv.close()
     _write_curve(metrics.episodes, run)
     trained = type(net)()
-    trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())
+    trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())  # type: ignore[union-attr]
     return trained
 
 

@@ -54,7 +54,7 @@ _W = np.array([CLASS_WEIGHTS[c] for c in sorted(CLASS_INDEX, key=CLASS_INDEX.__g
 
 def wave_s(state: Any, batch: list[RequestRecord]) -> float:
     """Request mode: seconds the GPU needs for ``batch`` as one wave (``Simulator._duration``
-    without the engine overhead, which is the same for every candidate)."""
+    without the engine's own overhead per wave, 0 in the shipped scenarios)."""
     steps = batch[0].request.num_inference_steps
     return steps * state.cost.batch_step_time(batch) + sum(r.encode_s + r.decode_s for r in batch)
 
@@ -144,8 +144,8 @@ TENSORS = ("glob", "hidden.0", "hidden.1", "out")
 
 def load_scorer(folder: str | Path) -> FrozenScorer:
     """A frozen scorer checkpoint (``kind: pick``), every shape and value checked at load."""
-    from rlsched.envs.observation import SCHEMA_VERSION
-    from rlsched.policies.checkpoint import META, WEIGHTS, _layers, _read_meta, content_hash, read_safetensors
+    from rlsched.envs.observation import GLOBAL_DIM, SCHEMA_VERSION
+    from rlsched.policies.checkpoint import META, WEIGHTS, _dim, _layers, _read_meta, content_hash, read_safetensors
 
     folder = Path(folder)
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
@@ -160,9 +160,9 @@ def load_scorer(folder: str | Path) -> FrozenScorer:
         raise CheckpointError(f"{where}: features {meta.get('pick_schema')!r}/{meta.get('obs_schema')!r} do not "
                               f"match this rlsched ({PICK_SCHEMA!r}/{SCHEMA_VERSION!r}); retrain")
     t = read_safetensors(folder / WEIGHTS)
-    g_dim, g_out = meta.get("global_dim"), meta.get("global_out")
-    if not all(type(v) is int and v > 0 for v in (g_dim, g_out)):
-        raise CheckpointError(f"{where}: global_dim and global_out must be integers > 0")
+    g_dim, g_out = _dim(where, meta, "global_dim"), _dim(where, meta, "global_out")
+    if g_dim != GLOBAL_DIM:
+        raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {GLOBAL_DIM}; retrain")
     (glob,) = _layers(where, t, ["glob"], g_dim, g_out)
     hidden = _layers(where, t, ["hidden.0", "hidden.1"], F + g_out, t["hidden.1.weight"].shape[0]
                      if "hidden.1.weight" in t else 0)
