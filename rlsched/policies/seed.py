@@ -394,8 +394,16 @@ def load_static(spec: str) -> ProjectedPolicy:
     return policy
 
 
+_CHECKOUT = Path(__file__).resolve().parents[2]
+"""The repository root when rlsched runs from a checkout or an editable install."""
+
+
 def _read_json(path: str) -> dict[str, Any]:
+    """A tuned action file: ``path`` as given, else (relative) inside the source checkout, as
+    ``rl:`` finds ``checkpoints/`` — a server started elsewhere still finds ``agents/tuned/``."""
     p = Path(path)
+    if not p.is_file() and not p.is_absolute() and (_CHECKOUT / p).is_file():
+        p = _CHECKOUT / p
     if not p.is_file():
         raise ConfigError(path, "tuned action file not found (write one with `rlsched tune`)")
     try:

@@ -147,3 +147,12 @@ def test_a_tampered_or_mismatched_scorer_is_refused(scorer_dir: Path, tmp_path: 
         load_scorer(bad)
     with pytest.raises(CheckpointError, match="kind"):
         load_scorer("checkpoints/default")
+
+
+def test_a_relative_tuned_file_is_found_from_another_working_directory(tmp_path: Path, monkeypatch) -> None:
+    # a vLLM server started elsewhere gets the same policy spec as the deploy command
+    monkeypatch.chdir(tmp_path)
+    policy = load_static(STATIC)
+    assert policy.name == "static"
+    with pytest.raises(Exception, match="not found"):
+        load_static("agents/tuned/no-such-scenario.json")
