@@ -26,12 +26,9 @@ import numpy as np
 from rlsched.envs.observation import GLOBAL_DIM
 from rlsched.errors import ConfigError
 from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
-from rlsched.policies.lookahead import fits
+from rlsched.policies.lookahead import fits, rollout_value
 from rlsched.policies.pick import F, K, PickPolicy, Scorer
-from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.seed import load_static
-from rlsched.sim.metrics import CLASS_WEIGHTS
-from rlsched.sim.simulator import Decision, Simulator
 
 LABEL_HORIZON_S = 600.0
 """Default hindsight horizon of the labels: arrivals of the next 10 minutes."""
@@ -91,17 +88,6 @@ def label_episode(task: LabelTask) -> dict[str, np.ndarray]:
             "cand": np.asarray(cand, np.float32).reshape(-1, K, F), "q": np.asarray(qs).reshape(-1, K)}
 
 
-def rollout_value(state: Simulator, batch: tuple[int, ...], base: ProjectedPolicy, future_s: float) -> float:
-    """Class-weighted SLOs met when ``batch`` starts now and the heuristic runs the rest
-    (present requests; with ``future_s`` > 0 also the arrivals of the next ``future_s`` s)."""
-    fork = state.fork(future_s)
-    present = set(fork.records)
-    fork.apply(Decision(batch))
-    fork.run(ProjectedPolicy(base.params, base.config))
-    return sum(CLASS_WEIGHTS[r.request.priority] for r in fork.records.values()
-               if r.slo_met and (future_s > 0 or r.request.id in present))
-
-
 def save_labels(path: Path, parts: list[dict[str, np.ndarray]], meta: dict[str, Any]) -> Path:
     """Concatenate per-episode arrays into one ``.npz`` (no pickle) with its provenance."""
     import json
@@ -120,7 +106,7 @@ def load_labels(paths: list[Path]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q")}
 
 
-__all__ = ["LABEL_HORIZON_S", "LabelTask", "Scorer", "label_episode", "load_labels", "rollout_value", "save_labels"]
+__all__ = ["LABEL_HORIZON_S", "LabelTask", "Scorer", "label_episode", "load_labels", "save_labels"]
 
 
 def label_tasks(scenarios: list[str], static: str, episodes: int, seed0: int, rate_scale: tuple[float, float],

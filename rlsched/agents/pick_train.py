@@ -125,14 +125,13 @@ def _label(cfg: PickConfig, run: Path, name: str, episodes: int, seed0: int, sco
     return save_labels(run / "labels" / f"{name}.npz", parts, meta)
 
 
-def _validate_one(task: tuple[str, int, float, float, Any]) -> float:
+def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
     from rlsched.evaluation import RunSpec, prepare
     from rlsched.policies.pick import PickPolicy
     from rlsched.policies.seed import load_static
     from rlsched.sim.metrics import summarize
 
-    static, seed, load, duration, scorer = task
-    scenario = static.split("/")[-1].removesuffix(".json")
+    scenario, static, seed, load, duration, scorer = task
     sim = prepare(RunSpec(scenario, "validate", seed, load, duration))
     base = load_static(static)
     sim.run(base if scorer is None else PickPolicy(scorer, base))
@@ -147,8 +146,8 @@ def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, fl
     v = cfg.validation
     cells = [(sc, s, rs) for sc in cfg.scenarios for rs in v.rate_scales for s in v.seeds]
     names: list[str | None] = [None, *scorers]  # None: the heuristic itself
-    tasks = [(cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers[n] if n else None) for sc, s, rs in cells
-             for n in names]
+    tasks = [(sc, cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers[n] if n else None)
+             for sc, s, rs in cells for n in names]
     res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(len(cells), len(names))
     out: dict[str, dict[str, float]] = {}
     for i, name in enumerate(scorers, start=1):
@@ -313,11 +312,12 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
               "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
     (run / "report.json").write_text(json.dumps(report, indent=1))
     if out is not None:
-        from rlsched.policies.pick import read_base_action
+        from rlsched.agents.pretrain import read_tuned_actions
 
-        statics = [cfg.static.format(scenario=sc) for sc in cfg.scenarios]
+        statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
+        base_action = np.mean(list(read_tuned_actions(statics).values()), axis=0, dtype=np.float64)
         export_scorer(nets[best], out, {
-            "base_action": read_base_action(statics), "projection": {}, "scenarios": list(cfg.scenarios),
+            "base_action": base_action.tolist(), "projection": {}, "scenarios": list(cfg.scenarios),
             "stage": best, "validation": val[best], "training_config": cfg.model_dump(mode="json"),
             "train_seconds": report["total_s"], "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return report

@@ -140,13 +140,9 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
     def _advance(self, first: bool = False) -> bool:
         """Run to the next decision point with a choice; False when the workload is drained."""
         sim = self.sim
-        if first and sim.needs_decision:
-            decision, view = self.policy.propose(sim)
-            if view is not None:
-                self._decision, self.view = decision, view
-                return True
-            sim.apply(decision)
-        while sim.advance_to_next_decision():
+        # after the burn-in the simulator may already stand at a decision point
+        while (first and sim.needs_decision) or sim.advance_to_next_decision():
+            first = False
             decision, view = self.policy.propose(sim)
             if view is not None:
                 self._decision, self.view = decision, view

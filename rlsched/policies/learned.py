@@ -44,24 +44,22 @@ def trivial_candidate(state: Any, max_wait_s: float) -> RequestRecord | None:
     return None
 
 
-class LearnedPolicy:
-    """A policy network driving the projection; see the module docstring."""
+class ObservingPolicy:
+    """What a learned policy needs around its network, the same in training and serving: an
+    ``ObservationEncoder`` over ``projected``'s candidates whose history follows the state's
+    arrival/finish hooks, and GPU telemetry sampled at every decision (``sample_telemetry``),
+    as the plugin folds it at every schedule()."""
 
-    name = "rl"
-
-    def __init__(self, act: Act, projection: ProjectionConfig | None = None, telemetry: Any = None) -> None:
-        self.act = act
-        self.projected = ProjectedPolicy(config=projection)
-        self.encoder = ObservationEncoder(self.projected)
+    def __init__(self, projected: ProjectedPolicy, telemetry: Any = None) -> None:
+        self.encoder = ObservationEncoder(projected)
         self.telemetry = telemetry
         """A ``Telemetry``; None in a simulator means ``SimTelemetry`` of that simulator."""
-        self._max_wait_s = self.projected.config.batch_timeout_ms / 1e3
         self._telemetry = telemetry
 
-    def reset(self, state: Simulator) -> None:
+    def _observe_from(self, state: Simulator) -> None:
+        """Start the history at ``state.now`` and follow the state's hooks (call from ``reset``)."""
         from rlsched.telemetry.sim import SimTelemetry
 
-        self.projected.reset(state)
         self.encoder.reset(state.now)
         # In a simulator: simulated telemetry, as in training. Elsewhere (the plugin's queue
         # view) the state carries its latest NVML ``TelemetrySample`` itself.
@@ -76,8 +74,30 @@ class LearnedPolicy:
     def note_finish(self, rec: RequestRecord) -> None:
         self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
 
+    def sample_telemetry(self, state: Any) -> TelemetrySample | None:
+        if self._telemetry is not None:
+            return self._telemetry.read()
+        sample = getattr(state, "telemetry", None)
+        return sample if isinstance(sample, TelemetrySample) else None
+
+
+class LearnedPolicy(ObservingPolicy):
+    """A policy network driving the projection; see the module docstring."""
+
+    name = "rl"
+
+    def __init__(self, act: Act, projection: ProjectionConfig | None = None, telemetry: Any = None) -> None:
+        self.act = act
+        self.projected = ProjectedPolicy(config=projection)
+        super().__init__(self.projected, telemetry)
+        self._max_wait_s = self.projected.config.batch_timeout_ms / 1e3
+
+    def reset(self, state: Simulator) -> None:
+        self.projected.reset(state)
+        self._observe_from(state)
+
     def decide(self, state: Simulator) -> Decision:
-        sample = self._sample(state)  # at every decision, as the plugin folds telemetry at every schedule()
+        sample = self.sample_telemetry(state)  # at every decision, as the plugin folds telemetry at every schedule()
         only = trivial_candidate(state, self._max_wait_s)
         if only is not None:
             return Decision((only.request.id,))
@@ -87,12 +107,6 @@ class LearnedPolicy:
             raise PolicyOutputError(f"{self.name}: network output is not finite ({np.asarray(action).tolist()})")
         self.projected.set_action(action)
         return self.projected.decide(state)
-
-    def _sample(self, state: Any) -> TelemetrySample | None:
-        if self._telemetry is not None:
-            return self._telemetry.read()
-        sample = getattr(state, "telemetry", None)
-        return sample if isinstance(sample, TelemetrySample) else None
 
 
 def rl_policy(path: str | Path, overrides: str = "") -> LearnedPolicy:

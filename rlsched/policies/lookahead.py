@@ -108,13 +108,18 @@ class LookaheadPolicy:
         return decision
 
     def _score(self, state: Simulator, batch: tuple[int, ...]) -> float:
-        fork = state.fork(self.future_s)
-        present = set(fork.records)
-        fork.apply(Decision(batch))
-        rollout = ProjectedPolicy(self.base.params, self.base.config)
-        fork.run(rollout)
-        return sum(CLASS_WEIGHTS[r.request.priority] for r in fork.records.values()
-                   if r.slo_met and (self.future_s > 0 or r.request.id in present))
+        return rollout_value(state, batch, self.base, self.future_s)
+
+
+def rollout_value(state: Simulator, batch: tuple[int, ...], base: ProjectedPolicy, future_s: float) -> float:
+    """Class-weighted SLOs met when ``batch`` starts now and ``base`` runs the rest on a fork
+    (present requests; with ``future_s`` > 0 also the arrivals of the next ``future_s`` s)."""
+    fork = state.fork(future_s)
+    present = set(fork.records)
+    fork.apply(Decision(batch))
+    fork.run(ProjectedPolicy(base.params, base.config))
+    return sum(CLASS_WEIGHTS[r.request.priority] for r in fork.records.values()
+               if r.slo_met and (future_s > 0 or r.request.id in present))
 
 
 def fits(state: Simulator, batch: tuple[int, ...]) -> bool:
@@ -138,4 +143,4 @@ def _lookahead(spec: str, future_s: float) -> LookaheadPolicy:
 register("lookahead")(lambda arg: _lookahead(arg, 0.0))
 register("hindsight")(lambda arg: _lookahead(arg, HINDSIGHT_S))
 
-__all__ = ["LookaheadPolicy", "candidate_batches", "fits"]
+__all__ = ["LookaheadPolicy", "candidate_batches", "fits", "rollout_value"]

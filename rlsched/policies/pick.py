@@ -22,7 +22,6 @@ that tuned heuristic; without ``static=`` the checkpoint's own base action is us
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 
 from rlsched.errors import CheckpointError, ConfigError, PolicyOutputError
 from rlsched.policies.base import register
+from rlsched.policies.learned import ObservingPolicy
 from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, decode_action
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
@@ -182,38 +182,22 @@ def load_scorer(folder: str | Path) -> FrozenScorer:
 
 
 # ------------------------------------------------------------------ the policy
-class PickPolicy:
+class PickPolicy(ObservingPolicy):
     """Scores the candidates of ``base`` (a tuned ``ProjectedPolicy``) and starts the best one."""
 
     name = "pick"
 
     def __init__(self, scorer: Scorer, base: ProjectedPolicy, telemetry: Any = None) -> None:
-        from rlsched.envs.observation import ObservationEncoder
-
+        super().__init__(base, telemetry)
         self.scorer, self.base = scorer, base
-        self.encoder = ObservationEncoder(base)
-        self.telemetry = telemetry
-        self._telemetry = telemetry
         self._sample: TelemetrySample | None = None
         self.view: CandidateView | None = None
         """The candidates of the last decision (for tests and the environment)."""
         self.picked = self.decisions = 0
 
     def reset(self, state: Simulator) -> None:
-        from rlsched.telemetry.sim import SimTelemetry
-
         self.base.reset(state)
-        self.encoder.reset(state.now)
-        self._telemetry = self.telemetry or (SimTelemetry(state) if isinstance(state, Simulator) else None)
-        if hasattr(state, "on_arrival"):
-            state.on_arrival.append(self.note_arrival)
-            state.on_finish.append(self.note_finish)
-
-    def note_arrival(self, rec: RequestRecord) -> None:
-        self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])
-
-    def note_finish(self, rec: RequestRecord) -> None:
-        self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
+        self._observe_from(state)
 
     def global_features(self, state: Any) -> np.ndarray:
         """The knob policy's queue-level observation entries (counts, work, slack, history, and the
@@ -226,8 +210,7 @@ class PickPolicy:
         """The heuristic's decision and, when there is a choice, the candidates (None: no choice).
         Telemetry is sampled at every call, choice or not, as the plugin folds it at every
         schedule(): the simulator and the engine then see the same utilisation averages."""
-        sample = self._telemetry.read() if self._telemetry is not None else getattr(state, "telemetry", None)
-        self._sample = sample if isinstance(sample, TelemetrySample) else None
+        self._sample = self.sample_telemetry(state)
         decision = self.base.decide(state)
         self.view = None
         if state.config.step_mode or not decision.batch:
@@ -286,12 +269,6 @@ def _pick(spec: str) -> PickPolicy:
 
 
 register("pick")(_pick)
-
-
-def read_base_action(paths: list[str]) -> list[float]:
-    """Mean tuned action of ``paths`` (the checkpoint's base when no ``static=`` is given)."""
-    acts = [json.loads(Path(p).read_text())["action"] for p in paths]
-    return np.mean(np.asarray(acts, dtype=np.float64), axis=0).tolist()
 
 
 __all__ = ["CAND_FIELDS", "F", "K", "PICK_SCHEMA", "CandidateView", "FrozenScorer", "PickPolicy", "describe",

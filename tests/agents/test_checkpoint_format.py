@@ -47,6 +47,6 @@ def test_learned_policy_reads_the_states_telemetry_sample() -> None:
     policy = LearnedPolicy(act)
     sample = TelemetrySample(100.0, 141.0, 0.5, 0.25)
     state = SimpleNamespace(telemetry=sample)
-    assert policy._sample(state) is sample  # the plugin's view carries its latest NVML sample
-    assert policy._sample(SimpleNamespace(telemetry=None)) is None
-    assert policy._sample(SimpleNamespace()) is None
+    assert policy.sample_telemetry(state) is sample  # the plugin's view carries its latest NVML sample
+    assert policy.sample_telemetry(SimpleNamespace(telemetry=None)) is None
+    assert policy.sample_telemetry(SimpleNamespace()) is None

@@ -26,6 +26,14 @@ def _always(j: int):  # type: ignore[no-untyped-def]
     return score
 
 
+def _started(scorer):  # type: ignore[no-untyped-def]
+    """A pick policy over the tuned heuristic, reset on an overloaded default workload."""
+    sim = prepare(RunSpec("default", "x", 11, 1.5, 2400.0))
+    policy = PickPolicy(scorer, load_static(STATIC))
+    policy.reset(sim)
+    return sim, policy
+
+
 def _run(policy, load: float = 1.25, duration: float = 2400.0):  # type: ignore[no-untyped-def]
     sim = prepare(RunSpec("default", "x", 11, load, duration))
     sim.run(policy)
@@ -41,9 +49,7 @@ def test_picking_slot_zero_is_the_heuristic_batch_for_batch() -> None:
 
 
 def test_every_candidate_is_feasible_distinct_and_the_proposal_comes_first() -> None:
-    sim = prepare(RunSpec("default", "x", 11, 1.5, 2400.0))
-    policy = PickPolicy(_always(0), load_static(STATIC))
-    policy.reset(sim)
+    sim, policy = _started(_always(0))
     seen = 0
     while sim.advance_to_next_decision():
         decision, view = policy.propose(sim)
@@ -65,9 +71,7 @@ def test_every_candidate_is_feasible_distinct_and_the_proposal_comes_first() -> 
 
 
 def test_the_scorer_choice_is_what_starts() -> None:
-    sim = prepare(RunSpec("default", "x", 11, 1.5, 2400.0))
-    policy = PickPolicy(_always(1), load_static(STATIC))
-    policy.reset(sim)
+    sim, policy = _started(_always(1))
     changed = 0
     while sim.advance_to_next_decision():
         decision = policy.decide(sim)
