@@ -9,14 +9,15 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint bench results help
+.PHONY: run test test-vllm test-ray lint bench bench-plugin results help
 
 help:
 	@echo "make run    - compare policies on the default scenario"
 	@echo "make test   - install (first time) and run the test suite"
 	@echo "make test-vllm - plugin tests against the real vLLM-Omni classes (own venv)"
 	@echo "make test-ray - eval grid, tuning and labels on a local Ray instance (adds the ray extra)"
-	@echo "make bench  - speed benchmarks"
+	@echo "make bench  - speed benchmarks (plus bench-plugin when $(VLLM_VENV) is built)"
+	@echo "make bench-plugin - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv)"
 	@echo "make results - the README results table and plots (results/default)"
 
 $(VENV)/.installed: pyproject.toml
@@ -43,6 +44,8 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	@for b in sim projection env decision backlog; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
+	@if [ -f $(VLLM_VENV)/.installed ]; then echo "== rlsched bench plugin"; $(VLLM_VENV)/bin/rlsched bench plugin --json; \
+	else echo "== rlsched bench plugin: skipped, needs the vLLM tier (make $(VLLM_VENV)/.installed; make bench-plugin)"; fi
 
 # The Ray tier: a local Ray instance (2 CPUs, no dashboard) runs a small eval grid, tuning trials
 # and labels, checked bit-identical to local runs. Ray is an extra, added to the main venv here only.
@@ -78,6 +81,12 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 
 test-vllm: $(VLLM_VENV)/.installed
 	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
+
+# schedule() in the real RequestScheduler/StepScheduler, every shipped policy vs vLLM-Omni's own, at
+# 16-4,096 waiting (a few minutes on 2 cores). E.g. BENCH_PLUGIN_ARGS="--json" or "--modes step --calls 200".
+BENCH_PLUGIN_ARGS ?=
+bench-plugin: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/rlsched bench plugin $(BENCH_PLUGIN_ARGS)
 
 # The README's results section: every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
 RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/{scenario}.json

@@ -1,0 +1,127 @@
+"""``rlsched bench plugin``: one ``schedule()`` call in vLLM-Omni's schedulers, plugin vs native.
+
+Every shipped policy at 16, 256, 1,024 and 4,096 waiting requests, request mode
+(``RLRequestScheduler`` vs ``RequestScheduler``) and step mode (``RLStepScheduler``
+vs ``StepScheduler``), the default ``PluginConfig`` (5 ms decision budget, 100 ms
+deadline): median and p99 µs per call and the FIFO fallbacks counted, vLLM-Omni's
+own scheduler in the same run. The set-up is ``overhead``'s docstring.
+
+This module imports no vLLM (``rlsched bench`` imports every bench module); the
+measurement (``overhead``) is imported when the bench runs and needs the plugin tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any
+
+from rlsched.cli import int_list
+from rlsched.commands.bench import bench
+from rlsched.errors import ConfigError
+
+POLICIES = ("fifo", "edf", "sjf", "seed-composite", "static:agents/tuned/default.json", "rl:checkpoints/default",
+            "pick:checkpoints/pick;static=agents/tuned/default.json")
+"""Every shipped policy (``make run``'s list plus ``sjf``)."""
+QUEUES = (16, 256, 1024, 4096)
+MODES = ("request", "step")
+CALLS = 80
+"""Timed calls per (mode, policy, queue): ~2.5 min for the whole default run on 2 cores."""
+
+NEEDS_VLLM = ("rlsched bench plugin needs the vLLM tier (vllm 0.30.0 + vllm-omni 0.30.0), which this Python "
+              "lacks ({missing}). Build it with `make .venv-vllm/.installed`, then run "
+              "`.venv-vllm/bin/rlsched bench plugin` (or `make bench-plugin`).")
+
+
+def _load() -> Any:
+    """``overhead``, or SystemExit with how to get the vLLM tier. vLLM logs its import to
+    stdout; that goes to stderr here, so that ``--json`` prints one JSON object."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    with contextlib.redirect_stdout(sys.stderr):  # vLLM's log handler binds sys.stdout at import
+        try:
+            import vllm_omni  # noqa: F401
+
+            from rlsched.integrations.vllm_omni import overhead
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("rlsched"):
+                raise
+            raise SystemExit(NEEDS_VLLM.format(missing=f"no module {exc.name!r}")) from None
+    import logging
+
+    logging.disable(logging.INFO)  # vLLM-Omni logs every admission at INFO
+    return overhead
+
+
+def parse(args: argparse.Namespace) -> dict[str, Any]:
+    """``overhead.measure``'s keyword arguments from the command line (checked before vLLM loads)."""
+    policies = [p for p in (args.policies or "").split(",") if p] or list(POLICIES)
+    queues = int_list(args.queues, "--queues", minimum=1) if args.queues else list(QUEUES)
+    modes = [m for m in (args.modes or "").split(",") if m] or list(MODES)
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise ConfigError("--modes", f"unknown modes {bad} (known: {', '.join(MODES)})")
+    calls = CALLS if args.calls is None else args.calls
+    if calls < 1:
+        raise ConfigError("--calls", f"must be >= 1, not {calls}")
+    return {"policies": policies, "queues": queues, "modes": modes, "calls": calls}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The rows as aligned text: mode, policy, queue, median, p99, overhead, fallbacks (reasons)."""
+    head = ("mode", "policy", "queue", "median µs", "p99 µs", "+median µs", "fallbacks")
+    lines = [tuple(head)]
+    for r in result["rows"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in r["fallback_reasons"].items())
+        fb = f"{r['fallbacks']}/{r['calls']}" + (f" ({reasons})" if reasons else "")
+        native = r["policy"] == "vllm-omni"
+        lines.append((r["mode"], r["policy"] + (" (native)" if native else ""), f"{r['queue']:,}",
+                      f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",
+                      "" if native else fb))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    right = {2, 3, 4, 5}
+    out = [f"schedule() per call, {result['calls']} calls a cell after {result['warmup_calls']} untimed, "
+           f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
+           f"deadline {result['decision_deadline_ms']:g} ms); +median: over vLLM-Omni's in the same mode and queue"]
+    for n, line in enumerate(lines):
+        out.append("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
+                   .rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+@bench("plugin", text=table)
+def plugin_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """schedule() µs (median, p99) and fallbacks per mode, policy and queue depth, vs vLLM-Omni."""
+    kw = parse(args)
+    from rlsched.policies import make_policy
+
+    for spec in kw["policies"]:
+        make_policy(spec)  # a typo fails here, not after minutes of other cells
+    overhead = _load()
+    cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) + 1)
+    with _progress(cells) as advance:
+        return dict(overhead.measure(progress=advance, **kw))
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Any:
+    """A rich progress bar on stderr, gone when done (a line per cell on stderr without rich)."""
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    except ModuleNotFoundError:
+        def plain(label: str) -> None:
+            print(f"  {label}", file=sys.stderr, flush=True)
+        yield plain
+        return
+    columns = (TextColumn("schedule() cells"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        job = bar.add_task("", total=total)
+
+        def advance(label: str) -> None:
+            bar.update(job, advance=1, description=label)
+        yield advance

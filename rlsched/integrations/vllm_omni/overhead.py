@@ -1,0 +1,203 @@
+"""The cost of one ``schedule()`` call in the real vLLM-Omni schedulers (``rlsched bench plugin``).
+
+Imports vLLM-Omni (the plugin tier only); ``rlsched.integrations.vllm_omni.bench``
+imports this module when the bench runs. Real ``OmniDiffusionRequest`` objects in
+the real ``RequestScheduler``/``StepScheduler`` (native) and ``RLRequestScheduler``/
+``RLStepScheduler`` (the plugin, default ``PluginConfig``: decision budget and
+deadline as served, no NVML, metrics in their own registry), with a fake runner:
+
+- the queue is refilled to ``queue`` waiting requests before every call, four
+  compatibility keys (``SIZES``) mixed, alternating ``realtime``/``batch``;
+- the timed region is exactly ``sched.schedule()``;
+- after the call, request mode completes the whole wave; step mode runs one denoise
+  step of every scheduled request (2 steps a request) and pops what finished.
+
+``WARMUP`` untimed calls precede the timed ones in every cell; fallbacks are
+counted over the timed calls only, like the times.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from vllm_omni.diffusion.data import DiffusionOutput
+from vllm_omni.diffusion.request import OmniDiffusionRequest
+from vllm_omni.diffusion.sched import RequestScheduler, StepScheduler
+from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
+from vllm_omni.inputs.data import OmniDiffusionSamplingParams
+
+from rlsched.commands.bench import percentiles_us
+from rlsched.integrations.vllm_omni.bench import CALLS, MODES, POLICIES, QUEUES
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics
+from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
+
+WARMUP = 3
+SIZES = (512, 768, 1024, 1328)
+"""Height = width of the requests: four compatibility keys, mixed in the queue."""
+STEPS = 2
+"""Denoise steps a request: in step mode requests finish (and leave) every other call."""
+MAX_NUM_SEQS = 4
+NATIVE = "vllm-omni"
+"""The ``policy`` of a row timing vLLM-Omni's own scheduler."""
+
+
+# ------------------------------------------------------------------ fakes
+def mk_req(rid: str, size: int, steps: int = STEPS, priority: str = "batch", slo_ms: float | None = None
+           ) -> OmniDiffusionRequest:
+    """A Qwen-Image-like request; ``size`` sets height = width."""
+    extra: dict[str, Any] = {"priority": priority}
+    if slo_ms is not None:
+        extra["slo_ms"] = slo_ms
+    params = OmniDiffusionSamplingParams(height=size, width=size, num_inference_steps=steps, seed=0,
+                                         extra_args=extra)
+    return OmniDiffusionRequest(prompt=f"prompt {rid}", sampling_params=params, request_id=rid)
+
+
+def od(max_num_seqs: int = MAX_NUM_SEQS) -> SimpleNamespace:
+    """The two ``od_config`` fields the schedulers read."""
+    return SimpleNamespace(max_num_seqs=max_num_seqs, request_batch_max_wait_ms=0.0)
+
+
+class Feeder:
+    """Tops the waiting queue up to a depth with fresh requests (ids ``R0``, ``R1``, …)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def refill(self, sched: Any, queue: int) -> None:
+        while sched.num_waiting_requests() < queue:
+            n = self.n
+            sched.add_request(mk_req(f"R{n}", SIZES[n % len(SIZES)], priority=("realtime", "batch")[n % 2],
+                                     slo_ms=1000 + 37 * (n % 50)))
+            self.n += 1
+
+
+def pop_finished(sched: Any, finished: Iterable[str]) -> None:
+    """What the engine does with finished ids: pop their state."""
+    for rid in sorted(finished):
+        if sched.get_request_state(rid) is not None:
+            sched.pop_request_state(rid)
+
+
+def finish_wave(sched: Any, out: Any) -> None:
+    """Request mode: every scheduled request completes."""
+    ro = BatchRunnerOutput.from_list([RunnerOutput(request_id=r, finished=True, result=DiffusionOutput())
+                                      for r in out.scheduled_request_ids])
+    pop_finished(sched, sched.update_from_output(out, ro))
+
+
+class StepRunner:
+    """Step mode: one denoise step of every scheduled request; ``step_index`` = completed steps."""
+
+    def __init__(self) -> None:
+        self.progress: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    def step(self, sched: Any, out: Any) -> None:
+        for nr in out.scheduled_new_reqs:
+            self.total[nr.request_id] = nr.req.sampling_params.num_inference_steps
+            self.progress.setdefault(nr.request_id, nr.req.sampling_params.step_index or 0)
+        outs = []
+        for rid in out.scheduled_request_ids:
+            self.progress[rid] += 1
+            done = self.progress[rid] >= self.total[rid]
+            outs.append(RunnerOutput(request_id=rid, step_index=self.progress[rid], finished=done,
+                                     result=DiffusionOutput() if done else None))
+            if done:
+                del self.progress[rid], self.total[rid]
+        pop_finished(sched, sched.update_from_output(out, BatchRunnerOutput.from_list(outs)))
+
+
+# --------------------------------------------------------------- schedulers
+def native_scheduler(step: bool) -> Any:
+    sched = StepScheduler() if step else RequestScheduler()
+    sched.initialize(od())
+    return sched
+
+
+def plugin_scheduler(policy: str, step: bool) -> Any:
+    """The plugin as served: default ``PluginConfig`` except no NVML; its own metrics registry."""
+    cls = RLStepScheduler if step else RLRequestScheduler
+    sched = cls(policy, PluginConfig(policy=policy, telemetry=False), metrics=PluginMetrics(CollectorRegistry()))
+    sched.initialize(od())
+    return sched
+
+
+def _close(sched: Any) -> None:
+    runner = getattr(sched, "_runner", None)  # the plugin's decision thread
+    if runner is not None:
+        runner.close()
+
+
+# ------------------------------------------------------------------ timing
+def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int = WARMUP) -> dict[str, Any]:
+    """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each."""
+    feeder, runner = Feeder(), StepRunner()
+    us = np.empty(calls)
+    fb0, reasons0, dec0 = 0, Counter[str](), 0
+    for i in range(warmup + calls):
+        feeder.refill(sched, queue)
+        if i == warmup:
+            fb0, reasons0, dec0 = _counts(sched)
+        t0 = time.perf_counter_ns()
+        out = sched.schedule()
+        dt = time.perf_counter_ns() - t0
+        if i >= warmup:
+            us[i - warmup] = dt / 1e3
+        if step:
+            runner.step(sched, out)
+        else:
+            finish_wave(sched, out)
+    fb, reasons, dec = _counts(sched)
+    reasons.subtract(reasons0)
+    return {**percentiles_us(us), "fallbacks": fb - fb0,
+            "fallback_reasons": {k: int(v) for k, v in sorted(reasons.items()) if v > 0},
+            "decisions": dec - dec0}
+
+
+def _counts(sched: Any) -> tuple[int, Counter[str], int]:
+    return (int(getattr(sched, "fallbacks", 0)), Counter(getattr(sched, "fallback_reasons", {})),
+            int(getattr(sched, "decisions", 0)))
+
+
+def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
+            calls: int = CALLS, warmup: int = WARMUP,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
+
+    ``progress`` is called with a label after each cell. Each row: ``p50_us``, ``p99_us``,
+    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``overhead_p50_us``
+    (this row's median minus native's, same mode and queue)."""
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
+    rows: list[dict[str, Any]] = []
+    for mode in modes:
+        step = mode == "step"
+        for queue in queues:
+            native_p50 = None
+            for policy in (NATIVE, *policies):
+                sched = native_scheduler(step) if policy == NATIVE else plugin_scheduler(policy, step)
+                gc.collect()  # the previous cell's garbage is not this cell's cost
+                try:
+                    cell = time_cell(sched, queue, step, calls, warmup)
+                finally:
+                    _close(sched)
+                if policy == NATIVE:
+                    native_p50 = cell["p50_us"]
+                cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
+                rows.append({"mode": mode, "policy": policy, "queue": queue, **cell})
+                if progress is not None:
+                    progress(f"{mode} {policy} @{queue}")
+    settings = PluginConfig()
+    return {"bench": "plugin", "max_num_seqs": MAX_NUM_SEQS, "sizes": list(SIZES), "steps_per_request": STEPS,
+            "calls": calls, "warmup_calls": warmup, "decision_budget_ms": settings.decision_budget_ms,
+            "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}

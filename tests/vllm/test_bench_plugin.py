@@ -1,0 +1,59 @@
+"""``rlsched bench plugin`` on tiny sizes: every cell present, native rows, sane numbers (no timing bars)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
+    pytest.importorskip("vllm_omni")
+
+from rlsched.errors import ConfigError  # noqa: E402
+from rlsched.integrations.vllm_omni import bench  # noqa: E402
+from rlsched.integrations.vllm_omni.overhead import MODES, NATIVE, measure  # noqa: E402
+
+POLICIES = ("fifo", "rl:checkpoints/default")
+QUEUES = (16, 64)
+CALLS = 5
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    return measure(policies=POLICIES, queues=QUEUES, modes=MODES, calls=CALLS, warmup=1)
+
+
+def test_every_cell_and_native_row_is_there(result: dict) -> None:
+    cells = [(r["mode"], r["policy"], r["queue"]) for r in result["rows"]]
+    assert len(cells) == len(set(cells))
+    assert set(cells) == {(m, p, q) for m in MODES for p in (NATIVE, *POLICIES) for q in QUEUES}
+    assert result["calls"] == CALLS and result["decision_budget_ms"] == 5.0  # the default PluginConfig
+
+
+def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
+    for r in result["rows"]:
+        assert r["calls"] == CALLS
+        assert math.isfinite(r["p50_us"]) and math.isfinite(r["p99_us"]) and 0 < r["p50_us"] <= r["p99_us"], r
+        assert math.isfinite(r["overhead_p50_us"])
+        assert isinstance(r["fallbacks"], int) and 0 <= r["fallbacks"] <= CALLS, r
+        assert all(isinstance(v, int) and v > 0 for v in r["fallback_reasons"].values()), r
+        assert sum(r["fallback_reasons"].values()) == r["fallbacks"], r
+        if r["policy"] == NATIVE:
+            assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
+        else:
+            # every call has waiting requests and no wave running: the policy decides or FIFO serves
+            assert isinstance(r["decisions"], int) and r["decisions"] + r["fallbacks"] >= CALLS, r
+
+
+def test_table_and_command_line(result: dict) -> None:
+    text = bench.table(result)
+    assert "vllm-omni (native)" in text and "rl:checkpoints/default" in text
+    assert len(text.splitlines()) == 3 + len(result["rows"])  # title, head, rule, rows
+    kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None))
+    assert kw == {"policies": list(bench.POLICIES), "queues": [16, 256, 1024, 4096], "modes": ["step"],
+                  "calls": bench.CALLS}
+    with pytest.raises(ConfigError, match="--modes"):
+        bench.parse(argparse.Namespace(policies="", queues="", modes="request,wave", calls=None))
