@@ -41,6 +41,7 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert isinstance(r["fallbacks"], int) and 0 <= r["fallbacks"] <= CALLS, r
         assert all(isinstance(v, int) and v > 0 for v in r["fallback_reasons"].values()), r
         assert sum(r["fallback_reasons"].values()) == r["fallbacks"], r
+        assert all(isinstance(v, int) and v > 0 for v in r["warmup_fallback_reasons"].values()), r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
         else:

@@ -74,7 +74,9 @@ def table(result: dict[str, Any]) -> str:
     lines = [tuple(head)]
     for r in result["rows"]:
         reasons = ", ".join(f"{k} {v}" for k, v in r["fallback_reasons"].items())
-        fb = f"{r['fallbacks']}/{r['calls']}" + (f" ({reasons})" if reasons else "")
+        warm = ", ".join(f"{k} {v}" for k, v in r.get("warmup_fallback_reasons", {}).items())
+        fb = f"{r['fallbacks']}/{r['calls']}" + (f" ({reasons})" if reasons else "") \
+            + (f"; warm-up: {warm}" if warm else "")
         native = r["policy"] == "vllm-omni"
         lines.append((r["mode"], r["policy"] + (" (native)" if native else ""), f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",

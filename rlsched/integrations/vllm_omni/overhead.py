@@ -13,7 +13,8 @@ deadline as served, no NVML, metrics in their own registry), with a fake runner:
   step of every scheduled request (2 steps a request) and pops what finished.
 
 ``WARMUP`` untimed calls precede the timed ones in every cell; fallbacks are
-counted over the timed calls only, like the times.
+counted over the timed calls only, like the times (``warmup_fallback_reasons``: the
+untimed calls', e.g. the timeout that left every timed call ``broken``).
 """
 
 from __future__ import annotations
@@ -158,9 +159,12 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int = WARM
             finish_wave(sched, out)
     fb, reasons, dec = _counts(sched)
     reasons.subtract(reasons0)
-    return {**percentiles_us(us), "fallbacks": fb - fb0,
-            "fallback_reasons": {k: int(v) for k, v in sorted(reasons.items()) if v > 0},
-            "decisions": dec - dec0}
+    return {**percentiles_us(us), "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
+            "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0)}
+
+
+def _positive(counts: Counter[str]) -> dict[str, int]:
+    return {k: int(v) for k, v in sorted(counts.items()) if v > 0}
 
 
 def _counts(sched: Any) -> tuple[int, Counter[str], int]:
@@ -174,7 +178,7 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
 
     ``progress`` is called with a label after each cell. Each row: ``p50_us``, ``p99_us``,
-    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``overhead_p50_us``
+    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``warmup_fallback_reasons``, ``overhead_p50_us``
     (this row's median minus native's, same mode and queue)."""
     bad = sorted(set(modes) - set(MODES))
     if bad:
