@@ -1,4 +1,4 @@
-"""Build hook: ship the repository's ``envs/`` and ``checkpoints/`` inside the wheel.
+"""Build hook: ship the repository's ``envs/``, ``checkpoints/`` and ``agents/`` inside the wheel.
 
 They stay top-level folders in the repository (the one source of truth that scripts,
 docs and the other tools use) and are copied to ``rlsched/_data/`` at build time,
@@ -13,7 +13,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = ("envs", "checkpoints")
+SHIPPED = ("envs", "checkpoints", "agents")
 
 
 class BuildPyWithData(build_py):

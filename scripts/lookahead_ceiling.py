@@ -25,7 +25,7 @@ from rlsched.evaluation import RunSpec, ci95_half_width, prepare
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
 from rlsched.policies.lookahead import LookaheadPolicy
-from rlsched.policies.seed import load_static
+from rlsched.policies.static import load_static
 from rlsched.sim.metrics import summarize
 
 

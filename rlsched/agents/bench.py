@@ -10,21 +10,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlsched.commands.bench import bench, percentiles_us
-from rlsched.envs.observation import OBS_DIM
-from rlsched.policies.checkpoint import FrozenNetwork
-from rlsched.policies.learned import LearnedPolicy, rl_policy
+from rlsched.learned.checkpoint import FrozenNetwork
+from rlsched.learned.knob import LearnedPolicy, rl_policy
+from rlsched.learned.observation import OBS_DIM
 from rlsched.policies.projected import ACTION_DIM
+from rlsched.resources import data_dir
 from rlsched.sim import Simulator, load_scenario
 
 QUEUE_SIZES = (16, 256, 4096)
 CALLS = {16: 3000, 256: 2000, 4096: 200}
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"
+DEFAULT_CHECKPOINT = data_dir("checkpoints") / "default"
 
 
 def waiting_state(n: int, seed: int = 0) -> Simulator:

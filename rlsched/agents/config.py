@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.errors import ConfigError
+from rlsched.resources import data_dir
 from rlsched.sim.yamlio import read_yaml
 
-AGENTS_DIR = Path(__file__).resolve().parents[2] / "agents"
+AGENTS_DIR = data_dir("agents")
 
 
 @dataclass(frozen=True)

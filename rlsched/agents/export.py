@@ -14,7 +14,7 @@ import numpy as np
 import yaml
 
 from rlsched.errors import CheckpointError
-from rlsched.policies.checkpoint import save_checkpoint
+from rlsched.learned.checkpoint import save_checkpoint
 from rlsched.policies.projected import ACTION_DIM, ProjectionConfig
 
 ACTOR_PREFIXES = ("mlp_extractor.policy_net.", "action_net.")
@@ -42,7 +42,7 @@ def layer_names(tensors: dict[str, np.ndarray]) -> list[str]:
 
 def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
     """Write ``out/policy.safetensors`` + ``out/policy.json`` from ``run_dir/<source>``."""
-    from rlsched.envs.observation import OBS_DIM, SCHEMA_VERSION
+    from rlsched.learned.observation import OBS_DIM, SCHEMA_VERSION
 
     src = run_dir / source
     if source == "best" and not (src / "model.zip").is_file():

@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.envs.observation import GLOBAL_DIM
 from rlsched.errors import ConfigError
 from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
-from rlsched.policies.lookahead import fits, rollout_value
-from rlsched.policies.pick import F, K, PickPolicy, Scorer
-from rlsched.policies.seed import load_static
+from rlsched.learned.observation import GLOBAL_DIM
+from rlsched.learned.pick import F, K, PickPolicy, Scorer
+from rlsched.policies.candidates import fits
+from rlsched.policies.lookahead import rollout_value
+from rlsched.policies.static import load_static
 
 LABEL_HORIZON_S = 600.0
 """Default hindsight horizon of the labels: arrivals of the next 10 minutes."""

@@ -1,6 +1,6 @@
 """The candidate scorer in torch: imitation of the look-ahead teacher, then MaskablePPO, then export.
 
-``CandidateNet`` is the network ``rlsched.policies.pick.FrozenScorer`` runs in numpy: a
+``CandidateNet`` is the network ``rlsched.learned.pick.FrozenScorer`` runs in numpy: a
 global embedding g = tanh(Wg · queue features), then per candidate a shared two-layer tanh
 MLP over [candidate features, g] and a linear score — one logit per candidate, so the
 policy is permutation-equivariant and any K works. ``PickActorCritic`` puts it inside
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlsched.envs.observation import GLOBAL_DIM
-from rlsched.policies.pick import F, K
+from rlsched.learned.observation import GLOBAL_DIM
+from rlsched.learned.pick import F, K
 
 G_OUT, HIDDEN = 32, 64
 
@@ -164,9 +164,9 @@ def evaluate_labels(net: CandidateNet, labels: dict[str, np.ndarray], idx: np.nd
 # ------------------------------------------------------------------ export
 def export_scorer(net: CandidateNet, out: Path, meta: dict[str, Any]) -> Path:
     """``policy.safetensors`` + ``policy.json`` (kind ``pick``), read back by ``load_scorer``."""
-    from rlsched.envs.observation import SCHEMA_VERSION
-    from rlsched.policies.checkpoint import save_checkpoint
-    from rlsched.policies.pick import PICK_SCHEMA, load_scorer
+    from rlsched.learned.checkpoint import save_checkpoint
+    from rlsched.learned.observation import SCHEMA_VERSION
+    from rlsched.learned.pick import PICK_SCHEMA, load_scorer
 
     tensors = net.tensors()
     full = {"kind": "pick", "pick_schema": PICK_SCHEMA, "obs_schema": SCHEMA_VERSION, "global_dim": GLOBAL_DIM,
@@ -179,7 +179,7 @@ def export_scorer(net: CandidateNet, out: Path, meta: dict[str, Any]) -> Path:
 
 def load_net(folder: Path) -> CandidateNet:
     """A ``CandidateNet`` with the weights of a frozen scorer (to continue training from it)."""
-    from rlsched.policies.checkpoint import read_safetensors
+    from rlsched.learned.checkpoint import read_safetensors
 
     t = read_safetensors(Path(folder) / "policy.safetensors")
     net = CandidateNet()
@@ -200,7 +200,7 @@ def torch_scorer(net: CandidateNet) -> Any:
 
 def numpy_scorer(net: CandidateNet) -> Any:
     """The same forward pass as the frozen checkpoint, without a round trip through disk."""
-    from rlsched.policies.pick import FrozenScorer
+    from rlsched.learned.pick import FrozenScorer
 
     t = net.tensors()
     pair = lambda n: (t[f"{n}.weight"], t[f"{n}.bias"])  # noqa: E731

@@ -17,15 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.agents.config import AGENTS_DIR, AgentConfig
+from rlsched.agents.config import AgentConfig
 from rlsched.errors import ConfigError
+from rlsched.resources import shipped_path
 
 
 def read_tuned_actions(paths: tuple[str, ...]) -> dict[str, np.ndarray]:
     """File stem → action of tuned ``static`` files (paths relative to the project root allowed)."""
     out = {}
     for name in paths:
-        path = Path(name) if Path(name).is_file() else AGENTS_DIR.parent / name
+        path = shipped_path(name)
         if not path.is_file():
             raise ConfigError(name, "init_action_from: tuned file not found (run `rlsched tune`)")
         out[Path(name).stem] = np.asarray(json.loads(path.read_text())["action"], dtype=np.float32)

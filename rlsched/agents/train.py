@@ -151,7 +151,7 @@ def _save_best(model: Any, venv: Any, run_dir: Path, score: float) -> None:
 
 def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:
     """The model as a SchedulingPolicy (deterministic actions), for evaluation during training."""
-    from rlsched.policies.learned import LearnedPolicy
+    from rlsched.learned.knob import LearnedPolicy
     from rlsched.policies.projected import ProjectionConfig
 
     def act(obs: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ def run_label(args: argparse.Namespace) -> int:
     low, high = (positive(x, "--rate-scales") for x in args.rate_scales.split(","))
     scorer = None
     if args.policy:
-        from rlsched.policies.pick import load_scorer
+        from rlsched.learned.pick import load_scorer
 
         scorer = load_scorer(args.policy)
     tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),

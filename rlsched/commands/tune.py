@@ -335,7 +335,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def _init_action(path: str | None) -> tuple[float, ...] | None:
     if not path:
         return None
-    from rlsched.policies.seed import load_static
+    from rlsched.policies.static import load_static
 
     return tuple(encode_params(load_static(path).params).tolist())
 

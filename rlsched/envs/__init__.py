@@ -1,7 +1,7 @@
 """The Gymnasium environment ``rlsched/DiTBatch-v0`` and its observation encoder.
 
 Importing this package registers the environment when gymnasium is installed; the
-observation encoder (``rlsched.envs.observation``) needs numpy only, so the serving
+observation encoder (``rlsched.learned.observation``) needs numpy only, so the serving
 side can import it without the ``rl`` extra.
 """
 

@@ -10,13 +10,13 @@ import numpy as np
 from gymnasium import spaces
 
 from rlsched.envs.episodes import Episode, EpisodeOptions, EpisodeSampler
-from rlsched.envs.observation import OBS_DIM, OBS_HIGH, OBS_LOW, SCHEMA_VERSION, ObservationEncoder
 from rlsched.envs.reward import SloReward
-from rlsched.policies.learned import trivial_candidate
+from rlsched.learned.observation import OBS_DIM, OBS_HIGH, OBS_LOW, SCHEMA_VERSION, ObservationEncoder
+from rlsched.learned.observing import trivial_candidate
 from rlsched.policies.projected import ACTION_DIM, ActionParams, ProjectedPolicy, ProjectionConfig
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
-from rlsched.telemetry.sim import SimTelemetry
+from rlsched.sim.telemetry import SimTelemetry
 
 
 class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -58,7 +58,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Observation Space
 
     ``Box(-5, 5, (149,), float32)`` (``OBS_DIM``), computed by
-    ``rlsched.envs.observation.ObservationEncoder`` (numpy only; schema
+    ``rlsched.learned.observation.ObservationEncoder`` (numpy only; schema
     ``dit-batch-obs/1``). "Candidates" are the waiting requests, plus the running
     batch in step mode. Slack = deadline − now − standalone remaining time; "rel."
     means divided by the request's standalone time. Every entry is clipped to [-5, 5].

@@ -4,7 +4,7 @@ Each episode draws a request-mode scenario, a load and a window of arrivals on a
 seed. The strengthened heuristic (the scenario's tuned ``static``) serves the first
 ``burn_in_s`` seconds alone, so the agent starts with a realistic queue, not an empty GPU.
 From then on, at every decision point with a choice, the agent picks a candidate of
-``rlsched.policies.pick`` (slot 0 is the heuristic's own proposal; invalid slots are masked
+``rlsched.learned.pick`` (slot 0 is the heuristic's own proposal; invalid slots are masked
 through ``action_masks()``, as sb3-contrib's ``MaskablePPO`` expects).
 
 Reward (paired, input-dependent baseline, as in Decima / RLTune): the class-weighted SLO
@@ -29,11 +29,11 @@ import numpy as np
 from gymnasium import spaces
 
 from rlsched.envs.episodes import EpisodeSampler
-from rlsched.envs.observation import GLOBAL_DIM
 from rlsched.errors import ConfigError
-from rlsched.policies.pick import CandidateView, F, K, PickPolicy
+from rlsched.learned.observation import GLOBAL_DIM
+from rlsched.learned.pick import CandidateView, F, K, PickPolicy
 from rlsched.policies.projected import ProjectedPolicy
-from rlsched.policies.seed import load_static
+from rlsched.policies.static import load_static
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import Decision, Simulator

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlsched.policies.projected import Rows
+from rlsched.policies.table import Rows
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import CLASS_INDEX, PRIORITY_CLASSES, Request, RequestRecord
 

@@ -1,58 +1,130 @@
-"""The ``SchedulingPolicy`` protocol, a registry keyed by short names, and a factory."""
+"""The ``SchedulingPolicy`` protocol, the policy-spec grammar and a lazy registry.
+
+A policy is named on the CLI, in YAML and in the plugin's config by a spec::
+
+    NAME[:ARG][;KEY=VALUE]...      e.g. fifo · drr:5 · static:agents/tuned/default.json;shed_lost=true
+                                        pick:checkpoints/pick;static=agents/tuned/default.json
+
+``parse_spec`` is the one parser of that grammar. The registry maps a name to an entry
+point ``"module:factory"`` (as Gymnasium registers environments), imported only when a
+policy of that name is built: the policy layer does not import the learned policies,
+and building ``fifo`` imports no checkpoint code.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from rlsched.errors import ConfigError
-from rlsched.sim.simulator import Decision, Simulator
+from rlsched.sim.simulator import Decision
+from rlsched.sim.view import QueueView
 
 
 @runtime_checkable
 class SchedulingPolicy(Protocol):
     """Owns the whole decision: admission, order, batch size, waiting, preemption.
 
-    ``decide`` is called at every decision point with a read-only view of the queue
-    (the simulator, or the plugin's adapter with the same attributes: ``now``,
-    ``waiting``, ``running``, ``config``, ``cost``, ``memory_used_gb``).
+    ``decide`` is called at every decision point with a read-only ``QueueView`` (the
+    simulator, or the plugin's engine state); ``reset`` once before the first decision.
     """
 
     name: str
 
-    def reset(self, state: Simulator) -> None: ...
+    def reset(self, state: QueueView) -> None: ...
 
-    def decide(self, state: Simulator) -> Decision: ...
-
-
-_REGISTRY: dict[str, Callable[[str], SchedulingPolicy]] = {}
+    def decide(self, state: QueueView) -> Decision: ...
 
 
-def register(name: str) -> Callable[[Callable[[str], SchedulingPolicy]], Callable[[str], SchedulingPolicy]]:
-    """Register a factory ``f(arg) -> policy`` under ``name`` (``name:arg`` on the CLI)."""
-    def deco(factory: Callable[[str], SchedulingPolicy]) -> Callable[[str], SchedulingPolicy]:
-        _REGISTRY[name] = factory
-        return factory
-    return deco
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed ``NAME[:ARG][;KEY=VALUE]...``."""
+
+    name: str
+    arg: str = ""
+    """Everything between ``:`` and the first ``;`` (a path, a number), stripped."""
+    options: Mapping[str, str] = field(default_factory=dict)
+    """``KEY=VALUE`` pairs in order; keys are unique."""
+
+    def __str__(self) -> str:
+        text = f"{self.name}:{self.arg}" if self.arg else self.name
+        return text + "".join(f";{k}={v}" for k, v in self.options.items())
+
+
+def split_options(text: str, where: str = "policy") -> tuple[str, dict[str, str]]:
+    """``ARG;KEY=VALUE;...`` → (ARG, {KEY: VALUE}); a key twice or a pair without ``=`` is an error."""
+    arg, *pairs = text.split(";")
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"{where} option {pair!r}", "expected KEY=VALUE")
+        if key in options:
+            raise ConfigError(f"{where} option {key!r}", "given twice")
+        options[key] = value.strip()
+    return arg.strip(), options
+
+
+def parse_spec(spec: str) -> PolicySpec:
+    """The one parser of policy specs (see the module docstring)."""
+    name, _, rest = spec.strip().partition(":")
+    name = name.strip()
+    if ";" in name:  # "fifo;x=1": options without an argument
+        name, _, opts = name.partition(";")
+        rest = ";" + opts + rest
+    if not name:
+        raise ConfigError("policy", f"empty policy name in {spec!r}")
+    arg, options = split_options(rest, f"policy {name!r}")
+    return PolicySpec(name.strip(), arg, options)
+
+
+Factory = Callable[[PolicySpec], SchedulingPolicy]
+
+ENTRY_POINTS: dict[str, str] = {
+    "fifo": "rlsched.policies.baselines:fifo",
+    "sjf": "rlsched.policies.baselines:sjf",
+    "edf": "rlsched.policies.baselines:edf",
+    "priority": "rlsched.policies.baselines:strict_priority",
+    "drr": "rlsched.policies.baselines:drr",
+    "seed-memory": "rlsched.policies.seed:seed_memory",
+    "seed-priority": "rlsched.policies.seed:seed_priority",
+    "seed-composite": "rlsched.policies.seed:seed_composite",
+    "static": "rlsched.policies.static:static_policy",
+    "lookahead": "rlsched.policies.lookahead:lookahead",
+    "hindsight": "rlsched.policies.lookahead:hindsight",
+    "rl": "rlsched.learned.knob:knob_policy",
+    "pick": "rlsched.learned.pick:pick_from_spec",
+}
+"""Built-in policies: name → ``"module:factory"``, each factory ``f(PolicySpec) -> policy``."""
+
+_REGISTRY: dict[str, str | Factory] = dict(ENTRY_POINTS)
+
+
+def register(name: str, factory: str | Factory) -> None:
+    """Add a policy under ``name``: an entry point ``"module:factory"`` or a factory ``f(PolicySpec)``."""
+    _REGISTRY[name] = factory
 
 
 def policy_names() -> list[str]:
-    _load_builtin()
     return sorted(_REGISTRY)
 
 
-def make_policy(spec: str) -> SchedulingPolicy:
-    """Build a policy from ``name`` or ``name:arg`` (e.g. ``fifo``, ``rl:checkpoints/default``)."""
-    _load_builtin()
-    name, _, arg = spec.partition(":")
-    if name not in _REGISTRY:
-        raise ConfigError("policy", f"unknown policy {spec!r} (known: {', '.join(sorted(_REGISTRY))})")
-    return _REGISTRY[name](arg)
+def make_policy(spec: str | PolicySpec) -> SchedulingPolicy:
+    """Build a policy from its spec (e.g. ``fifo``, ``rl:checkpoints/default``)."""
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    factory = _REGISTRY.get(parsed.name)
+    if factory is None:
+        raise ConfigError("policy", f"unknown policy {str(spec)!r} (known: {', '.join(policy_names())})")
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = _REGISTRY[parsed.name] = getattr(importlib.import_module(module), attr)
+    return factory(parsed)
 
 
-def _load_builtin() -> None:
-    import rlsched.policies.baselines  # noqa: F401  (registers on import)
-    import rlsched.policies.learned  # noqa: F401
-    import rlsched.policies.lookahead  # noqa: F401
-    import rlsched.policies.pick  # noqa: F401
-    import rlsched.policies.seed  # noqa: F401
+def no_options(spec: PolicySpec) -> None:
+    """Raise when ``spec`` carries ``;KEY=VALUE`` options its policy does not take."""
+    if spec.options:
+        raise ConfigError(f"policy {spec.name!r}", f"takes no options (got {', '.join(spec.options)})")

@@ -6,10 +6,11 @@ import math
 from collections.abc import Iterable
 
 from rlsched.errors import ConfigError
-from rlsched.policies.base import register
-from rlsched.policies.queue_index import QueueIndex, by_arrival, by_key
+from rlsched.policies.base import PolicySpec, no_options
+from rlsched.sim.queue_index import QueueIndex, by_arrival, by_key
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
-from rlsched.sim.simulator import WAIT, Decision, Simulator
+from rlsched.sim.simulator import WAIT, Decision
+from rlsched.sim.view import QueueView
 
 
 class Fifo:
@@ -29,10 +30,10 @@ class Fifo:
 
     name = "fifo"
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self._wait: tuple[float, float, int] | None = None  # (deadline, stable_since, last queue length)
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         cap = state.config.max_num_seqs
         if state.config.step_mode:
             if state.running:
@@ -44,7 +45,7 @@ class Fifo:
         self._wait = None
         return Decision(_head_run(state.waiting.values(), cap))
 
-    def _admission_wait(self, state: Simulator) -> float | None:
+    def _admission_wait(self, state: QueueView) -> float | None:
         """Wake-up time while the engine would still hold the wave open, else None."""
         wait_s = state.config.request_batch_max_wait_ms / 1e3
         cap, now, queued = state.config.max_num_seqs, state.now, len(state.waiting)
@@ -60,7 +61,7 @@ class Fifo:
         return min(deadline, stable_end)
 
     @staticmethod
-    def _join(state: Simulator, cap: int) -> tuple[int, ...]:
+    def _join(state: QueueView, cap: int) -> tuple[int, ...]:
         key, room = state.running[0].key, cap - len(state.running)
         out = []
         for rec in state.waiting.values():
@@ -94,13 +95,13 @@ class OrderedPolicy:
 
     name = "ordered"
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self.index = QueueIndex(by_key, lambda rec: self.rank(rec, state.now))
 
     def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
         raise NotImplementedError
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         self.index.sync(state)
         now, cap = state.now, state.config.max_num_seqs
         running = [(*self.rank(r, now), r.request.id, r) for r in state.running] if state.config.step_mode else []
@@ -160,12 +161,12 @@ class Drr:
             raise ConfigError("drr quantum_s", f"must be a finite number > 0, not {quantum_s!r}")
         self.quantum_s, self.budget_s = quantum_s, budget_s
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self._deficit: dict[tuple, float] = {}
         self._order: list[tuple] = []
         self.index = QueueIndex(by_key, by_arrival)
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         if state.config.step_mode and state.running:
             return Decision(tuple(r.request.id for r in state.running) + Fifo._join(state, state.config.max_num_seqs))
         self.index.sync(state)
@@ -213,10 +214,35 @@ def _num(arg: str, default: float, spec: str = "drr") -> float:
     return value
 
 
-register("fifo")(lambda arg: Fifo())
-register("sjf")(lambda arg: Sjf())
-register("edf")(lambda arg: Edf())
-register("priority")(lambda arg: StrictPriority())
-register("drr")(lambda arg: Drr(quantum_s=_num(arg, 10.0)))
+def _plain(spec: PolicySpec) -> None:
+    no_options(spec)
+    if spec.arg:
+        raise ConfigError(f"policy {spec}", f"{spec.name} takes no argument")
+
+
+def fifo(spec: PolicySpec) -> Fifo:
+    _plain(spec)
+    return Fifo()
+
+
+def sjf(spec: PolicySpec) -> Sjf:
+    _plain(spec)
+    return Sjf()
+
+
+def edf(spec: PolicySpec) -> Edf:
+    _plain(spec)
+    return Edf()
+
+
+def strict_priority(spec: PolicySpec) -> StrictPriority:
+    _plain(spec)
+    return StrictPriority()
+
+
+def drr(spec: PolicySpec) -> Drr:
+    """``drr[:QUANTUM_S]``."""
+    no_options(spec)
+    return Drr(quantum_s=_num(spec.arg, 10.0))
 
 __all__ = ["Drr", "Edf", "Fifo", "OrderedPolicy", "Sjf", "StrictPriority"]

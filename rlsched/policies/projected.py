@@ -33,18 +33,20 @@ default 0.25; two 1024×1024 cost 1.87× one, so they run alone).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from operator import attrgetter
+from typing import TypeGuard
 
 import numpy as np
 
 from rlsched.errors import ConfigError
-from rlsched.policies.queue_index import Group, QueueIndex
+from rlsched.policies.table import RecordTable, Rows
 from rlsched.projection import Items, Resources, project
 from rlsched.sim.cost import CostModel
+from rlsched.sim.queue_index import Group, QueueIndex
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
-from rlsched.sim.simulator import Decision, Simulator
+from rlsched.sim.simulator import Decision
+from rlsched.sim.view import QueueView
 
 ACTION_DIM = len(PRIORITY_CLASSES) + len(MODALITIES) + 2
 
@@ -86,25 +88,60 @@ class ProjectionConfig:
     """Step mode: utility factor of running requests (avoids thrashing preemptions)."""
 
     def __post_init__(self) -> None:
-        for name in ("starvation_threshold_s", "starvation_slo_multiple", "lost_starvation_multiple",
-                     "batch_marginal_cost", "late_value", "running_bonus", "batch_timeout_ms"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value >= 0):
-                raise ConfigError(f"projection.{name}", f"must be a number >= 0, not {value!r}")
-        if not 0 <= self.memory_safety_margin < 1:
-            raise ConfigError("projection.memory_safety_margin",
-                              f"must be in [0, 1), not {self.memory_safety_margin!r}")
+        """The one set of range rules, used by the CLI's overrides, configs and checkpoints alike:
+        every number finite (but ``_MAY_BE_INFINITE``) and in its range, a field added later included."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "max_batch_size_per_modality":
+                _check_caps(value)
+            elif f.name == "shed_lost":
+                if not isinstance(value, bool):
+                    raise ConfigError("projection.shed_lost", f"{value!r} must be true or false")
+            elif _real(value) or f.name in _RANGES:
+                ok, text = _RANGES.get(f.name, (_any, "finite"))
+                if not _real(value) or not (math.isfinite(value) or (f.name in _MAY_BE_INFINITE and value > 0)) \
+                        or not ok(value):
+                    raise ConfigError(f"projection.{f.name}", f"{value!r} must be {text}")
 
 
-def with_overrides(spec: str, base: ProjectionConfig | None = None) -> tuple[str, ProjectionConfig]:
-    """Split ``PATH;name=value;...`` (a policy argument) into PATH and ``base`` with those
-    ``ProjectionConfig`` numbers or booleans replaced, e.g. ``static:t.json;shed_lost=true``."""
-    path, *pairs = spec.split(";")
+def _any(value: float) -> bool:
+    return True
+
+
+_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "memory_safety_margin": (lambda x: 0 <= x < 1, "in [0, 1)"),
+    "batch_timeout_ms": (lambda x: x >= 0, "finite and >= 0"),
+    "starvation_threshold_s": (lambda x: x >= 0, "finite and >= 0"),
+    "starvation_slo_multiple": (lambda x: x >= 0, "finite and >= 0"),
+    "lost_starvation_multiple": (lambda x: x >= 0, ">= 0 (inf: no hard bound)"),
+    "batch_marginal_cost": (lambda x: x >= 0, "finite and >= 0"),
+    "late_value": (lambda x: 0 <= x <= 1, "in [0, 1]"),
+    "running_bonus": (lambda x: x > 0, "finite and > 0"),
+}
+"""Range of every numeric ``ProjectionConfig`` field (all finite but those in ``_MAY_BE_INFINITE``)."""
+_MAY_BE_INFINITE = frozenset({"lost_starvation_multiple"})
+"""Settings whose infinity means "off"."""
+
+
+def _real(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_caps(caps: object) -> None:
+    if not isinstance(caps, dict):
+        raise ConfigError("projection.max_batch_size_per_modality", f"{caps!r} must be a mapping")
+    for modality, cap in caps.items():
+        if not _real(cap) or not math.isfinite(cap) or cap < 1 or cap != int(cap):
+            raise ConfigError(f"projection.max_batch_size_per_modality.{modality}", f"{cap!r} must be an integer >= 1")
+
+
+def with_overrides(options: Mapping[str, str], base: ProjectionConfig | None = None) -> ProjectionConfig:
+    """``base`` with the ``ProjectionConfig`` numbers or booleans named in ``options`` (a policy
+    spec's ``;name=value`` pairs, e.g. ``static:t.json;shed_lost=true``) replaced."""
     kinds = {f.name: f.type for f in fields(ProjectionConfig)}
     changes: dict[str, object] = {}
-    for pair in pairs:
-        name, _, text = pair.partition("=")
-        name, text = name.strip(), text.strip().lower()
+    for name, value in options.items():
+        text = value.strip().lower()
         if kinds.get(name) not in ("bool", "float"):
             known = sorted(k for k, t in kinds.items() if t in ("bool", "float"))
             raise ConfigError(f"policy option {name!r}", f"not a projection setting (known: {', '.join(known)})")
@@ -112,7 +149,7 @@ def with_overrides(spec: str, base: ProjectionConfig | None = None) -> tuple[str
             changes[name] = {"true": True, "false": False}[text] if kinds[name] == "bool" else float(text)
         except (KeyError, ValueError):
             raise ConfigError(f"policy option {name}", f"{text!r} is not a {kinds[name]}") from None
-    return path, replace(base or ProjectionConfig(), **changes)
+    return replace(base or ProjectionConfig(), **changes)
 
 
 @dataclass(frozen=True)
@@ -144,90 +181,6 @@ def encode_params(p: ActionParams) -> np.ndarray:
     return np.concatenate([logits, 2 * np.asarray(p.cap_frac) - 1, [2 * p.wait_frac - 1, p.urgency_exp / 2 - 1]])
 
 
-_STEPS_DONE = attrgetter("steps_done")
-
-
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """Static figures of a list of records, as parallel arrays (see ``RecordTable``)."""
-
-    request_id: np.ndarray
-    cls: np.ndarray
-    """Index in ``PRIORITY_CLASSES``."""
-    modality: np.ndarray
-    """Index in ``MODALITIES``."""
-    key_id: np.ndarray
-    """Table-wide id of the compatibility key (equal ids = may batch together)."""
-    arrival_s: np.ndarray
-    deadline_s: np.ndarray
-    work_s: np.ndarray
-    num_steps: np.ndarray
-    mem_gb: np.ndarray
-    tokens: np.ndarray
-
-    def remaining_s(self, records: Sequence[RequestRecord], step_mode: bool) -> np.ndarray:
-        """``RequestRecord.remaining_s`` of every record, bit for bit."""
-        if not step_mode:  # nothing waiting has run yet
-            return self.work_s * self.num_steps / self.num_steps
-        done = np.fromiter(map(_STEPS_DONE, records), np.float64, len(records))
-        return self.work_s * (self.num_steps - done) / self.num_steps
-
-
-class RecordTable:
-    """Per-request static figures, read once per request and gathered as numpy arrays.
-
-    A decision over a long queue must not walk every record in Python: the table keeps
-    one row per record it has seen, keyed by the record's identity (it holds a
-    reference, so the identity cannot be reused while the row lives). What it caches
-    — the request, deadline, costs and key — must not change once a record is queued,
-    which holds for the simulator and the plugin adapter. When more than ``capacity``
-    records are cached the table forgets all rows but the queried ones.
-    """
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self.capacity = capacity
-        self._clear(capacity)
-
-    def _clear(self, capacity: int) -> None:
-        self._row: dict[int, int] = {}
-        self._recs: list[RequestRecord] = []
-        self._keys: dict[tuple, int] = {}
-        self._ints = np.zeros((capacity, 4), dtype=np.int64)
-        self._floats = np.zeros((capacity, 6))
-        self._last: tuple[list[RequestRecord], Rows | None] = ([], None)
-
-    def gather(self, records: Sequence[RequestRecord]) -> Rows:
-        """Rows of ``records``, in order. Asking twice for the same list (the encoder, then
-        the policy, on one decision) costs one list comparison."""
-        last, rows = self._last
-        if rows is not None and records == last:  # identity short-cuts the comparison
-            return rows
-        index = list(map(self._row.get, map(id, records)))
-        idx = np.fromiter(self._add_missing(records) if None in index else index, np.intp, len(index))
-        i, f = self._ints.take(idx, axis=0).T, self._floats.take(idx, axis=0).T
-        rows = Rows(i[0], i[1], i[2], i[3], f[0], f[1], f[2], f[3], f[4], f[5])
-        self._last = (list(records), rows)
-        return rows
-
-    def _add_missing(self, records: Sequence[RequestRecord]) -> list[int]:
-        new = [r for r in records if id(r) not in self._row]
-        if len(self._recs) + len(new) > self.capacity:
-            self.capacity = max(self.capacity, 2 * len(records))
-            self._clear(self.capacity)
-            new = list(records)
-        for rec in new:
-            self._add(rec)
-        return [self._row[id(r)] for r in records]
-
-    def _add(self, rec: RequestRecord) -> None:
-        row, q = len(self._recs), rec.request
-        self._row[id(rec)] = row
-        self._recs.append(rec)
-        key = self._keys.setdefault(rec.key, len(self._keys))
-        self._ints[row] = (q.id, CLASS_INDEX[q.priority], MODALITY_INDEX[q.modality], key)
-        self._floats[row] = (q.arrival_s, rec.deadline_s, rec.work_s, q.num_inference_steps, rec.mem_gb, rec.tokens)
-
-
 _PARTIAL = ("partial",)
 """Index group of preempted requests: their remaining time differs from a fresh request's."""
 
@@ -250,12 +203,9 @@ def _by_deadline(rec: RequestRecord) -> tuple[float, float]:
 def batching_cap(cost: CostModel, rec: RequestRecord, limit: int, marginal: float, step_mode: bool) -> int:
     """Largest batch of ``rec``'s key, up to ``limit``, in which each added request costs at most
     ``marginal`` × one request's standalone time (wave time in request mode, step time in step mode)."""
-    model = cost.models[rec.request.model]
-    steps = 1 if step_mode else rec.request.num_inference_steps
-    extra = 0.0 if step_mode else rec.encode_s + rec.decode_s
-
     def wave(b: int) -> float:
-        return steps * model.step_time(b * rec.tokens, b * rec.quad, model.passes(rec.request)) + b * extra
+        batch = [rec] * b
+        return cost.batch_step_time(batch) if step_mode else cost.batch_duration(batch)
 
     one, b = wave(1), 1
     while b < limit and wave(b + 1) - wave(b) <= marginal * one:
@@ -291,8 +241,8 @@ class ProjectedPolicy:
         self._candidates: tuple[object, tuple[list[RequestRecord], list[RequestRecord]]] = (None, ([], []))
         self._resources: tuple[object, Resources] = (None, Resources(0.0))
 
-    def reset(self, state: Simulator) -> None:
-        if self.config.shed_lost and not getattr(state, "can_reject", False):
+    def reset(self, state: QueueView) -> None:
+        if self.config.shed_lost and not state.can_reject:
             raise ConfigError("projection.shed_lost", "this engine cannot reject requests (the simulator can; "
                               "the vLLM-Omni plugin serves lost requests late instead)")
         self.index = QueueIndex(_group, _by_deadline)
@@ -302,14 +252,14 @@ class ProjectedPolicy:
     def set_action(self, action: np.ndarray) -> None:
         self.params = decode_action(action)
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         recs, lost = self.candidates(state)
         decision = self._choose(state, recs) if recs else Decision()
         if lost:
             return Decision(decision.batch, decision.wait_until, tuple(r.request.id for r in lost), "lost")
         return decision
 
-    def _choose(self, state: Simulator, recs: list[RequestRecord]) -> Decision:
+    def _choose(self, state: QueueView, recs: list[RequestRecord]) -> Decision:
         if len(recs) == 1:
             return self._decide_alone(state, recs[0])
         items = self._items(state, recs, self._running_mask(state, len(recs)))
@@ -321,22 +271,21 @@ class ProjectedPolicy:
             tuple(r.request.id for r in picked))
 
     # ------------------------------------------------------------- internals
-    def candidates(self, state: Simulator) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    def candidates(self, state: QueueView) -> tuple[list[RequestRecord], list[RequestRecord]]:
         """The requests the projection considers (see the class docstring), and the lost
         waiting requests to reject now (``shed_lost``; empty otherwise).
 
         Per group the first ``base_cap`` (the action-free cap) are taken, so the candidates do
         not depend on the action and one call serves the observation and the decision."""
-        journal = getattr(state, "journal", None)
-        stamp = (state, state.now, len(journal)) if journal is not None else None
-        if stamp is not None and self._candidates[0] == stamp:
+        stamp = (state, state.now, state.journal.end)
+        if self._candidates[0] == stamp:
             return self._candidates[1]
         self.index.sync(state)
         now, shed = state.now, self.config.shed_lost
         out: list[RequestRecord] = []
         lost: list[RequestRecord] = []
         # groups in the order of their heads (deadline, arrival, id): the same candidates in the
-        # same order whatever the history of the index (the plugin rebuilds it on every call)
+        # same order whatever the history of the index (replayed, or rebuilt after a trim)
         for name, group in sorted(self.index.groups.items(), key=_head):
             if name is _PARTIAL:  # few: preempted requests, each checked on its own
                 partial = list(group.recs)
@@ -357,7 +306,7 @@ class ProjectedPolicy:
         self._candidates = (stamp, (out, lost))
         return out, lost
 
-    def base_cap(self, state: Simulator, rec: RequestRecord) -> int:
+    def base_cap(self, state: QueueView, rec: RequestRecord) -> int:
         """The cost model's batching cap of ``rec``'s key (``batching_cap``), before the action."""
         base = self._caps.get(rec.key)
         if base is None:
@@ -367,11 +316,11 @@ class ProjectedPolicy:
                                                       state.config.step_mode)
         return base
 
-    def key_cap(self, state: Simulator, rec: RequestRecord) -> int:
+    def key_cap(self, state: QueueView, rec: RequestRecord) -> int:
         """Batch cap of ``rec``'s key: the batching cap scaled by the action's cap fraction."""
         return max(1, round(self.params.cap_frac[MODALITY_INDEX[rec.request.modality]] * self.base_cap(state, rec)))
 
-    def queue_summary(self, state: Simulator) -> list[tuple[RequestRecord, int, float]]:
+    def queue_summary(self, state: QueueView) -> list[tuple[RequestRecord, int, float]]:
         """Per index group: a representative record, the group's size and its total remaining
         standalone work — what the observation needs about the whole queue, in O(groups)."""
         self.index.sync(state)
@@ -383,7 +332,7 @@ class ProjectedPolicy:
                 out.append((group.recs[0], len(group), len(group) * name[2]))
         return out
 
-    def resources(self, state: Simulator) -> Resources:
+    def resources(self, state: QueueView) -> Resources:
         cost, cfg = state.cost, self.config
         if self._resources[0] is not cost:  # CostModel.weights_gb sums every model: once per profile
             free = (cost.gpu_memory_gb - cost.weights_gb) * (1 - cfg.memory_safety_margin)
@@ -392,14 +341,14 @@ class ProjectedPolicy:
                                                lost_starvation_threshold_s=threshold * cfg.lost_starvation_multiple))
         return self._resources[1]
 
-    def items(self, state: Simulator, recs: list[RequestRecord]) -> Items:
+    def items(self, state: QueueView, recs: list[RequestRecord]) -> Items:
         """What the projection sees for the candidates ``recs``."""
         running = None
         if state.config.step_mode:
             running = np.fromiter([r.status == RUNNING for r in recs], bool, len(recs))
         return self._items(state, recs, running)
 
-    def _items(self, state: Simulator, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
+    def _items(self, state: QueueView, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
         now = state.now
         rows = self.table.gather(recs)
         remaining = rows.remaining_s(recs, state.config.step_mode)
@@ -436,7 +385,7 @@ class ProjectedPolicy:
         return w * value / np.maximum(remaining, 1e-3)
 
     @staticmethod
-    def _running_mask(state: Simulator, n: int) -> np.ndarray | None:
+    def _running_mask(state: QueueView, n: int) -> np.ndarray | None:
         """Step mode: candidates end with the running requests."""
         if not state.config.step_mode:
             return None
@@ -444,7 +393,7 @@ class ProjectedPolicy:
         mask[n - len(state.running):] = True
         return mask
 
-    def _decide_alone(self, state: Simulator, rec: RequestRecord) -> Decision:
+    def _decide_alone(self, state: QueueView, rec: RequestRecord) -> Decision:
         """One candidate: the projection starts it or nothing (and then the fallback starts
         it), so only the admission wait is left to decide — without building ``Items``."""
         alone = Decision((rec.request.id,))
@@ -452,7 +401,7 @@ class ProjectedPolicy:
             return alone
         return self._maybe_wait(state, [rec], self.key_cap(state, rec)) or alone
 
-    def _maybe_wait(self, state: Simulator, picked: list[RequestRecord], cap: int) -> Decision | None:
+    def _maybe_wait(self, state: QueueView, picked: list[RequestRecord], cap: int) -> Decision | None:
         wait_s = self.params.wait_frac * self.config.batch_timeout_ms / 1e3
         if wait_s <= 0 or state.config.step_mode or len(picked) >= cap:
             return None

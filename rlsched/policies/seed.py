@@ -39,22 +39,20 @@ Design decisions the seed leaves open, decided here:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from rlsched.errors import ConfigError
-from rlsched.policies.base import register
-from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action, with_overrides
-from rlsched.policies.queue_index import QueueIndex, by_arrival, by_key
+from rlsched.policies.base import PolicySpec, no_options
 from rlsched.projection import Items, Resources, project
+from rlsched.sim.queue_index import QueueIndex, by_arrival, by_key
 from rlsched.sim.request import PRIORITY_CLASSES, RequestRecord
-from rlsched.sim.simulator import Decision, Simulator
+from rlsched.sim.simulator import Decision
+from rlsched.sim.view import QueueView
 from rlsched.sim.yamlio import read_yaml
 
 
@@ -127,7 +125,7 @@ def load_seed_config(arg: str) -> SeedConfig:
 # ------------------------------------------------------------------ shared parts
 
 
-def memory_cap(state: Simulator, rec: RequestRecord, cfg: SeedConfig) -> int:
+def memory_cap(state: QueueView, rec: RequestRecord, cfg: SeedConfig) -> int:
     """Batch size for ``rec``'s key: free × (1 − margin) / (mem × overhead), modality cap, max_num_seqs."""
     free = (state.cost.gpu_memory_gb - state.memory_used_gb) * (1 - cfg.memory_safety_margin)
     per_request = rec.mem_gb * cfg.memory_overhead_factor
@@ -135,7 +133,7 @@ def memory_cap(state: Simulator, rec: RequestRecord, cfg: SeedConfig) -> int:
     return max(1, min(by_memory, modality_cap(state, rec, cfg)))
 
 
-def modality_cap(state: Simulator, rec: RequestRecord, cfg: SeedConfig) -> int:
+def modality_cap(state: QueueView, rec: RequestRecord, cfg: SeedConfig) -> int:
     top = state.config.max_num_seqs
     return max(1, min(top, cfg.max_batch_size_per_modality.get(rec.request.modality, top)))
 
@@ -151,7 +149,7 @@ def fill_key(anchor: RequestRecord, ordered: Iterable[RequestRecord], cap: int) 
     return tuple(out)
 
 
-def coalesce(state: Simulator, batch: Sequence[int], cap: int, first_arrival_s: float,
+def coalesce(state: QueueView, batch: Sequence[int], cap: int, first_arrival_s: float,
              cfg: SeedConfig) -> Decision:
     """Run ``batch``, or (request mode, batch short of ``cap``) wait until the batch timeout."""
     until = first_arrival_s + cfg.batch_timeout_ms / 1e3
@@ -175,10 +173,10 @@ class SeedMemory:
     def __init__(self, config: SeedConfig | None = None) -> None:
         self.config = config or SeedConfig()
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self.index = QueueIndex(by_key, by_arrival)  # same-key requests without scanning the queue
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         self.index.sync(state)
         if state.config.step_mode and state.running:
             anchor = state.running[0]
@@ -261,15 +259,15 @@ class SeedPriority:
         self.config = config or SeedConfig()
         self.shares = FairShare(self.config)
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self.shares = FairShare(self.config)
         self.index = QueueIndex(_CLASS_KEY, by_arrival)
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         same, weights = self.ranked(state, lambda anchor: modality_cap(state, anchor, self.config))
         return self.commit(state, tuple(r.request.id for r in same), weights)
 
-    def ranked(self, state: Simulator,
+    def ranked(self, state: QueueView,
                depth: Callable[[RequestRecord], int]) -> tuple[list[RequestRecord], dict[str, float]]:
         """The anchor's key in service order (anchor first; starving tier first, classes by share,
         FIFO within), cut to ``depth(anchor)`` requests; and the class weights.
@@ -304,7 +302,7 @@ class SeedPriority:
         same.sort(key=order)
         return same[:n], weights
 
-    def commit(self, state: Simulator, batch: tuple[int, ...], weights: dict[str, float],
+    def commit(self, state: QueueView, batch: tuple[int, ...], weights: dict[str, float],
                decision: Decision | None = None) -> Decision:
         """Charge the batch to the shares unless the decision is to wait."""
         decision = decision or Decision(batch)
@@ -317,7 +315,7 @@ def _CLASS_KEY(rec: RequestRecord) -> tuple[str, tuple]:
     return (rec.request.priority, rec.key)
 
 
-def _records(state: Simulator, ids: Iterable[int]) -> list[RequestRecord]:
+def _records(state: QueueView, ids: Iterable[int]) -> list[RequestRecord]:
     running = {r.request.id: r for r in state.running}
     return [state.waiting.get(i) or running[i] for i in ids]
 
@@ -343,7 +341,7 @@ class SeedComposite(SeedPriority):
 
     name = "seed-composite"
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         same, weights = self.ranked(state, lambda a: COMPOSE_DEPTH * memory_cap(state, a, self.config))
         anchor = same[0]
         cap = memory_cap(state, anchor, self.config)
@@ -364,61 +362,25 @@ class SeedComposite(SeedPriority):
         return Items(share * (1 + self.config.prefix_bonus * cached), mem, np.array([r.tokens for r in same]),
                      np.zeros(n, dtype=np.int64), np.full(n, cap), wait)
 
-    def resources(self, state: Simulator) -> Resources:
+    def resources(self, state: QueueView) -> Resources:
         free = (state.cost.gpu_memory_gb - state.memory_used_gb) * (1 - self.config.memory_safety_margin)
         return Resources(free, starvation_threshold_s=self.config.starvation_threshold_s)
 
 
-# ------------------------------------------------------------------ static
+def seed_memory(spec: PolicySpec) -> SeedMemory:
+    no_options(spec)
+    return SeedMemory(load_seed_config(spec.arg))
 
 
-def load_static(spec: str) -> ProjectedPolicy:
-    """``ProjectedPolicy`` with default ``ActionParams``, or the action saved by ``rlsched tune``;
-    ``;name=value`` after the path overrides shared projection settings (``with_overrides``)."""
-    arg, config = with_overrides(spec)
-    if not arg:
-        policy = ProjectedPolicy(config=config)
-    else:
-        data = _read_json(arg)
-        action = np.asarray(data.get("action", []), dtype=np.float64)
-        if action.shape != (ACTION_DIM,):
-            raise ConfigError(arg, f"'action' must hold {ACTION_DIM} numbers, not {action.shape}")
-        # the projection's knobs are shared by every projection policy (ProjectionConfig
-        # defaults), so static and rl differ only by their actions
-        stray = sorted(set(data) & {f.name for f in fields(ProjectionConfig)})
-        if stray:
-            raise ConfigError(arg, f"{', '.join(stray)}: projection settings are shared by every projection "
-                                   "policy and cannot be set per action file")
-        policy = ProjectedPolicy(decode_action(action), config)
-    policy.name = "static"
-    return policy
+def seed_priority(spec: PolicySpec) -> SeedPriority:
+    no_options(spec)
+    return SeedPriority(load_seed_config(spec.arg))
 
 
-_CHECKOUT = Path(__file__).resolve().parents[2]
-"""The repository root when rlsched runs from a checkout or an editable install."""
+def seed_composite(spec: PolicySpec) -> SeedComposite:
+    no_options(spec)
+    return SeedComposite(load_seed_config(spec.arg))
 
-
-def _read_json(path: str) -> dict[str, Any]:
-    """A tuned action file: ``path`` as given, else (relative) inside the source checkout, as
-    ``rl:`` finds ``checkpoints/`` — a server started elsewhere still finds ``agents/tuned/``."""
-    p = Path(path)
-    if not p.is_file() and not p.is_absolute() and (_CHECKOUT / p).is_file():
-        p = _CHECKOUT / p
-    if not p.is_file():
-        raise ConfigError(path, "tuned action file not found (write one with `rlsched tune`)")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(path, "expected a JSON object")
-    return data
-
-
-register("seed-memory")(lambda arg: SeedMemory(load_seed_config(arg)))
-register("seed-priority")(lambda arg: SeedPriority(load_seed_config(arg)))
-register("seed-composite")(lambda arg: SeedComposite(load_seed_config(arg)))
-register("static")(load_static)
 
 __all__ = ["FairShare", "SeedComposite", "SeedConfig", "SeedMemory", "SeedPriority", "load_seed_config",
-           "load_static", "memory_cap"]
+           "memory_cap"]

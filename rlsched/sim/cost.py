@@ -14,6 +14,7 @@ the output of ``rlsched profile fit`` on a committed measurement file
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,11 +130,36 @@ class CostModel:
         mem = max(act, vae) if m.memory_form == "max" else act + vae
         return RequestRecord(req, tokens, quad, m.encode_s, decode, work, step, mem, deadline_s)
 
-    def batch_step_time(self, records: list[RequestRecord]) -> float:
+    def batch_step_time(self, records: Sequence[RequestRecord]) -> float:
         """One denoise step for records that share a key (hence a model)."""
         m = self.models[records[0].request.model]
         passes = m.passes(records[0].request)
         return m.step_time(sum(r.tokens for r in records), sum(r.quad for r in records), passes)
+
+    def batch_duration(self, batch: Sequence[RequestRecord], step_mode: bool = False, overhead_ms: float = 0.0,
+                       overhead_ms_per_mpx: float = 0.0, steps_done: Sequence[int] | None = None) -> float:
+        """Seconds one batch of same-key records keeps the engine busy — the one execution-time
+        predictor that the simulator, the cost-profile executor, the candidate features and the
+        batching cap share.
+
+        Request mode: the whole wave (every step, each member's encode and decode). Step mode:
+        one denoise step, plus encode for members at their first step and decode at their last
+        (``steps_done`` per member; default: the records' own). ``overhead_ms`` is the engine's
+        time per batch, ``overhead_ms_per_mpx`` its host time per output megapixel·frame of a
+        finishing request (``ServingConfig``'s ``engine_overhead_ms*``)."""
+        step = self.batch_step_time(batch)
+        if not step_mode:
+            steps = batch[0].request.num_inference_steps
+            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+                                      for r in batch) + overhead_ms / 1e3
+        extra = overhead_ms / 1e3
+        done = steps_done if steps_done is not None else [r.steps_done for r in batch]
+        for r, d in zip(batch, done):
+            if d == 0:
+                extra += r.encode_s
+            if d + 1 == r.request.num_inference_steps:
+                extra += r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+        return step + extra
 
     def batch_memory_gb(self, records: list[RequestRecord]) -> float:
         return self.weights_gb + sum(r.mem_gb for r in records)
@@ -190,3 +216,8 @@ def _model(name: str, spec: dict[str, Any], where: str, sequential_cfg: bool = F
         if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
             raise ConfigError(where, f"{fname} must be a number >= 0, not {value!r}")
     return model
+
+
+def _output_mpx(rec: RequestRecord) -> float:
+    q = rec.request
+    return q.height * q.width * q.num_frames / 1e6

@@ -21,9 +21,9 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
@@ -36,12 +36,15 @@ from rlsched.sim.request import (
     Request,
     RequestRecord,
 )
+from rlsched.sim.telemetry import SimTelemetry
+from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal, batch_problem
+
+if TYPE_CHECKING:
+    from rlsched.sim.view import QueueView
 
 MODES = ("request", "step")
 _END, _ARRIVAL, _TIMER = 0, 1, 2
 INF = math.inf
-ENQUEUED, DEQUEUED = 1, -1
-"""Journal operations: a record joined ``waiting`` (arrival, preemption) or left it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +97,13 @@ class Decision:
 
 WAIT = Decision()
 
-
-def _output_mpx(rec: RequestRecord) -> float:
-    q = rec.request
-    return q.height * q.width * q.num_frames / 1e6
+_PROBLEMS = {
+    "too_large": "batch of {n} exceeds max_num_seqs={cap}",
+    "duplicate": "batch {ids} names a request twice",
+    "unknown_id": "batch {ids} names requests that are neither waiting nor running",
+    "mixed_keys": "batch {ids} mixes compatibility keys",
+}
+"""``InvalidDecision`` messages by ``batch_problem`` code."""
 
 
 def _request_id(rec: RequestRecord) -> int:
@@ -107,12 +113,12 @@ def _request_id(rec: RequestRecord) -> int:
 class PolicyLike(Protocol):
     """What ``Simulator.run`` needs; ``rlsched.policies.SchedulingPolicy`` is the full protocol."""
 
-    def reset(self, state: Simulator) -> None: ...
-    def decide(self, state: Simulator) -> Decision: ...
+    def reset(self, state: QueueView) -> None: ...
+    def decide(self, state: QueueView) -> Decision: ...
 
 
 class Simulator:
-    """Event loop, queue state and per-request records. Policies read, never write."""
+    """Event loop, queue state and per-request records; a ``QueueView``. Policies read, never write."""
 
     can_reject = True
     """Decisions may reject waiting requests (``Decision.reject``, load shedding)."""
@@ -144,11 +150,11 @@ class Simulator:
         self._batch_start_s = 0.0
         self.last_batch: list[RequestRecord] = []
         """The batch most recently started (telemetry reads its memory-bound share)."""
-        self.on_arrival: list[Callable[[RequestRecord], None]] = []
+        self.on_arrival: list[Hook] = []
         """Callbacks ``f(record)`` run when a request arrives (policies' history features)."""
-        self.on_finish: list[Callable[[RequestRecord], None]] = []
+        self.on_finish: list[Hook] = []
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
-        self.journal: list[tuple[int, RequestRecord]] = []
+        self.journal = Journal()
         """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
         their own per-key structures in step by replaying it from where they last read, so a
         decision costs O(log n) rather than a scan of the whole queue."""
@@ -180,7 +186,7 @@ class Simulator:
         rec.key = req.key(self.step_mode)
         self.records[req.id] = rec
         self.waiting[req.id] = rec
-        self.journal.append((ENQUEUED, rec))
+        self.journal.append(ENQUEUED, rec)
         for callback in self.on_arrival:
             callback(rec)
 
@@ -238,31 +244,24 @@ class Simulator:
 
     def _take(self, ids: Iterable[int]) -> list[RequestRecord]:
         ids = tuple(ids)
-        if len(ids) > self.config.max_num_seqs:
-            raise InvalidDecision(f"batch of {len(ids)} exceeds max_num_seqs={self.config.max_num_seqs}")
-        if len(set(ids)) != len(ids):
-            raise InvalidDecision(f"batch {ids} names a request twice")
+        problem = batch_problem(self, ids)
+        if problem is not None:
+            raise InvalidDecision(_PROBLEMS[problem].format(ids=ids, n=len(ids), cap=self.config.max_num_seqs))
         keep = {r.request.id: r for r in self.running}
-        batch = [self.waiting.get(rid) or keep.get(rid) for rid in ids]
-        missing = [rid for rid, rec in zip(ids, batch) if rec is None]
-        if missing:
-            raise InvalidDecision(f"requests {missing} are neither waiting nor running")
-        key = batch[0].key
-        if any(r.key != key for r in batch):
-            raise InvalidDecision(f"batch {ids} mixes compatibility keys")
+        batch = [self.waiting.get(rid) or keep[rid] for rid in ids]
         for rec in batch:
             if self.waiting.pop(rec.request.id, None) is not None:
-                self.journal.append((DEQUEUED, rec))
+                self.journal.append(DEQUEUED, rec)
             keep.pop(rec.request.id, None)
         if keep:
             self._preempt(list(keep.values()))
-        return batch  # type: ignore[return-value]
+        return batch
 
     def _preempt(self, recs: list[RequestRecord]) -> None:
         for rec in recs:
             rec.status = WAITING
             rec.preemptions += 1
-            self.journal.append((ENQUEUED, rec))
+            self.journal.append(ENQUEUED, rec)
         self.waiting = {**{r.request.id: r for r in recs}, **self.waiting}
 
     def _reject(self, ids: Iterable[int], reason: str) -> None:
@@ -273,24 +272,13 @@ class Simulator:
             rec = self.waiting.pop(rid, None)
             if rec is None:
                 raise InvalidDecision(f"request {rid} is not waiting; only waiting requests can be rejected")
-            self.journal.append((DEQUEUED, rec))
+            self.journal.append(DEQUEUED, rec)
             rec.reject_reason = reason
             self._finish(rec, REJECTED)
 
     def _duration(self, batch: list[RequestRecord]) -> float:
-        step = self.cost.batch_step_time(batch)
         cfg = self.config
-        if not self.step_mode:
-            steps = batch[0].request.num_inference_steps
-            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * cfg.engine_overhead_ms_per_mpx / 1e3
-                                      for r in batch) + cfg.engine_overhead_ms / 1e3
-        extra = cfg.engine_overhead_ms / 1e3
-        for r in batch:
-            if r.steps_done == 0:
-                extra += r.encode_s
-            if r.steps_done + 1 == r.request.num_inference_steps:
-                extra += r.decode_s + _output_mpx(r) * cfg.engine_overhead_ms_per_mpx / 1e3
-        return step + extra
+        return self.cost.batch_duration(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx)
 
     def _end_batch(self) -> None:
         elapsed = self.now - self._batch_start_s
@@ -353,6 +341,10 @@ class Simulator:
     @property
     def memory_used_gb(self) -> float:
         return self.cost.weights_gb + (self._batch_mem_gb if self.gpu_end_s != INF else 0.0)
+
+    def open_telemetry(self) -> SimTelemetry:
+        """What NVML would report for this simulator (``SimTelemetry``), from now on."""
+        return SimTelemetry(self)
 
     def run(self, policy: PolicyLike) -> Simulator:
         """Run to the end (or the horizon) under ``policy``; returns self."""

@@ -4,8 +4,8 @@ Importing this package needs numpy only; ``pynvml`` is imported when an
 ``NvmlTelemetry`` is created.
 """
 
+from rlsched.sim.telemetry import SimTelemetry
 from rlsched.telemetry.base import UNKNOWN, Telemetry, TelemetrySample
 from rlsched.telemetry.nvml import NvmlTelemetry
-from rlsched.telemetry.sim import SimTelemetry
 
 __all__ = ["UNKNOWN", "NvmlTelemetry", "SimTelemetry", "Telemetry", "TelemetrySample"]

@@ -6,7 +6,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-from rlsched.telemetry.base import UNKNOWN, TelemetrySample
+from rlsched.sim.telemetry import UNKNOWN, TelemetrySample
 
 _GB = 1024**3
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlsched.errors import CheckpointError
-from rlsched.policies.checkpoint import read_safetensors, write_safetensors
+from rlsched.learned.checkpoint import read_safetensors, write_safetensors
 
 
 def test_safetensors_round_trip(tmp_path: Path) -> None:
@@ -33,20 +33,16 @@ def test_garbage_is_a_checkpoint_error(tmp_path: Path) -> None:
 
 
 def test_learned_policy_reads_the_states_telemetry_sample() -> None:
-    from types import SimpleNamespace
+    """A learned policy reads the telemetry its ``QueueView`` hands out: the plugin's latest NVML sample."""
+    from rlsched.integrations.vllm_omni.config import PluginConfig
+    from rlsched.integrations.vllm_omni.state import PluginState
+    from rlsched.learned.knob import LearnedPolicy
+    from rlsched.sim import ServingConfig, load_profile
+    from rlsched.sim.telemetry import TelemetrySample
 
-    from rlsched.policies.learned import LearnedPolicy
-    from rlsched.telemetry.base import TelemetrySample
-
-    seen = []
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        seen.append(obs)
-        return np.zeros(9)
-
-    policy = LearnedPolicy(act)
-    sample = TelemetrySample(100.0, 141.0, 0.5, 0.25)
-    state = SimpleNamespace(telemetry=sample)
-    assert policy.sample_telemetry(state) is sample  # the plugin's view carries its latest NVML sample
-    assert policy.sample_telemetry(SimpleNamespace(telemetry=None)) is None
-    assert policy.sample_telemetry(SimpleNamespace()) is None
+    policy = LearnedPolicy(lambda obs: np.zeros(9))
+    state = PluginState(load_profile("qwen-image-h200"), ServingConfig("request", 4), PluginConfig(telemetry=False))
+    policy.reset(state)
+    assert not policy.sample_telemetry().known  # nothing read yet: unknown, not a guess
+    state.telemetry = sample = TelemetrySample(100.0, 141.0, 0.5, 0.25)
+    assert policy.sample_telemetry() is sample

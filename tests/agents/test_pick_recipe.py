@@ -12,7 +12,7 @@ pytest.importorskip("sb3_contrib")
 
 from rlsched.agents.labels import LabelTask, generate, label_episode, label_tasks  # noqa: E402
 from rlsched.errors import ConfigError  # noqa: E402
-from rlsched.policies.pick import K  # noqa: E402
+from rlsched.learned.pick import K  # noqa: E402
 
 STATIC = "agents/tuned/{scenario}.json"
 

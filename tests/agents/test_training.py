@@ -13,10 +13,10 @@ pytest.importorskip("stable_baselines3")
 from rlsched.agents.config import agent_config_from_dict  # noqa: E402
 from rlsched.agents.export import export_run  # noqa: E402
 from rlsched.agents.train import train  # noqa: E402
-from rlsched.envs.observation import OBS_DIM, SCHEMA_VERSION  # noqa: E402
 from rlsched.errors import CheckpointError  # noqa: E402
+from rlsched.learned.checkpoint import META, WEIGHTS, load_checkpoint  # noqa: E402
+from rlsched.learned.observation import OBS_DIM, SCHEMA_VERSION  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
-from rlsched.policies.checkpoint import META, WEIGHTS, load_checkpoint  # noqa: E402
 
 TINY = {
     "env": {"scenarios": ["default", "omni-mix"], "rate_scale_range": [0.8, 1.2], "episode_s": 900.0,

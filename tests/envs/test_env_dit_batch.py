@@ -11,8 +11,8 @@ import pytest
 from rlsched.envs import ENV_ID, MAX_EPISODE_STEPS
 from rlsched.envs.dit_batch import DiTBatchEnv
 from rlsched.envs.episodes import TRAIN_SEEDS
-from rlsched.envs.observation import OBS_DIM
 from rlsched.errors import ConfigError
+from rlsched.learned.observation import OBS_DIM
 from rlsched.policies.projected import ACTION_DIM
 from rlsched.sim import scenario_names
 from rlsched.sim.metrics import summarize

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rlsched.envs.observation import (
+from rlsched.learned.observation import (
     FEATURE_NAMES,
     OBS_DIM,
     SCHEMA_VERSION,
@@ -22,6 +22,7 @@ from rlsched.envs.observation import (
 )
 from rlsched.sim import Request, RequestRecord, ServingConfig, load_profile
 from rlsched.sim.request import RUNNING
+from rlsched.sim.view import Journal
 from rlsched.telemetry import UNKNOWN, TelemetrySample
 
 COST = load_profile("omni-h200")
@@ -43,7 +44,8 @@ def rec(rid: int, t: float, priority: str = "batch", modality: str = "image", si
 
 def state(recs: list[RequestRecord], now: float, mode: str = "request", running: list | None = None) -> SimpleNamespace:
     return SimpleNamespace(now=now, waiting={r.request.id: r for r in recs}, running=running or [],
-                           config=ServingConfig(mode=mode, max_num_seqs=4), cost=COST)
+                           config=ServingConfig(mode=mode, max_num_seqs=4), cost=COST, step_mode=mode == "step",
+                           journal=Journal(), can_reject=True)
 
 
 def f32(x: float) -> float:
@@ -146,7 +148,7 @@ def test_history_is_order_independent_and_decays() -> None:
 
 def test_encoder_imports_without_gymnasium_or_torch() -> None:
     code = ("import sys; sys.modules['gymnasium'] = None; sys.modules['torch'] = None\n"
-            "from rlsched.envs.observation import ObservationEncoder, OBS_DIM\n"
+            "from rlsched.learned.observation import ObservationEncoder, OBS_DIM\n"
             "import rlsched.envs; assert 'rlsched.envs.dit_batch' not in sys.modules\n"
             "print(OBS_DIM)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

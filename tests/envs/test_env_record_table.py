@@ -7,10 +7,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, RecordTable
+from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy
+from rlsched.policies.table import RecordTable
 from rlsched.projection import project
 from rlsched.sim import Request, RequestRecord, ServingConfig, load_profile
 from rlsched.sim.request import CLASS_INDEX
+from rlsched.sim.view import Journal
 
 COST = load_profile("qwen-image-h200")
 
@@ -50,7 +52,8 @@ def test_single_candidate_shortcut_agrees_with_the_projection() -> None:
     for trial in range(200):
         one = rec(trial, t=10.0, size=int(rng.choice([512, 1024, 2048])))
         st = SimpleNamespace(now=10.0 + rng.uniform(0, 0.06), waiting={one.request.id: one}, running=[],
-                             config=ServingConfig(mode="request", max_num_seqs=4), cost=COST)
+                             config=ServingConfig(mode="request", max_num_seqs=4), cost=COST, step_mode=False,
+                             journal=Journal(), can_reject=True)
         policy.set_action(rng.uniform(-1, 1, ACTION_DIM))
         decision = policy.decide(st)
         items = policy.items(st, [one])

@@ -86,7 +86,7 @@ def test_deploy_rejects_unknown_policy_and_profile(tmp_path: Path) -> None:
 
 
 def _nan_checkpoint(tmp_path: Path) -> Path:
-    from rlsched.policies.checkpoint import META, WEIGHTS, read_safetensors, save_checkpoint
+    from rlsched.learned.checkpoint import META, WEIGHTS, read_safetensors, save_checkpoint
     from rlsched.resources import data_dir
 
     src = data_dir("checkpoints") / "default"

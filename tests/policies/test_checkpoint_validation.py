@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from rlsched.errors import CheckpointError
-from rlsched.policies import checkpoint as ck
-from rlsched.policies.checkpoint import META, WEIGHTS, load_checkpoint, read_safetensors, save_checkpoint
+from rlsched.learned import checkpoint as ck
+from rlsched.learned.checkpoint import META, WEIGHTS, load_checkpoint, read_safetensors, save_checkpoint
 from rlsched.resources import data_dir
 
 SHIPPED = data_dir("checkpoints") / "default"
@@ -59,7 +59,7 @@ def _nan_at(t: dict, name: str) -> None:
      r"projection.memory_safety_margin.* must be in \[0, 1\)"),
     (lambda m: m["projection"].__setitem__("batch_timeout_ms", float("nan")), None, r"projection.batch_timeout_ms"),
     (lambda m: m["projection"]["max_batch_size_per_modality"].__setitem__("video", 0), None,
-     r"projection.max_batch_size_per_modality.video = 0 must be an integer >= 1"),
+     r"projection.max_batch_size_per_modality.video: 0 must be an integer >= 1"),
     (lambda m: m["projection"].__setitem__("bogus_knob", 1), None, r"projection: .*bogus_knob"),
     (lambda m: m["obs_norm"]["var"].__setitem__(3, -1.0), None, r"obs_norm.var\[3\] = -1 must be > 0"),
     (lambda m: m["obs_norm"]["var"].__setitem__(0, 0.0), None, r"obs_norm.var\[0\] = 0 must be > 0"),
@@ -121,7 +121,7 @@ def test_settings_added_to_projection_config_later_are_range_checked_generically
 
     monkeypatch.setattr(projected, "ProjectionConfig", Later)
     ck.check_projection("p.json", {"new_knob": 3.0, "memory_safety_margin": 0.1})
-    with pytest.raises(CheckpointError, match=r"p.json: projection.new_knob = inf must be finite"):
+    with pytest.raises(CheckpointError, match=r"p.json: projection.new_knob: inf must be finite"):
         ck.check_projection("p.json", {"new_knob": float("inf")})
 
 
@@ -143,7 +143,7 @@ BLOCKED = textwrap.dedent("""
 
     for mod in (pickle, _pickle):
         mod.load = mod.loads = mod.Unpickler = refuse
-    from rlsched.policies.learned import rl_policy
+    from rlsched.learned.knob import rl_policy
     from rlsched.resources import data_dir
     policy = rl_policy(data_dir("checkpoints") / "default")
     action = policy.act(np.zeros(policy.act.meta["obs_dim"], np.float32))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rlsched.errors import PolicyOutputError
-from rlsched.policies.learned import LearnedPolicy
+from rlsched.learned.knob import LearnedPolicy
 from tests.conftest import make_request
 
 

@@ -6,7 +6,7 @@ import math
 
 from rlsched.evaluation import RunSpec, prepare
 from rlsched.policies import make_policy
-from rlsched.policies.lookahead import candidate_batches
+from rlsched.policies.candidates import candidate_batches
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, WAITING
 

@@ -10,9 +10,9 @@ import pytest
 
 from rlsched.errors import CheckpointError, PolicyOutputError
 from rlsched.evaluation import RunSpec, prepare
+from rlsched.learned.pick import CAND_FIELDS, F, K, PickPolicy, load_scorer
 from rlsched.policies import make_policy
-from rlsched.policies.pick import CAND_FIELDS, F, K, PickPolicy, load_scorer
-from rlsched.policies.seed import load_static
+from rlsched.policies.static import load_static
 from rlsched.sim.metrics import summarize
 
 STATIC = "agents/tuned/default.json"
@@ -115,7 +115,7 @@ def test_the_frozen_scorer_computes_the_torch_forward(scorer_dir: Path) -> None:
     import torch
 
     from rlsched.agents.pick import load_net
-    from rlsched.envs.observation import GLOBAL_DIM
+    from rlsched.learned.observation import GLOBAL_DIM
 
     net = load_net(scorer_dir)
     frozen = load_scorer(scorer_dir)
@@ -140,7 +140,7 @@ def test_a_tampered_or_mismatched_scorer_is_refused(scorer_dir: Path, tmp_path: 
     shutil.copytree(scorer_dir, bad)
     meta = json.loads((bad / "policy.json").read_text())
     meta["pick_schema"] = "dit-pick-obs/0"
-    from rlsched.policies.checkpoint import content_hash
+    from rlsched.learned.checkpoint import content_hash
 
     meta["content_sha256"] = content_hash((bad / "policy.safetensors").read_bytes(), meta)
     (bad / "policy.json").write_text(json.dumps(meta))

@@ -10,7 +10,7 @@ from rlsched.errors import ConfigError
 from rlsched.evaluation import RunSpec, prepare
 from rlsched.policies import make_policy
 from rlsched.policies.baselines import Drr
-from rlsched.policies.queue_index import QueueIndex
+from rlsched.sim.queue_index import QueueIndex
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 

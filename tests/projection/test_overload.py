@@ -119,4 +119,4 @@ def test_an_engine_that_cannot_reject_refuses_shed_lost() -> None:
     from rlsched.errors import ConfigError
 
     with pytest.raises(ConfigError, match="shed_lost"):
-        ProjectedPolicy(config=ProjectionConfig(shed_lost=True)).reset(SimpleNamespace(waiting={}))
+        ProjectedPolicy(config=ProjectionConfig(shed_lost=True)).reset(SimpleNamespace(waiting={}, can_reject=False))

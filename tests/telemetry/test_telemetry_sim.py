@@ -7,8 +7,8 @@ import math
 import pytest
 
 from rlsched.sim import Decision, Request, ServingConfig, Simulator, load_profile
+from rlsched.sim.telemetry import UTIL_WINDOW_S, memory_bound_share
 from rlsched.telemetry import SimTelemetry, Telemetry
-from rlsched.telemetry.sim import UTIL_WINDOW_S, memory_bound_share
 
 COST = load_profile("qwen-image-h200")
 

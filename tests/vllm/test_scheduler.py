@@ -361,7 +361,7 @@ def test_slow_or_looping_policy_cannot_block_schedule(fn) -> None:
 def test_nan_network_output_falls_back_counted_as_nan() -> None:
     import numpy as np
 
-    from rlsched.policies.learned import LearnedPolicy
+    from rlsched.learned.knob import LearnedPolicy
 
     sched = plugin(LearnedPolicy(lambda obs: np.full(9, np.nan)))
     for r in (mk_req("A"), mk_req("B", 1024), mk_req("C")):

@@ -43,7 +43,7 @@ from rlsched.sim.cost import CostModel
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, FAILED_OOM, Request
 from rlsched.sim.simulator import Decision, ServingConfig, Simulator
-from rlsched.telemetry.sim import SimTelemetry
+from rlsched.sim.telemetry import SimTelemetry
 
 CFG_GUIDANCE = 4.0
 """guidance_scale sent for a request with CFG (> 1 turns CFG on); None (→ 1.0) without."""

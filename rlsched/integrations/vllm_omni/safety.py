@@ -11,7 +11,7 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
-from rlsched.sim.request import RequestRecord
+from rlsched.sim.view import QueueView, batch_problem
 
 FALLBACK_REASONS = (
     "exception",   # decide() raised
@@ -29,7 +29,7 @@ FALLBACK_REASONS = (
 )
 
 
-def check_decision(decision: Any, state: Any) -> tuple[str | None, tuple[int, ...]]:
+def check_decision(decision: Any, state: QueueView) -> tuple[str | None, tuple[int, ...]]:
     """``(None, ids)`` for a decision the engine can run as-is, else ``(reason, ())``.
 
     An empty ``ids`` is a valid "wait" decision; what the plugin does with it is its call.
@@ -55,29 +55,7 @@ def check_decision(decision: Any, state: Any) -> tuple[str | None, tuple[int, ..
                 return "malformed", ()
         ids.append(int(x))
     batch_ids = tuple(ids)
-    return _check_ids(batch_ids, state), batch_ids
-
-
-def _check_ids(ids: tuple[int, ...], state: Any) -> str | None:
-    if len(ids) > state.config.max_num_seqs:
-        return "too_large"
-    if len(set(ids)) != len(ids):
-        return "duplicate"
-    if not ids:
-        return None
-    pool: dict[int, RequestRecord] = state.waiting
-    if state.step_mode and state.running:
-        pool = {**pool, **{r.request.id: r for r in state.running}}
-    key = None
-    for i in ids:
-        rec = pool.get(i)
-        if rec is None:
-            return "unknown_id"
-        if key is None:
-            key = rec.key
-        elif rec.key != key:
-            return "mixed_keys"
-    return None
+    return batch_problem(state, batch_ids), batch_ids
 
 
 def _is_nan(x: Any) -> bool:

@@ -4,7 +4,8 @@
 mode: one denoise step per call) wrap vLLM-Omni's own ``schedule()`` and never
 rewrite its loop. Each call:
 
-1. syncs ``PluginState`` from ``_waiting``/``_running`` and asks the policy;
+1. syncs ``PluginState`` (O(running): the state follows every arrival, start, preemption
+   and finish as it happens, and journals it as the simulator does) and asks the policy;
 2. checks the decision (``safety.check_decision``) — an exception, a NaN (in the
    decision or the network's output), an invalid batch, or a decision slower than
    ``decision_budget_ms`` falls back to FIFO for that call: ``super().schedule()``
@@ -105,8 +106,7 @@ class _PolicyScheduling:
         self._depth_due, self._depth_was_empty = -math.inf, True
         self._runner = DeadlineRunner(settings.decision_deadline_ms / 1e3)
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
-        # PluginState is not a Simulator but has every attribute a policy reads
-        self.policy.reset(self.rl_state)  # type: ignore[arg-type]
+        self.policy.reset(self.rl_state)
         if settings.metrics_port:
             serve(settings.metrics_port, self.metrics.registry)
 
@@ -152,6 +152,10 @@ class _PolicyScheduling:
             self._fallback("internal_error")
             plan = None
         out: DiffusionSchedulerOutput = super().schedule() if plan is None else self._run(st, plan)  # type: ignore[misc]
+        try:
+            st.follow(self._running)  # what vLLM-Omni's own loop admitted leaves the policy's queue
+        except Exception:
+            self._fallback("internal_error")
         if out.num_scheduled_reqs and not self._warming_up:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
         # after admission, not before: the gauge must not keep counting requests that just started
@@ -206,13 +210,8 @@ class _PolicyScheduling:
             self.metrics.set_queue_depth(self._waiting_by_class())
 
     def _waiting_by_class(self) -> Counter[str]:
-        st, counts = self.rl_state, Counter[str]()
-        if st is not None:
-            for name in self._waiting:
-                rec = st.records.get(st.int_id(name))  # type: ignore[arg-type]
-                if rec is not None:
-                    counts[rec.request.priority] += 1
-        return counts
+        st = self.rl_state
+        return st.waiting_by_class if st is not None else Counter()
 
     def begin_warmup(self) -> None:
         """The engine's start-up warm-up request follows: keep it out of the metrics."""
@@ -225,7 +224,7 @@ class _PolicyScheduling:
         if st is None or st.records:  # never drop a live request's record
             return
         self.rl_state = PluginState(st.cost, st.config, st.settings, self._clock, st._telemetry_source)
-        self.policy.reset(self.rl_state)  # type: ignore[arg-type]
+        self.policy.reset(self.rl_state)
         self._update_queue_depth(force=True)
 
     def _fallback(self, reason: str) -> None:
@@ -261,6 +260,7 @@ class _PolicyScheduling:
             # reversed: preempt_request appends left, so the running order survives at the head
             for rid in [r for r in reversed(self._running) if r not in keep]:
                 if self.preempt_request(rid):  # type: ignore[attr-defined]
+                    st.note_preempted(rid)
                     self.preemptions += 1
                     self.metrics.preemptions.inc()
         running = set(self._running)

@@ -1,9 +1,10 @@
-"""The live engine queue as a policy sees it: the ``Simulator``'s attribute names.
+"""The live engine queue as a policy sees it: a ``QueueView``, like the ``Simulator``.
 
 ``PluginState`` keeps one ``RequestRecord`` per live vLLM request, built by the same
 ``CostModel`` the simulator uses, and maps vLLM's string request ids to the int ids
-policies return. It reads requests by attribute only, so it imports no vLLM and is
-tested without it.
+policies return. It follows the engine's queue event by event and journals each
+change as the simulator does, so a decision costs the same at any queue depth. It
+reads requests by attribute only, so it imports no vLLM and is tested without it.
 
 How a vLLM request becomes a ``Request``:
 
@@ -29,11 +30,12 @@ replaced by its default and counted in ``invalid``; the request is still served.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from numbers import Real
 from typing import Any
 
@@ -41,6 +43,8 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import COMPLETED, PRIORITY_CLASSES, RUNNING, WAITING, Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
+from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal
 
 Clock = Callable[[], float]
 FAILED, ABORTED = "failed", "aborted"
@@ -139,13 +143,91 @@ def _freeze(x: Any) -> Any:
         return repr(x)
 
 
-class PluginState:
-    """Read-only view for ``SchedulingPolicy.decide``: ``now``, ``waiting``, ``running``,
-    ``config``, ``cost``, ``memory_used_gb`` (plus ``records``, ``step_mode``, ``telemetry``).
+class WaitingQueue(Mapping[int, RequestRecord]):
+    """Waiting records by id in vLLM-Omni's queue order: preempted requests first (each new
+    preemption ahead of older ones, as ``preempt_request`` re-queues at the head), then
+    arrivals in order. Two dicts, so an arrival, a start and a preemption cost O(1) —
+    one dict would be rebuilt (O(n)) at every preemption."""
 
-    The scheduler calls ``add``/``remove`` as requests come and go and ``sync`` before
-    each decision; policies only read.
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, records: Iterable[RequestRecord] = ()) -> None:
+        self._head: dict[int, RequestRecord] = {}
+        self._tail: dict[int, RequestRecord] = {r.request.id: r for r in records}
+
+    def __getitem__(self, iid: int) -> RequestRecord:
+        rec = self._head.get(iid)
+        return rec if rec is not None else self._tail[iid]
+
+    def get(self, iid: int, default: Any = None) -> Any:  # type: ignore[override]
+        rec = self._head.get(iid)
+        return rec if rec is not None else self._tail.get(iid, default)
+
+    def __contains__(self, iid: object) -> bool:
+        return iid in self._head or iid in self._tail
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._tail)
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain(self._head, self._tail)
+
+    def values(self) -> _Values:  # type: ignore[override]
+        return _Values(self)
+
+    def append(self, rec: RequestRecord) -> None:
+        self._tail[rec.request.id] = rec
+
+    def push_front(self, recs: list[RequestRecord]) -> None:
+        """Put ``recs`` (in this order) ahead of every waiting record."""
+        self._head = {**{r.request.id: r for r in recs}, **self._head}
+
+    def pop(self, iid: int) -> RequestRecord | None:
+        rec = self._head.pop(iid, None)
+        return rec if rec is not None else self._tail.pop(iid, None)
+
+
+class _Values:
+    """``WaitingQueue.values()``: iterable (in queue order) and sized, like a dict's view."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: WaitingQueue) -> None:
+        self._queue = queue
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return itertools.chain(self._queue._head.values(), self._queue._tail.values())
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+
+class _LatestSample:
+    """``PluginState.open_telemetry()``: reads the state's latest NVML sample (refreshed at
+    ``sync``, at most every ``telemetry_interval_s``)."""
+
+    def __init__(self, state: PluginState) -> None:
+        self._state = state
+
+    def read(self) -> TelemetrySample:
+        sample = self._state.telemetry
+        return sample if isinstance(sample, TelemetrySample) else UNKNOWN
+
+
+class PluginState:
+    """The live engine queue as a ``QueueView`` (see the module docstring).
+
+    Incremental, like the simulator: the scheduler reports every change as it happens —
+    ``add`` (a new request), ``note_preempted`` (a running request re-queued), ``follow``
+    after vLLM-Omni's own ``schedule()`` admitted (running ids), ``finish`` (a request left
+    the engine) — and each change of ``waiting`` is journaled exactly as the simulator
+    journals it, so a policy's queue index replays the journal instead of re-sorting the
+    queue. ``sync`` before a decision costs O(running), not O(queue): it checks only that
+    vLLM's queue lengths match and rebuilds (journaling the difference) when they do not.
     """
+
+    can_reject = False
+    """The engine serves every request it admitted: no load shedding (``Decision.reject``)."""
 
     _MAX_KEYS = 4096
     """Interned compatibility keys kept before the table is reset (bounded memory)."""
@@ -157,26 +239,33 @@ class PluginState:
         self._model = cost.model(settings.model) if settings.model else next(iter(cost.models.values()))
         self._clock, self._t0 = clock, clock()
         self.now = 0.0
-        self.waiting: dict[int, RequestRecord] = {}
+        self.waiting = WaitingQueue()
         """Waiting records in vLLM's queue order (preempted ones first, as vLLM re-queues them)."""
         self.running: list[RequestRecord] = []
         self.records: dict[int, RequestRecord] = {}
         """Every live request (waiting or running), by int id."""
+        self.journal = Journal()
+        """Every change of ``waiting``, as ``Simulator.journal``."""
+        self.waiting_by_class: Counter[str] = Counter()
+        """Waiting requests per priority class (the queue-depth gauges), kept with ``waiting``."""
         self.invalid: Counter[str] = Counter()
         """Unusable request fields seen, by field name (each was replaced by its default)."""
-        self.telemetry = None
+        self.resyncs = 0
+        """``sync`` calls that found vLLM's queue lengths differ from this view's and rebuilt it."""
+        self.telemetry: TelemetrySample | None = None
         """Latest ``TelemetrySample`` (None before the first read or without telemetry)."""
-        self.on_arrival: list[Callable[[RequestRecord], None]] = []
+        self.on_arrival: list[Hook] = []
         """Like ``Simulator.on_arrival``: ``f(record)`` after a request is added."""
-        self.on_finish: list[Callable[[RequestRecord], None]] = []
+        self.on_finish: list[Hook] = []
         """Like ``Simulator.on_finish``: ``f(record)`` when a request completes or fails (not on abort)."""
         self._telemetry_source = telemetry
         self._telemetry_due = -math.inf
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._keys: dict[Any, int] = {}
+        self._preempted: list[int] = []
         self._next_id = 0
-        self._lock = threading.Lock()  # add() runs on the API thread, remove() on the engine loop
+        self._lock = threading.Lock()  # the view changes only under it (a timed-out decision may still read)
 
     # ------------------------------------------------------------ lifecycle
     def time(self) -> float:
@@ -184,13 +273,14 @@ class PluginState:
         return self._clock() - self._t0
 
     def add(self, name: str, sampling: Any, key: Any) -> tuple[RequestRecord, list[str]]:
-        """Track a new request; returns its record and the unusable fields that were defaulted."""
+        """Track a new request (it joins the tail of ``waiting``); returns its record and the
+        unusable fields that were defaulted."""
         fields, bad = read_request(sampling, self.settings)
         now = max(self.time(), 0.0)
+        m = self._model
         with self._lock:
             iid = self._next_id
             self._next_id += 1
-        m = self._model
         req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
                       fields["steps"], fields["cfg"], fields["priority"], math.inf)
         rec = self.cost.record(req)
@@ -201,9 +291,42 @@ class PluginState:
         rec.key = req.key(self.step_mode) + (self._intern(key),)  # type: ignore[assignment]
         with self._lock:
             self._ids[name], self._names[iid], self.records[iid] = iid, name, rec
+            self._enqueue(rec)
         self.invalid.update(bad)
         _notify(self.on_arrival, rec)
         return rec, bad
+
+    def note_preempted(self, name: str) -> None:
+        """``name`` was moved from running back to the head of vLLM's queue (step mode);
+        ``follow`` moves it here, after the requests that started in the same call."""
+        iid = self._ids.get(name)
+        if iid is not None:
+            self._preempted.append(iid)
+
+    def follow(self, running: Iterable[str]) -> None:
+        """vLLM-Omni's ``_running`` after its own ``schedule()`` (or at a ``sync``): requests that
+        joined it started (they leave ``waiting``), requests noted preempted rejoin ``waiting``
+        at its head, the rest left (finished). O(running)."""
+        get, recs = self._ids.get, self.records
+        now_running = [recs[iid] for iid in map(get, running) if iid is not None and iid in recs]
+        preempted, self._preempted = self._preempted, []
+        if not preempted and len(now_running) == len(self.running) and all(
+                a is b for a, b in zip(now_running, self.running)):
+            return
+        with self._lock:
+            for rec in now_running:
+                if rec.status != RUNNING:
+                    self._dequeue(rec)
+                    rec.status = RUNNING
+            still = {id(r) for r in now_running}
+            back = [recs[i] for i in preempted if i in recs and id(recs[i]) not in still]
+            for rec in back:
+                rec.status = WAITING
+                self.journal.append(ENQUEUED, rec)
+                self.waiting_by_class[rec.request.priority] += 1
+            if back:
+                self.waiting.push_front(back)
+            self.running = now_running
 
     def finish(self, name: str, outcome: str) -> RequestRecord | None:
         """Stop tracking a request that left the engine: ``completed``, ``failed`` or ``aborted``."""
@@ -222,7 +345,23 @@ class PluginState:
             if iid is None:
                 return None
             self._names.pop(iid, None)
-            return self.records.pop(iid, None)
+            rec = self.records.pop(iid, None)
+            if rec is not None:
+                if iid in self.waiting:
+                    self._dequeue(rec)
+                if any(r is rec for r in self.running):
+                    self.running = [r for r in self.running if r is not rec]
+            return rec
+
+    def _enqueue(self, rec: RequestRecord) -> None:
+        self.waiting.append(rec)
+        self.journal.append(ENQUEUED, rec)
+        self.waiting_by_class[rec.request.priority] += 1
+
+    def _dequeue(self, rec: RequestRecord) -> None:
+        if self.waiting.pop(rec.request.id) is not None:
+            self.journal.append(DEQUEUED, rec)
+            self.waiting_by_class[rec.request.priority] -= 1
 
     def _intern(self, key: Any) -> int:
         k = hashable(key)
@@ -236,24 +375,37 @@ class PluginState:
     # ------------------------------------------------------------- per call
     def sync(self, waiting: Collection[str], running: Iterable[str],
              progress: Mapping[str, Any] | None = None) -> int:
-        """Rebuild ``waiting``/``running`` from vLLM's queues; returns how many ids are untracked."""
+        """Before a decision: the clock, running requests and their progress, telemetry; a
+        rebuild only when vLLM's queue length differs from this view's. Returns how many
+        waiting ids are untracked (vLLM holds them, this view has no record of them)."""
         self.now = self.time()
-        get, recs = self._ids.get, self.records
-        self.waiting = {iid: recs[iid] for iid in map(get, waiting) if iid is not None}
-        untracked = len(waiting) - len(self.waiting)
-        self.running = [recs[iid] for iid in map(get, running) if iid is not None]
-        for rec in self.running:
-            rec.status = RUNNING
-        if self.step_mode:  # only step mode moves a request back from running to waiting
-            for rec in self.waiting.values():
-                rec.status = WAITING
+        self.follow(running)
+        if len(waiting) != len(self.waiting):
+            self._resync(waiting)
         if progress is not None:
             self._sync_steps(progress)
         self._read_telemetry()
-        return untracked
+        return len(waiting) - len(self.waiting)
+
+    def _resync(self, waiting: Iterable[str]) -> None:
+        """Rebuild ``waiting`` in vLLM's order, journaling what left and what joined: O(queue)."""
+        self.resyncs += 1
+        get, recs = self._ids.get, self.records
+        order = [recs[iid] for iid in map(get, waiting) if iid is not None and iid in recs]
+        with self._lock:
+            keep = {id(r) for r in order}
+            for rec in [r for r in self.waiting.values() if id(r) not in keep]:
+                self._dequeue(rec)
+            for rec in order:
+                if rec.request.id not in self.waiting:
+                    rec.status = WAITING
+                    self.journal.append(ENQUEUED, rec)
+                    self.waiting_by_class[rec.request.priority] += 1
+            self.waiting = WaitingQueue(order)
 
     def _sync_steps(self, progress: Mapping[str, Any]) -> None:
-        for rec in (*self.waiting.values(), *self.running):
+        """Steps done of the running requests (a waiting one keeps what it had when preempted)."""
+        for rec in self.running:
             p = progress.get(self._names[rec.request.id])
             if p is not None:
                 rec.steps_done = min(int(p.current_step), rec.request.num_inference_steps)
@@ -261,6 +413,10 @@ class PluginState:
     def use_telemetry(self, source: Any) -> None:
         """Read GPU telemetry from ``source`` (a ``Telemetry``) from now on."""
         self._telemetry_source, self._telemetry_due = source, -math.inf
+
+    def open_telemetry(self) -> Telemetry:
+        """The engine's NVML samples as a ``Telemetry`` (each read: the latest sample)."""
+        return _LatestSample(self)
 
     def _read_telemetry(self) -> None:
         if self._telemetry_source is None or self.now < self._telemetry_due:
@@ -286,7 +442,7 @@ class PluginState:
         return float(used) if math.isfinite(used) else self.cost.weights_gb
 
 
-def _notify(callbacks: list[Callable[[RequestRecord], None]], rec: RequestRecord) -> None:
+def _notify(callbacks: list[Hook], rec: RequestRecord) -> None:
     for callback in callbacks:
         try:
             callback(rec)

@@ -3,10 +3,10 @@
 A policy that sorts or scans the whole queue at every decision costs O(n log n) per
 decision, O(n² log n) for a backlog of n requests (a 20,000-request backlog took
 EDF 17× FIFO's wall time). ``QueueIndex`` keeps one sorted list per group and
-follows the queue through the simulator's ``journal`` (every enqueue and dequeue, in
-order), so a decision reads group heads in O(groups + log n). States without a
-journal (the plugin's queue view, rebuilt from vLLM's queues on every call) are
-re-indexed on each ``sync``: O(n log n), as cheap as the view itself.
+follows the queue through the state's ``journal`` (every enqueue and dequeue, in
+order; the simulator and the plugin's engine state keep one alike), so a decision
+reads group heads in O(groups + log n). A new state, or a journal trimmed past the
+index's cursor, is re-indexed from ``waiting``: O(n log n) once.
 
 Sorted Python lists with ``bisect`` rather than a balanced tree: insertion and
 removal move at most n pointers with one ``memmove`` (microseconds at 10⁵
@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rlsched.sim.request import RequestRecord
-from rlsched.sim.simulator import ENQUEUED
+from rlsched.sim.view import ENQUEUED, QueueView
 
 Rank = tuple[float, ...]
 
@@ -81,29 +81,29 @@ class QueueIndex:
         self.groups: dict[Hashable, Group] = {}
         """Non-empty groups, in order of creation."""
         self._where: dict[int, tuple[Hashable, tuple[Any, ...]]] = {}
-        self._state: Any = None
+        self._state: QueueView | None = None
         self._cursor = 0
 
     def __len__(self) -> int:
         return len(self._where)
 
-    def sync(self, state: Any) -> None:
-        """Bring the index up to ``state.waiting`` (replaying the journal when there is one)."""
-        journal = getattr(state, "journal", None)
-        if journal is None or state is not self._state or self._cursor > len(journal):
+    def sync(self, state: QueueView) -> None:
+        """Bring the index up to ``state.waiting`` (replaying the journal from the last sync)."""
+        entries = state.journal.since(self._cursor) if state is self._state else None
+        if entries is None:
             self._rebuild(state)
             return
-        for op, rec in journal[self._cursor:]:
+        for op, rec in entries:
             if op == ENQUEUED:
                 self._add(rec)
             else:
                 self._remove(rec)
-        self._cursor = len(journal)
+        self._cursor = state.journal.end
 
-    def _rebuild(self, state: Any) -> None:
-        """Index ``state.waiting`` from scratch: one sort per group (the plugin does this per call)."""
+    def _rebuild(self, state: QueueView) -> None:
+        """Index ``state.waiting`` from scratch: one sort per group."""
         self._state = state
-        self._cursor = len(getattr(state, "journal", ()))
+        self._cursor = state.journal.end
         rank_of, group_of = self.rank_of, self.group_of
         by: dict[Hashable, list[tuple[tuple[Any, ...], RequestRecord]]] = {}
         for rec in state.waiting.values():

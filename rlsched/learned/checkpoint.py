@@ -8,7 +8,6 @@ over both). Nothing here imports torch or unpickles anything.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -20,7 +19,8 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from rlsched.errors import CheckpointError
+from rlsched.errors import CheckpointError, ConfigError
+from rlsched.resources import data_dir
 
 FORMAT_VERSION = 1
 WEIGHTS, META = "policy.safetensors", "policy.json"
@@ -165,19 +165,11 @@ def load_checkpoint(folder: str | Path, expect_schema: str | None = None) -> Fro
     here: shapes chain, values are finite, the activation is known, settings are
     in range. A bad checkpoint fails at load, not as a crash at the first decision.
     """
-    folder = Path(folder)
-    if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
-        raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
-    meta = _read_meta(folder / META)
-    weights = (folder / WEIGHTS).read_bytes()
-    if meta.get("content_sha256") != content_hash(weights, meta):
-        raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{folder}: format version {meta.get('format_version')} != {FORMAT_VERSION}")
+    folder, meta, tensors = read_checkpoint(folder)
     if expect_schema is not None and meta.get("obs_schema") != expect_schema:
         raise CheckpointError(f"{folder}: observation schema {meta.get('obs_schema')!r} does not match this "
                               f"rlsched ({expect_schema!r}); re-export or retrain")
-    return _network(folder, read_safetensors(folder / WEIGHTS), meta)
+    return _network(folder, tensors, meta)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -192,8 +184,8 @@ def _read_meta(path: Path) -> dict[str, Any]:
 
 def _network(folder: Path, t: dict[str, np.ndarray], meta: dict[str, Any]) -> FrozenNetwork:
     where = str(folder / META)
-    obs_dim, action_dim = _dim(where, meta, "obs_dim"), _dim(where, meta, "action_dim")
-    layers = _layers(where, t, meta.get("layers"), obs_dim, action_dim)
+    obs_dim, action_dim = read_dim(where, meta, "obs_dim"), read_dim(where, meta, "action_dim")
+    layers = read_layers(where, t, meta.get("layers"), obs_dim, action_dim)
     if meta.get("activation") not in ACTIVATIONS:
         raise CheckpointError(f"{where}: activation {meta.get('activation')!r} unknown "
                               f"(known: {', '.join(ACTIVATIONS)})")
@@ -202,14 +194,14 @@ def _network(folder: Path, t: dict[str, np.ndarray], meta: dict[str, Any]) -> Fr
     return FrozenNetwork(layers, meta["activation"], mean, var, clip, eps, meta)
 
 
-def _dim(where: str, meta: dict[str, Any], key: str) -> int:
+def read_dim(where: str, meta: dict[str, Any], key: str) -> int:
     value = meta.get(key)
     if type(value) is not int or value < 1:
         raise CheckpointError(f"{where}: {key} must be an integer >= 1, not {value!r}")
     return value
 
 
-def _layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
+def read_layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
             action_dim: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """Each layer's weight/bias exist, are finite, and chain from obs_dim to action_dim."""
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
@@ -270,45 +262,41 @@ def _real(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_PROJECTION_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
-    "memory_safety_margin": (lambda x: 0 <= x < 1, "in [0, 1)"),
-    "batch_timeout_ms": (lambda x: x >= 0, ">= 0"),
-    "starvation_threshold_s": (lambda x: x >= 0, ">= 0"),
-    "starvation_slo_multiple": (lambda x: x >= 0, ">= 0"),
-    "max_batch_size_per_modality": (lambda x: x >= 1 and x == int(x), "an integer >= 1"),
-    "late_value": (lambda x: 0 <= x <= 1, "in [0, 1]"),
-    "running_bonus": (lambda x: x > 0, "> 0"),
-    "batch_marginal_cost": (lambda x: x >= 0, ">= 0"),
-    "lost_starvation_multiple": (lambda x: x >= 0, ">= 0 (inf: no hard bound)"),
-}
-"""Ranges of the settings known today; any other numeric setting (a field added later) must be finite."""
-_MAY_BE_INFINITE = frozenset({"lost_starvation_multiple"})
-"""Settings whose infinity means "off"."""
-
-
 def check_projection(where: str, settings: Any) -> None:
-    """``settings`` build a ``ProjectionConfig`` and every numeric value is finite and in range."""
+    """``settings`` build a ``ProjectionConfig``: its own range rules (every number finite and in
+    range) are the rules, here as everywhere a projection is configured."""
     from rlsched.policies.projected import ProjectionConfig  # here: keeps this module numpy-only to import
 
     if not isinstance(settings, dict):
         raise CheckpointError(f"{where}: projection must be an object, not {type(settings).__name__}")
     try:
-        config = ProjectionConfig(**settings)
-    except (TypeError, ValueError) as exc:
+        ProjectionConfig(**settings)
+    except ConfigError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
+    except TypeError as exc:
         raise CheckpointError(f"{where}: projection: {exc}") from None
-    for f in dataclasses.fields(config):
-        _check_setting(where, f.name, f.name, getattr(config, f.name))
 
 
-def _check_setting(where: str, name: str, key: str, value: Any) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_setting(where, name, f"{key}.{k}", v)
-        return
-    if not _real(value):
-        if name in _PROJECTION_RANGES:
-            raise CheckpointError(f"{where}: projection.{key} = {value!r} must be a number")
-        return  # a later field that is not a number: ProjectionConfig's own type decides
-    ok, text = _PROJECTION_RANGES.get(name, (lambda x: True, "finite"))
-    if not (math.isfinite(value) or (name in _MAY_BE_INFINITE and value > 0)) or not ok(value):
-        raise CheckpointError(f"{where}: projection.{key} = {value!r} must be {text}")
+def checkpoint_path(arg: str, default: str) -> Path:
+    """``arg`` (or ``default``) as given if it exists, else among the shipped checkpoints:
+    ``checkpoints/NAME`` or a bare ``NAME``."""
+    p = Path(arg or default)
+    if p.exists() or p.is_absolute():
+        return p
+    parts = p.parts[1:] if p.parts[0] == "checkpoints" else p.parts
+    return data_dir("checkpoints").joinpath(*parts)
+
+
+def read_checkpoint(folder: str | Path) -> tuple[Path, dict[str, Any], dict[str, np.ndarray]]:
+    """The one opening of every checkpoint kind: both files present, metadata a JSON object,
+    the content hash and the format version checked; returns (folder, metadata, tensors)."""
+    folder = Path(folder)
+    if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
+        raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
+    meta = _read_meta(folder / META)
+    weights = (folder / WEIGHTS).read_bytes()
+    if meta.get("content_sha256") != content_hash(weights, meta):
+        raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{folder}: format version {meta.get('format_version')} != {FORMAT_VERSION}")
+    return folder, meta, read_safetensors(folder / WEIGHTS)

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.policies.projected import ProjectedPolicy, Rows
+from rlsched.policies.projected import ProjectedPolicy
+from rlsched.policies.table import Rows
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RequestRecord
-from rlsched.telemetry.base import TelemetrySample
+from rlsched.sim.telemetry import TelemetrySample
 
 SCHEMA_VERSION = "dit-batch-obs/2"
 """Bump whenever a feature, its order or its scaling changes (checkpoints record it)."""

@@ -31,13 +31,26 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import CheckpointError, ConfigError, PolicyOutputError
-from rlsched.policies.base import register
-from rlsched.policies.learned import ObservingPolicy
-from rlsched.policies.projected import ProjectedPolicy, ProjectionConfig, decode_action
+from rlsched.learned.checkpoint import (
+    META,
+    WEIGHTS,
+    check_projection,
+    checkpoint_path,
+    read_checkpoint,
+    read_dim,
+    read_layers,
+)
+from rlsched.learned.observation import GLOBAL_DIM, SCHEMA_VERSION
+from rlsched.learned.observing import ObservingPolicy
+from rlsched.policies.base import PolicySpec
+from rlsched.policies.candidates import candidate_batches
+from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action
+from rlsched.policies.static import load_static
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
-from rlsched.sim.simulator import Decision, Simulator
-from rlsched.telemetry.base import TelemetrySample
+from rlsched.sim.simulator import Decision
+from rlsched.sim.telemetry import TelemetrySample
+from rlsched.sim.view import QueueView
 
 K = 8
 """Candidate batches per decision (slot 0: the heuristic's proposal)."""
@@ -52,11 +65,11 @@ _W = np.array([CLASS_WEIGHTS[c] for c in sorted(CLASS_INDEX, key=CLASS_INDEX.__g
 """Class weights scaled to realtime = 1."""
 
 
-def wave_s(state: Any, batch: list[RequestRecord]) -> float:
-    """Request mode: seconds the GPU needs for ``batch`` as one wave (``Simulator._duration``
-    without the engine's own overhead per wave, 0 in the shipped scenarios)."""
-    steps = batch[0].request.num_inference_steps
-    return steps * state.cost.batch_step_time(batch) + sum(r.encode_s + r.decode_s for r in batch)
+def wave_s(state: QueueView, batch: list[RequestRecord]) -> float:
+    """Request mode: seconds the engine needs for ``batch`` as one wave (``CostModel.batch_duration``
+    with the state's engine overheads, as the simulator runs it)."""
+    cfg = state.config
+    return state.cost.batch_duration(batch, False, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx)
 
 
 @dataclass
@@ -72,10 +85,8 @@ class CandidateView:
         return self.features[:, 0] > 0.5
 
 
-def describe(base: ProjectedPolicy, state: Any, proposal: tuple[int, ...]) -> CandidateView:
+def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...]) -> CandidateView:
     """Candidates (``proposal`` first) and their ``CAND_FIELDS``; ``proposal`` may not be empty."""
-    from rlsched.policies.lookahead import candidate_batches
-
     batches = candidate_batches(base, state, proposal, doubled=True)[:K]
     waiting, now = state.waiting, state.now
     pool = [r for r in base.candidates(state)[0] if r.request.id in waiting]
@@ -144,39 +155,26 @@ TENSORS = ("glob", "hidden.0", "hidden.1", "out")
 
 def load_scorer(folder: str | Path) -> FrozenScorer:
     """A frozen scorer checkpoint (``kind: pick``), every shape and value checked at load."""
-    from rlsched.envs.observation import GLOBAL_DIM, SCHEMA_VERSION
-    from rlsched.policies.checkpoint import META, WEIGHTS, _dim, _layers, _read_meta, content_hash, read_safetensors
-
-    folder = Path(folder)
-    if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
-        raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
-    meta = _read_meta(folder / META)
-    if meta.get("content_sha256") != content_hash((folder / WEIGHTS).read_bytes(), meta):
-        raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
+    folder, meta, t = read_checkpoint(folder)
     where = str(folder / META)
     if meta.get("kind") != "pick":
         raise CheckpointError(f"{where}: kind {meta.get('kind')!r} is not a candidate scorer ('pick')")
     if meta.get("pick_schema") != PICK_SCHEMA or meta.get("obs_schema") != SCHEMA_VERSION:
         raise CheckpointError(f"{where}: features {meta.get('pick_schema')!r}/{meta.get('obs_schema')!r} do not "
                               f"match this rlsched ({PICK_SCHEMA!r}/{SCHEMA_VERSION!r}); retrain")
-    t = read_safetensors(folder / WEIGHTS)
-    g_dim, g_out = _dim(where, meta, "global_dim"), _dim(where, meta, "global_out")
+    g_dim, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
     if g_dim != GLOBAL_DIM:
         raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {GLOBAL_DIM}; retrain")
-    (glob,) = _layers(where, t, ["glob"], g_dim, g_out)
-    hidden = _layers(where, t, ["hidden.0", "hidden.1"], F + g_out, t["hidden.1.weight"].shape[0]
-                     if "hidden.1.weight" in t else 0)
-    (out,) = _layers(where, t, ["out"], hidden[-1][0].shape[0], 1)
+    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out)
+    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], F + g_out, t["hidden.1.weight"].shape[0]
+                    if "hidden.1.weight" in t else 0)
+    (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1)
     bias = t.get("proposal_bias")
     if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
         raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
     action = np.asarray(meta.get("base_action", []), dtype=np.float64)
-    from rlsched.policies.projected import ACTION_DIM
-
     if action.shape != (ACTION_DIM,) or not np.isfinite(action).all():
         raise CheckpointError(f"{where}: base_action must hold {ACTION_DIM} finite numbers")
-    from rlsched.policies.checkpoint import check_projection
-
     check_projection(where, meta.get("projection", {}))
     return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
 
@@ -195,22 +193,20 @@ class PickPolicy(ObservingPolicy):
         """The candidates of the last decision (for tests and the environment)."""
         self.picked = self.decisions = 0
 
-    def reset(self, state: Simulator) -> None:
+    def reset(self, state: QueueView) -> None:
         self.base.reset(state)
         self._observe_from(state)
 
-    def global_features(self, state: Any) -> np.ndarray:
+    def global_features(self, state: QueueView) -> np.ndarray:
         """The knob policy's queue-level observation entries (counts, work, slack, history, and the
         telemetry sampled by the last ``propose``)."""
-        from rlsched.envs.observation import GLOBAL_DIM
-
         return self.encoder.encode(state, self._sample)[:GLOBAL_DIM]
 
-    def propose(self, state: Any) -> tuple[Decision, CandidateView | None]:
+    def propose(self, state: QueueView) -> tuple[Decision, CandidateView | None]:
         """The heuristic's decision and, when there is a choice, the candidates (None: no choice).
         Telemetry is sampled at every call, choice or not, as the plugin folds it at every
         schedule(): the simulator and the engine then see the same utilisation averages."""
-        self._sample = self.sample_telemetry(state)
+        self._sample = self.sample_telemetry()
         decision = self.base.decide(state)
         self.view = None
         if state.config.step_mode or not decision.batch:
@@ -229,7 +225,7 @@ class PickPolicy(ObservingPolicy):
         self.picked += 1
         return Decision(view.batches[j], reject=decision.reject, reason=decision.reason)
 
-    def decide(self, state: Simulator) -> Decision:
+    def decide(self, state: QueueView) -> Decision:
         decision, view = self.propose(state)
         if view is None:
             return decision
@@ -240,8 +236,6 @@ class PickPolicy(ObservingPolicy):
 
 
 def pick_policy(path: str | Path, static: str | None = None) -> PickPolicy:
-    from rlsched.policies.seed import load_static
-
     scorer = load_scorer(path)
     config = ProjectionConfig(**scorer.meta.get("projection", {}))
     if static:
@@ -255,20 +249,12 @@ def pick_policy(path: str | Path, static: str | None = None) -> PickPolicy:
     return policy
 
 
-def _pick(spec: str) -> PickPolicy:
-    from rlsched.policies.learned import _resolve
-
-    path, *opts = spec.split(";")
-    static = None
-    for opt in opts:
-        name, _, value = opt.partition("=")
-        if name.strip() != "static":
-            raise ConfigError(f"policy option {name!r}", "pick takes only static=TUNED.json")
-        static = value.strip()
-    return pick_policy(_resolve(path or "checkpoints/default"), static)
-
-
-register("pick")(_pick)
+def pick_from_spec(spec: PolicySpec) -> PickPolicy:
+    """``pick[:CHECKPOINT][;static=TUNED.json]`` (default ``checkpoints/pick``)."""
+    unknown = sorted(set(spec.options) - {"static"})
+    if unknown:
+        raise ConfigError(f"policy option {unknown[0]!r}", "pick takes only static=TUNED.json")
+    return pick_policy(checkpoint_path(spec.arg, "checkpoints/pick"), spec.options.get("static"))
 
 
 __all__ = ["CAND_FIELDS", "F", "K", "PICK_SCHEMA", "CandidateView", "FrozenScorer", "PickPolicy", "describe",

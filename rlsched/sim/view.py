@@ -1,0 +1,141 @@
+"""What a scheduling policy sees: the ``QueueView`` protocol and its change ``Journal``.
+
+Two states implement ``QueueView``: the ``Simulator`` and the vLLM-Omni plugin's
+``PluginState``. Policies type against the protocol and never ask which one they were
+given (SB3's ``PolicyPredictor`` idea, on the state side): what differs between the two
+is expressed by the protocol itself — ``can_reject``, ``open_telemetry()``.
+
+The journal is what makes a decision cost the same at 16 and 4,096 waiting requests in
+both states: every change of ``waiting`` is appended in order, and a policy's own
+structures (``QueueIndex``) replay it from where they last read instead of re-sorting
+the queue. Its ``end`` (changes ever appended) doubles as a generation stamp for
+per-decision caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from rlsched.sim.request import RequestRecord
+
+if TYPE_CHECKING:
+    from rlsched.sim.cost import CostModel
+    from rlsched.sim.simulator import ServingConfig
+    from rlsched.sim.telemetry import Telemetry
+
+ENQUEUED, DEQUEUED = 1, -1
+"""Journal operations: a record joined ``waiting`` (arrival, preemption) or left it (started,
+rejected, aborted)."""
+
+Entry = tuple[int, RequestRecord]
+Hook = Callable[[RequestRecord], None]
+
+
+class Journal:
+    """Every change of a queue, ``(ENQUEUED | DEQUEUED, record)``, in order, with bounded memory.
+
+    Readers keep an absolute cursor (``end`` when they last read). Only the newest entries
+    are kept (at least ``keep``; trimming halves the list, amortised O(1) per append): a
+    reader that fell further behind than that gets None from ``since`` and rebuilds from
+    the queue itself — correct, just not incremental. A 1,000,000-request replay would
+    otherwise hold two million entries that no reader needs.
+    """
+
+    __slots__ = ("_entries", "_start", "keep")
+
+    def __init__(self, keep: int = 1 << 16) -> None:
+        self.keep = keep
+        self._entries: list[Entry] = []
+        self._start = 0
+
+    def append(self, op: int, rec: RequestRecord) -> None:
+        entries = self._entries
+        entries.append((op, rec))
+        if len(entries) >= 2 * self.keep:
+            drop = len(entries) - self.keep
+            del entries[:drop]
+            self._start += drop
+
+    @property
+    def end(self) -> int:
+        """Changes appended since the journal was created (the cursor of an up-to-date reader)."""
+        return self._start + len(self._entries)
+
+    def since(self, cursor: int) -> Sequence[Entry] | None:
+        """The entries from ``cursor`` on; None when some were trimmed or ``cursor`` is not of this journal."""
+        if cursor < self._start or cursor > self.end:
+            return None
+        return self._entries[cursor - self._start:]
+
+    def __len__(self) -> int:
+        """Entries kept (not ``end``)."""
+        return len(self._entries)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._entries)
+
+
+class QueueView(Protocol):
+    """The read-only state a ``SchedulingPolicy`` decides on (``Simulator``, ``PluginState``).
+
+    Policies read, never write; the hooks are the one exception (a policy may append its
+    own callbacks at ``reset``).
+    """
+
+    now: float
+    """Seconds on the state's clock."""
+    waiting: Mapping[int, RequestRecord]
+    """Waiting records by id, in queue order (preempted ones first)."""
+    running: Sequence[RequestRecord]
+    """The batch on the GPU (request mode: the wave; step mode: the last step's batch)."""
+    config: ServingConfig
+    cost: CostModel
+    step_mode: bool
+    journal: Journal
+    """Every change of ``waiting``, in order (see ``Journal``)."""
+    can_reject: bool
+    """Whether ``Decision.reject`` (load shedding) can be carried out."""
+    on_arrival: list[Hook]
+    """Callbacks ``f(record)`` when a request arrives."""
+    on_finish: list[Hook]
+    """Callbacks ``f(record)`` when a request completes or fails (not on a client's abort)."""
+
+    @property
+    def memory_used_gb(self) -> float: ...
+
+    def open_telemetry(self) -> Telemetry | None:
+        """A reader of this state's GPU telemetry (simulated, or the engine's NVML samples);
+        None when there is none. Call once per policy (at ``reset``), read at every decision."""
+        ...
+
+
+
+
+def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
+    """The one validity check of a batch: why ``state`` cannot start ``ids`` now, else None.
+
+    Codes (the plugin's fallback reasons): ``too_large`` (more than ``max_num_seqs``),
+    ``duplicate`` (an id twice), ``unknown_id`` (neither waiting nor, in step mode, running),
+    ``mixed_keys`` (compatibility keys differ). Memory is not checked here: vLLM-Omni does
+    not either, and the simulator lets an over-full batch fail as an OOM.
+    """
+    if len(ids) > state.config.max_num_seqs:
+        return "too_large"
+    if len(set(ids)) != len(ids):
+        return "duplicate"
+    waiting = state.waiting
+    running = {r.request.id: r for r in state.running} if state.step_mode and state.running else {}
+    key = None
+    for i in ids:
+        rec = waiting.get(i) or running.get(i)
+        if rec is None:
+            return "unknown_id"
+        if key is None:
+            key = rec.key
+        elif rec.key != key:
+            return "mixed_keys"
+    return None
+
+
+__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "QueueView", "batch_problem"]
