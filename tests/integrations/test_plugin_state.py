@@ -15,7 +15,8 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.safety import FALLBACK_REASONS, check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, hashable, read_request
 from rlsched.policies import make_policy
-from rlsched.sim import Decision, Request, ServingConfig, load_profile
+from rlsched.sim import Decision, Request, ServingConfig, Simulator, load_profile
+from rlsched.sim.view import ENQUEUED
 
 
 def sp(height=512, width=512, steps=50, **kw) -> SimpleNamespace:
@@ -224,3 +225,67 @@ def test_finish_sets_outcome_and_calls_hooks_like_the_simulator() -> None:
     assert [r.request.id for r in arrived] == [0, 1, 2] and finished == [a, b]
     assert (a.slo_met, b.slo_met, c.status, a.finish_s) == (True, False, "aborted", 0.5)
     assert state.finish("a", "completed") is None and not state.records
+
+
+# ------------------------------------------------------------- one journal
+def _replay_on_plugin_state(mode: str, policy: str) -> tuple[list, list, int]:
+    """Run a simulator under ``policy``; drive a ``PluginState`` through the same arrivals,
+    starts, preemptions and finishes as the plugin's scheduler would; return both journals
+    (as (op, workload id)) and the number of decisions."""
+    rng = __import__("numpy").random.default_rng(3)
+    sizes = (512, 768, 1024)
+    reqs = [Request(i, float(t), "qwen-image", "image", int(s), int(s), 1, int(n), True, str(c), 60.0)
+            for i, (t, s, n, c) in enumerate(zip(sorted(rng.uniform(0, 30, 60)), rng.choice(sizes, 60),
+                                                  rng.choice([4, 8], 60), rng.choice(["realtime", "batch"], 60)))]
+    cost = load_profile("qwen-image-h200")
+    sim = Simulator(reqs, cost, ServingConfig(mode, 3))
+    state, _ = make_state(mode)
+    sim_of: dict[int, int] = {}  # plugin id -> workload id
+
+    def arrive(rec) -> None:
+        q = rec.request
+        plugin_rec, _ = state.add(str(q.id), sp(q.height, q.width, steps=q.num_inference_steps), Key(q.height))
+        sim_of[plugin_rec.request.id] = q.id
+
+    sim.on_arrival.append(arrive)
+    sim.on_finish.append(lambda rec: state.finish(str(rec.request.id), "completed"))
+    inner, decisions = make_policy(policy), 0
+    inner.reset(sim)
+    while sim.advance_to_next_decision():
+        decision = inner.decide(sim)
+        decisions += 1
+        before = [str(r.request.id) for r in sim.running]
+        sim.apply(decision)
+        batch = [str(i) for i in decision.batch]
+        for name in before:  # what the plugin's _arrange preempts (step mode)
+            if name not in batch:
+                state.note_preempted(name)
+        # vLLM's _running after its own schedule(): the kept running requests, then the new ones
+        state.follow([n for n in before if n in batch] + [n for n in batch if n not in before])
+        assert [sim_of[i] for i in state.waiting] == list(sim.waiting), "queue order"
+    return ([(op, r.request.id) for op, r in sim.journal],
+            [(op, sim_of[r.request.id]) for op, r in state.journal], decisions)
+
+
+@pytest.mark.parametrize("mode, policy", [("request", "edf"), ("step", "sjf"), ("step", "static")])
+def test_plugin_state_journals_exactly_as_the_simulator(mode: str, policy: str) -> None:
+    """The same arrival/start/preemption/finish sequence gives the same journal and queue order
+    in the simulator and the plugin's engine state (step-mode SJF preempts)."""
+    sim_journal, plugin_journal, decisions = _replay_on_plugin_state(mode, policy)
+    enqueued = sum(op == ENQUEUED for op, _ in sim_journal)
+    assert decisions > 20 and (enqueued > 60 if mode == "step" else enqueued == 60)  # step mode preempted
+    assert plugin_journal == sim_journal
+
+
+def test_engine_state_resyncs_when_vllm_queue_differs() -> None:
+    """An id vLLM holds that the view did not follow (a missed event) is rebuilt, counted, journaled."""
+    state, _ = make_state()
+    for name in "abc":
+        state.add(name, sp(), Key(512))
+    assert state.sync(["a", "b", "c"], []) == 0 and state.resyncs == 0  # lengths agree: O(running)
+    state.remove("b")
+    end = state.journal.end
+    assert state.sync(["a", "c"], []) == 0 and state.resyncs == 0  # remove() dequeued it already
+    state.waiting.pop(0)  # simulate a missed start
+    assert state.sync(["a", "c"], []) == 0 and state.resyncs == 1
+    assert list(state.waiting) == [0, 2] and state.journal.end == end + 1

@@ -66,10 +66,7 @@ class CostProfileExecutor(DiffusionExecutor):
         """Request mode: the whole wave runs to completion."""
         ids = list(so.scheduled_request_ids)
         recs = [self._record(nr) for nr in so.scheduled_new_reqs]
-        duration = 0.0
-        if recs:
-            duration = recs[0].request.num_inference_steps * self.cost.batch_step_time(recs) \
-                + sum(r.encode_s + r.decode_s for r in recs)
+        duration = self.cost.batch_duration(recs) if recs else 0.0
         self._run(ids, duration, "request", so)
         outs = [RunnerOutput(request_id=nr.request_id, finished=True, result=self._image(nr.req))
                 for nr in so.scheduled_new_reqs]
@@ -84,15 +81,10 @@ class CostProfileExecutor(DiffusionExecutor):
             self._steps_done.setdefault(nr.request_id, int(nr.req.sampling_params.step_index or 0))
             self._records[nr.request_id] = rec
         ids = list(so.scheduled_request_ids)
-        recs = [self._records[r] for r in ids if r in self._records]
-        duration = self.cost.batch_step_time(recs) if recs else 0.0
-        for rid in ids:
-            rec = self._records.get(rid)
-            done = self._steps_done.get(rid, 0)
-            if rec is not None and done == 0:
-                duration += rec.encode_s
-            if rec is not None and done + 1 == rec.request.num_inference_steps:
-                duration += rec.decode_s
+        known = [r for r in ids if r in self._records]
+        recs = [self._records[r] for r in known]
+        done = [self._steps_done.get(r, 0) for r in known]
+        duration = self.cost.batch_duration(recs, step_mode=True, steps_done=done) if recs else 0.0
         self._run(sorted(ids), duration, "step", so)
         outs = []
         for rid in ids:
