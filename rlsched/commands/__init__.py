@@ -1,3 +1,6 @@
-"""Subcommands; each module registers itself with ``rlsched.cli.command``."""
+"""Subcommands; each module registers itself with ``rlsched.commands.args.command``."""
 
 from rlsched.commands import bench, deploy, evaluate, label, loadgen, profile, simulate, train, tune  # noqa: F401
+from rlsched.commands.args import COMMANDS
+
+__all__ = ["COMMANDS"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from rlsched.cli import command
+from rlsched.commands.args import command
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
 from rlsched.policies import make_policy

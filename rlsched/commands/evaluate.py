@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.cli import command, int_list, print_json
+from rlsched.argtypes import int_list
+from rlsched.commands.args import command, print_json
 from rlsched.evaluation import EVAL_SEED_BASE, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.workload import positive

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.cli import command, print_json, seed_arg
+from rlsched.argtypes import seed_arg
+from rlsched.commands.args import command, print_json
 from rlsched.parallel import add_parallel_args
 
 

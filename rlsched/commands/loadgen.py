@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rlsched import loadgen
-from rlsched.cli import command, print_json, seed_arg
+from rlsched.argtypes import seed_arg
+from rlsched.commands.args import command, print_json
 from rlsched.errors import ConfigError
 from rlsched.sim import load_scenario
 

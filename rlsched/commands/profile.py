@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlsched.cli import command, print_json
+from rlsched.commands.args import command, print_json
 from rlsched.errors import ConfigError
 
 

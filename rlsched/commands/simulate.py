@@ -7,7 +7,8 @@ import sys
 import warnings
 from typing import Any
 
-from rlsched.cli import command, print_json, seed_arg
+from rlsched.argtypes import seed_arg
+from rlsched.commands.args import command, print_json
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records

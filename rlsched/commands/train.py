@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.cli import command, seed_arg
+from rlsched.argtypes import seed_arg
+from rlsched.commands.args import command
 
 
 @command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")

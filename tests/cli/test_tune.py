@@ -10,7 +10,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from rlsched.commands.tune import (  # noqa: E402
+from rlsched.agents.tune import (  # noqa: E402
     PARAMS,
     TuneSpec,
     deadline_vector,

@@ -57,7 +57,7 @@ def test_a_task_error_comes_back_typed_as_locally(ray_cluster: Any) -> None:
 
 
 def test_tune_trials_on_ray_match_local(ray_cluster: Any) -> None:
-    from rlsched.commands.tune import TuneSpec, search
+    from rlsched.agents.tune import TuneSpec, search
 
     spec = TuneSpec("default", seeds=(0, 1), rate_scales=(0.75, 1.25), duration_s=600.0, trials=4, batch=2)
     local, on_ray = search(spec), search(spec, ray="auto")

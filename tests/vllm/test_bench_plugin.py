@@ -13,8 +13,8 @@ if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
     pytest.importorskip("vllm_omni")
 
 from rlsched.errors import ConfigError  # noqa: E402
-from rlsched.integrations.vllm_omni import bench  # noqa: E402
-from rlsched.integrations.vllm_omni.overhead import MODES, NATIVE, measure  # noqa: E402
+from rlsched.bench import plugin as bench  # noqa: E402
+from rlsched.bench.plugin import MODES, NATIVE, measure  # noqa: E402
 
 POLICIES = ("fifo", "rl:checkpoints/default")
 QUEUES = (16, 64)

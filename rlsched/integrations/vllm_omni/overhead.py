@@ -1,6 +1,6 @@
 """The cost of one ``schedule()`` call in the real vLLM-Omni schedulers (``rlsched bench plugin``).
 
-Imports vLLM-Omni (the plugin tier only); ``rlsched.integrations.vllm_omni.bench``
+Imports vLLM-Omni (the plugin tier only); ``rlsched.bench.plugin``
 imports this module when the bench runs. Real ``OmniDiffusionRequest`` objects in
 the real ``RequestScheduler``/``StepScheduler`` (native) and ``RLRequestScheduler``/
 ``RLStepScheduler`` (the plugin, default ``PluginConfig``: decision budget and
@@ -12,17 +12,16 @@ deadline as served, no NVML, metrics in their own registry), with a fake runner:
 - after the call, request mode completes the whole wave; step mode runs one denoise
   step of every scheduled request (2 steps a request) and pops what finished.
 
-``WARMUP`` untimed calls precede the timed ones in every cell; fallbacks are
+``warmup`` untimed calls precede the timed ones in every cell; fallbacks are
 counted over the timed calls only, like the times (``warmup_fallback_reasons``: the
 untimed calls', e.g. the timeout that left every timed call ``broken``).
 """
 
 from __future__ import annotations
 
-import gc
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,20 +33,15 @@ from vllm_omni.diffusion.sched import RequestScheduler, StepScheduler
 from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
-from rlsched.commands.bench import percentiles_us
-from rlsched.integrations.vllm_omni.bench import CALLS, MODES, POLICIES, QUEUES
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
 
-WARMUP = 3
 SIZES = (512, 768, 1024, 1328)
 """Height = width of the requests: four compatibility keys, mixed in the queue."""
 STEPS = 2
 """Denoise steps a request: in step mode requests finish (and leave) every other call."""
 MAX_NUM_SEQS = 4
-NATIVE = "vllm-omni"
-"""The ``policy`` of a row timing vLLM-Omni's own scheduler."""
 
 
 # ------------------------------------------------------------------ fakes
@@ -132,15 +126,16 @@ def plugin_scheduler(policy: str, step: bool) -> Any:
     return sched
 
 
-def _close(sched: Any) -> None:
+def close(sched: Any) -> None:
     runner = getattr(sched, "_runner", None)  # the plugin's decision thread
     if runner is not None:
         runner.close()
 
 
 # ------------------------------------------------------------------ timing
-def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int = WARMUP) -> dict[str, Any]:
-    """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each."""
+def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> dict[str, Any]:
+    """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each: ``us`` (each
+    call's microseconds) and the fallbacks and decisions counted during the timed calls."""
     feeder, runner = Feeder(), StepRunner()
     us = np.empty(calls)
     fb0, reasons0, dec0 = 0, Counter[str](), 0
@@ -159,7 +154,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int = WARM
             finish_wave(sched, out)
     fb, reasons, dec = _counts(sched)
     reasons.subtract(reasons0)
-    return {**percentiles_us(us), "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
+    return {"us": us, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0)}
 
 
@@ -170,38 +165,3 @@ def _positive(counts: Counter[str]) -> dict[str, int]:
 def _counts(sched: Any) -> tuple[int, Counter[str], int]:
     return (int(getattr(sched, "fallbacks", 0)), Counter(getattr(sched, "fallback_reasons", {})),
             int(getattr(sched, "decisions", 0)))
-
-
-def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
-            calls: int = CALLS, warmup: int = WARMUP,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
-
-    ``progress`` is called with a label after each cell. Each row: ``p50_us``, ``p99_us``,
-    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``warmup_fallback_reasons``, ``overhead_p50_us``
-    (this row's median minus native's, same mode and queue)."""
-    bad = sorted(set(modes) - set(MODES))
-    if bad:
-        raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
-    rows: list[dict[str, Any]] = []
-    for mode in modes:
-        step = mode == "step"
-        for queue in queues:
-            native_p50 = None
-            for policy in (NATIVE, *policies):
-                sched = native_scheduler(step) if policy == NATIVE else plugin_scheduler(policy, step)
-                gc.collect()  # the previous cell's garbage is not this cell's cost
-                try:
-                    cell = time_cell(sched, queue, step, calls, warmup)
-                finally:
-                    _close(sched)
-                if policy == NATIVE:
-                    native_p50 = cell["p50_us"]
-                cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
-                rows.append({"mode": mode, "policy": policy, "queue": queue, **cell})
-                if progress is not None:
-                    progress(f"{mode} {policy} @{queue}")
-    settings = PluginConfig()
-    return {"bench": "plugin", "max_num_seqs": MAX_NUM_SEQS, "sizes": list(SIZES), "steps_per_request": STEPS,
-            "calls": calls, "warmup_calls": warmup, "decision_budget_ms": settings.decision_budget_ms,
-            "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.commands.bench import bench, percentiles_us
+from rlsched.bench import bench, percentiles_us
 from rlsched.learned.checkpoint import FrozenNetwork
 from rlsched.learned.knob import LearnedPolicy, rl_policy
 from rlsched.learned.observation import OBS_DIM

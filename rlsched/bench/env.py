@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.commands.bench import bench, median_time
+from rlsched.bench import bench, median_time
 from rlsched.envs import ENV_ID
 from rlsched.policies.projected import ACTION_DIM
 

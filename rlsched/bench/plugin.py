@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from rlsched.cli import int_list
-from rlsched.commands.bench import bench
+from rlsched.argtypes import int_list
+from rlsched.bench import bench, percentiles_us
 from rlsched.errors import ConfigError
+from rlsched.integrations.vllm_omni.config import PluginConfig
 
 POLICIES = ("fifo", "edf", "sjf", "seed-composite", "static:agents/tuned/default.json", "rl:checkpoints/default",
             "pick:checkpoints/pick;static=agents/tuned/default.json")
 """Every shipped policy (``make run``'s list plus ``sjf``)."""
 QUEUES = (16, 256, 1024, 4096)
 MODES = ("request", "step")
+NATIVE = "vllm-omni"
+"""The row label of vLLM-Omni's own scheduler."""
 CALLS = 80
+WARMUP = 3
+"""Untimed calls before the timed ones in every cell."""
 """Timed calls per (mode, policy, queue): ~2.5 min for the whole default run on 2 cores."""
 
 NEEDS_VLLM = ("rlsched bench plugin needs the vLLM tier (vllm 0.30.0 + vllm-omni 0.30.0), which this Python "
@@ -94,6 +101,42 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
+            calls: int = CALLS, warmup: int = WARMUP, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
+
+    ``progress`` is called with a label after each cell. Each row: ``p50_us``, ``p99_us``,
+    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``warmup_fallback_reasons``, ``overhead_p50_us``
+    (this row's median minus native's, same mode and queue)."""
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
+    o = _load()
+    rows: list[dict[str, Any]] = []
+    for mode in modes:
+        step = mode == "step"
+        for queue in queues:
+            native_p50 = None
+            for policy in (NATIVE, *policies):
+                sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step)
+                gc.collect()  # the previous cell's garbage is not this cell's cost
+                try:
+                    cell = o.time_cell(sched, queue, step, calls, warmup)
+                finally:
+                    o.close(sched)
+                cell = {**percentiles_us(cell.pop("us")), **cell}
+                if policy == NATIVE:
+                    native_p50 = cell["p50_us"]
+                cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
+                rows.append({"mode": mode, "policy": policy, "queue": queue, **cell})
+                if progress is not None:
+                    progress(f"{mode} {policy} @{queue}")
+    settings = PluginConfig()
+    return {"bench": "plugin", "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
+            "calls": calls, "warmup_calls": warmup, "decision_budget_ms": settings.decision_budget_ms,
+            "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}
+
+
 @bench("plugin", text=table)
 def plugin_speed(args: argparse.Namespace) -> dict[str, Any]:
     """schedule() µs (median, p99) and fallbacks per mode, policy and queue depth, vs vLLM-Omni."""
@@ -102,10 +145,10 @@ def plugin_speed(args: argparse.Namespace) -> dict[str, Any]:
 
     for spec in kw["policies"]:
         make_policy(spec)  # a typo fails here, not after minutes of other cells
-    overhead = _load()
+    _load()
     cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) + 1)
     with _progress(cells) as advance:
-        return dict(overhead.measure(progress=advance, **kw))
+        return measure(progress=advance, **kw)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.commands.bench import bench, percentiles_us
+from rlsched.bench import bench, percentiles_us
 from rlsched.projection.instances import realistic
 from rlsched.projection.knapsack import project
 

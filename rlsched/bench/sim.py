@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlsched.commands.bench import bench, median_time
+from rlsched.bench import bench, median_time
 from rlsched.policies import make_policy
 from rlsched.sim import Simulator, load_scenario
 
