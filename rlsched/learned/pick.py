@@ -94,6 +94,7 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
     pool_slack = rows.deadline_s - now - rows.work_s
     pool_w = _W[rows.cls]
     open_slack = np.where(pool_slack >= 0, pool_slack, np.inf)
+    row_of = {rid: i for i, rid in enumerate(rows.request_id.tolist())}
     per_key: dict[Any, int] = {}
     for rec, n, _ in base.queue_summary(state):
         per_key[rec.key] = per_key.get(rec.key, 0) + n
@@ -108,7 +109,8 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
         meets = time_left >= wave
         arrival = np.array([r.request.arrival_s for r in recs])
         own = np.maximum(cfg.starvation_threshold_s, cfg.starvation_slo_multiple * (time_left + now - arrival))
-        inside = np.isin(rows.request_id, batch)
+        inside = np.zeros(len(pool), dtype=bool)  # = np.isin(rows.request_id, batch), without its sort
+        inside[[row_of[i] for i in batch if i in row_of]] = True
         collateral = float(pool_w[~inside & (open_slack < wave)].sum())
         out[j] = (1.0, j == 0, math.log1p(len(recs)), math.log1p(wave / SCALE_S),
                   float(sum(r.remaining_s for r in recs)) / max(wave, 1e-9),
@@ -117,7 +119,7 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
                   math.asinh(float((time_left[meets] - wave).min()) / max(wave, 1e-9)) if meets.any() else -5.0,
                   math.log1p(collateral), math.log1p(per_key.get(recs[0].key, 0)),
                   float(((now - arrival) > own).any()),
-                  float(np.mean([r.request.priority == "realtime" for r in recs])),
+                  sum(r.request.priority == "realtime" for r in recs) / len(recs),
                   math.log1p(max(now - float(arrival.min()), 0.0) / SCALE_S))
     np.clip(out, -5.0, 5.0, out=out)
     return CandidateView(batches, out)

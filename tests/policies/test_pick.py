@@ -151,6 +151,12 @@ def test_a_tampered_or_mismatched_scorer_is_refused(scorer_dir: Path, tmp_path: 
         load_scorer(bad)
     with pytest.raises(CheckpointError, match="kind"):
         load_scorer("checkpoints/default")
+    # the pick loader used to skip the format-version check the knob loader makes
+    future = {**meta, "pick_schema": "dit-pick-obs/1", "format_version": 99}
+    future["content_sha256"] = content_hash((bad / "policy.safetensors").read_bytes(), future)
+    (bad / "policy.json").write_text(json.dumps(future))
+    with pytest.raises(CheckpointError, match="format version 99"):
+        load_scorer(bad)
 
 
 def test_a_relative_tuned_file_is_found_from_another_working_directory(tmp_path: Path, monkeypatch) -> None:
