@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,8 +274,10 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names
                                        if p.startswith(LEARNED[:2]) and static}
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1))
-    (out / "results.md").write_text(_markdown(cells, summary.get("headline")) + _paired_markdown(summary))
-    _plots(grid, cells, out)
+    shown = labels(names)
+    (out / "results.md").write_text(_markdown(cells, summary.get("headline"), shown)
+                                    + _paired_markdown(summary, shown))
+    _plots(grid, cells, out, shown)
     return summary
 
 
@@ -290,6 +293,46 @@ def label(policy: str) -> str:
     return policy
 
 
+_SEPARATORS = re.compile(r"([/:;=,.])")
+
+
+def labels(policies: list[str]) -> dict[str, str]:
+    """Display name of every spec in ``policies``, each one distinct.
+
+    A spec keeps its short ``label`` when no other spec shares it; specs that would share
+    one get the part of the spec where they differ added, e.g. ``static:agents/tuned/default.json``
+    and ``static:agents/tuned/bursty.json`` → ``static (tuned: default)``, ``static (tuned: bursty)``."""
+    specs = list(dict.fromkeys(policies))
+    groups: dict[str, list[str]] = {}
+    for spec in specs:
+        groups.setdefault(label(spec), []).append(spec)
+    out: dict[str, str] = {}
+    for short, group in groups.items():
+        if len(group) == 1:
+            out[group[0]] = short
+            continue
+        for spec, part in zip(group, _differing_parts(group)):
+            out[spec] = f"{short[:-1]}: {part})" if short.endswith(")") else f"{short} ({part})"
+    taken = list(out.values())
+    # a disambiguated name that met another spec's name: those specs are shown as written
+    return {spec: spec if taken.count(name) > 1 else name for spec, name in out.items()}
+
+
+def _differing_parts(specs: list[str]) -> list[str]:
+    """Per spec, what remains once the separator-delimited head and tail all ``specs`` share are
+    cut off (the whole spec where nothing remains)."""
+    tokens = [_SEPARATORS.split(s) for s in specs]
+    shortest = min(len(t) for t in tokens)
+    head = 0
+    while head < shortest and len({t[head] for t in tokens}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head and len({t[-1 - tail] for t in tokens}) == 1:
+        tail += 1
+    parts = ["".join(t[head:len(t) - tail]).strip("/:;=,.") for t in tokens]
+    return [part or spec for part, spec in zip(parts, specs)]
+
+
 def _pm(cell: Cell, key: str, pct: bool = True) -> str:
     m, ci = cell.mean[key], cell.ci95[key]
     if math.isnan(m):
@@ -299,7 +342,8 @@ def _pm(cell: Cell, key: str, pct: bool = True) -> str:
     return f"{scale * m:.1f}{half}"
 
 
-def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
+def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, str]) -> str:
+    """``shown``: each policy spec's display name (``labels``)."""
     lines = ["Class-weighted SLO attainment (%), mean ± 95 % interval over seeds.", ""]
     for sc in sorted({c.scenario for c in cells}):
         loads = sorted({c.rate_scale for c in cells if c.scenario == sc})
@@ -307,34 +351,36 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None) -> str:
                   "|---|" + "---|" * len(loads)]
         for pol in dict.fromkeys(c.policy for c in cells):
             row = {c.rate_scale: c for c in cells if c.scenario == sc and c.policy == pol}
-            lines.append(f"| {label(pol)} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads)
+            lines.append(f"| {shown[pol]} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads)
                          + " |")
         lines.append("")
     if head:
-        lines += [f"### {label(head['target'])} at loads where FIFO meets 40–80 % of SLOs", "",
+        lines += [f"### {shown[head['target']]} at loads where FIFO meets 40–80 % of SLOs", "",
                   "| scenario | load | target | fifo | best other | ×fifo | ×best |", "|---|---|---|---|---|---|---|"]
         for sc, rows in head["per_scenario"].items():
             for r in rows:
                 lines.append(f"| {sc} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | {100 * r['fifo']:.1f} | "
-                             f"{label(r['best'])} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | "
+                             f"{shown[r['best']]} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | "
                              f"{r['vs_best']:.2f} |")
         lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs fifo, ×{head['mean_vs_best']:.2f} vs the best other "
                   "policy.", ""]
     return "\n".join(lines)
 
 
-def _paired_markdown(summary: dict[str, Any]) -> str:
+def _paired_markdown(summary: dict[str, Any], shown: dict[str, str]) -> str:
     """Every load: each projection policy ÷ the best plain heuristic (and each learned policy ÷
     the tuned ``static``), with the paired difference."""
     lines = []
     tables = [(pol, rows, f"the best plain heuristic ({', '.join(PLAIN_HEURISTICS)})")
               for pol, rows in summary.get("paired", {}).items()]
-    tables += [(pol, rows, "static (tuned), the strengthened heuristic")
-               for pol, rows in summary.get("paired_vs_static", {}).items()]
+    statics = [name for spec, name in shown.items() if spec.startswith("static")]
+    vs_static = ("static (tuned), the strengthened heuristic" if len(statics) < 2
+                 else f"the best of {', '.join(statics)}, the strengthened heuristic")
+    tables += [(pol, rows, vs_static) for pol, rows in summary.get("paired_vs_static", {}).items()]
     for pol, rows, rival in tables:
         if not rows:
             continue
-        lines += [f"### {label(pol)} vs {rival}, every load", "",
+        lines += [f"### {shown[pol]} vs {rival}, every load", "",
                   "Paired by seed: difference in points, mean ± 95 % interval of the per-seed differences.", "",
                   "| scenario | load | policy | rival | ratio | difference (points) |",
                   "|---|---|---|---|---|---|"]
@@ -342,7 +388,7 @@ def _paired_markdown(summary: dict[str, Any]) -> str:
             ci = "" if math.isnan(r["diff_ci95"]) else f" ± {100 * r['diff_ci95']:.1f}"
             mark = "**" if r["ratio"] < 0.98 else ""
             lines.append(f"| {r['scenario']} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | "
-                         f"{label(r['best'])} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.3f}{mark} | "
+                         f"{shown[r['best']]} {100 * r['best_value']:.1f} | {mark}{r['ratio']:.3f}{mark} | "
                          f"{100 * r['diff']:+.1f}{ci} |")
         ratios = [r["ratio"] for r in rows]
         lines += ["", f"Lowest ratio ×{min(ratios):.3f}; mean ×{sum(ratios) / len(ratios):.2f} over {len(rows)} cells "
@@ -351,7 +397,7 @@ def _paired_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
+def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -370,7 +416,7 @@ def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
             pts = sorted((c.rate_scale, c.mean["weighted_slo_attainment"], c.ci95["weighted_slo_attainment"])
                          for c in cells if c.scenario == sc and c.policy == pol)
             x, y, e = (np.array(v, dtype=float) for v in zip(*pts))
-            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), marker="o", capsize=3, label=label(pol))
+            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), marker="o", capsize=3, label=shown[pol])
         ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
         ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
@@ -378,13 +424,13 @@ def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "slo_vs_load.png", dpi=100)
     plt.close(fig)
-    _cdf_plot(grid, scenarios, policies, out, plt, np)
+    _cdf_plot(grid, scenarios, policies, shown, out, plt, np)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     top = max((max(v) for v in grid.batch_sizes.values() if v), default=1)
     bins = np.arange(0.5, top + 1.5)
     for pol in policies:
         if grid.batch_sizes.get(pol):
-            ax.hist(grid.batch_sizes[pol], bins=bins, histtype="step", density=True, label=label(pol),
+            ax.hist(grid.batch_sizes[pol], bins=bins, histtype="step", density=True, label=shown[pol],
                     linewidth=1.5)
     ax.set(title=f"batch sizes at load ×{grid.reference_load:g}, all scenarios", xlabel="batch size",
            ylabel="fraction of batches")
@@ -394,7 +440,8 @@ def _plots(grid: Grid, cells: list[Cell], out: Path) -> None:
     plt.close(fig)
 
 
-def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], out: Path, plt: Any, np: Any) -> None:
+def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict[str, str], out: Path, plt: Any,
+              np: Any) -> None:
     classes = ("realtime", "batch", "background")
     fig, axes = plt.subplots(len(scenarios), 3, figsize=(12, 2.8 * len(scenarios)), squeeze=False)
     for row, sc in zip(axes, scenarios):
@@ -402,7 +449,7 @@ def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], out: Path, 
             for pol in policies:
                 vals = np.sort(np.asarray(grid.latency_ratio.get((sc, pol, cls), []), dtype=float))
                 if vals.size:
-                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=label(pol))
+                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=shown[pol])
             ax.axvline(1.0, color="grey", linestyle=":")
             ax.set(xscale="log", xlim=(0.3, 30), ylim=(0, 1), title=f"{sc} — {cls}",
                    xlabel="latency / SLO", ylabel="CDF")
