@@ -13,31 +13,38 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.sim.request import COMPLETED, FAILED_OOM, PRIORITY_CLASSES, REJECTED, RUNNING, WAITING, RequestRecord
+from rlsched.sim.request import CLASS_INDEX, COMPLETED, FAILED_OOM, PRIORITY_CLASSES, REJECTED, RUNNING, WAITING
 from rlsched.sim.simulator import Simulator
 
 CLASS_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
 """Relative value of meeting one SLO per class (realtime counts 3× background)."""
 
 
+_STATUS = {s: i for i, s in enumerate((WAITING, RUNNING, COMPLETED, FAILED_OOM, REJECTED))}
+
+
 def summarize(sim: Simulator) -> dict[str, Any]:
-    """One flat-ish dict of every metric for a finished (or horizon-cut) run."""
+    """One flat-ish dict of every metric for a finished (or horizon-cut) run.
+
+    Per-request columns are small numpy arrays (a status code, not its string; no tuple or
+    float object per request): a million-request run summarises in tens of MB."""
     recs = list(sim.records.values())
     unseen = sim.arrivals_left
     total = len(recs) + unseen
-    status = np.array([r.status for r in recs])
-    met = np.array([r.slo_met for r in recs], dtype=bool)
+    n = len(recs)
+    status = np.fromiter((_STATUS.get(r.status, -1) for r in recs), np.int8, n)
+    met = np.fromiter((r.slo_met for r in recs), bool, n)
     makespan = max(sim.now, 1e-9)
-    completed = status == COMPLETED
+    completed = status == _STATUS[COMPLETED]
     out: dict[str, Any] = {
         "requests_total": total,
         "requests_completed": int(completed.sum()),
-        "requests_failed": int((status == FAILED_OOM).sum()),
-        "requests_rejected": int((status == REJECTED).sum()),
+        "requests_failed": int((status == _STATUS[FAILED_OOM]).sum()),
+        "requests_rejected": int((status == _STATUS[REJECTED]).sum()),
     }
     # Counted at the source (still waiting or running, or never arrived before the horizon),
     # so the identity below is a real check that every request has exactly one outcome.
-    out["requests_unfinished"] = int(((status == WAITING) | (status == RUNNING)).sum()) + unseen
+    out["requests_unfinished"] = int(((status == _STATUS[WAITING]) | (status == _STATUS[RUNNING])).sum()) + unseen
     counted = sum(out[k] for k in ("requests_completed", "requests_failed", "requests_rejected",
                                    "requests_unfinished"))
     if counted != total:
@@ -46,11 +53,17 @@ def summarize(sim: Simulator) -> dict[str, Any]:
     out["slo_attainment"] = float(met.sum() / total) if total else math.nan
     out["goodput_rps"] = float(met.sum() / makespan)
     out["throughput_rps"] = float(completed.sum() / makespan)
-    modality = np.array([r.request.modality for r in recs])
-    out["images_per_s"] = float((completed & (modality == "image")).sum() / makespan)
-    out["videos_per_s"] = float((completed & (modality == "video")).sum() / makespan)
-    out.update(_latencies(recs, completed))
-    out["per_class"] = {c: _class_stats(recs, status, met, c) for c in PRIORITY_CLASSES}
+    image = np.fromiter((r.request.modality == "image" for r in recs), bool, n)
+    video = np.fromiter((r.request.modality == "video" for r in recs), bool, n)
+    out["images_per_s"] = float((completed & image).sum() / makespan)
+    out["videos_per_s"] = float((completed & video).sum() / makespan)
+    arrival = np.fromiter((r.request.arrival_s for r in recs), float, n)
+    started = np.fromiter((r.first_scheduled_s for r in recs), float, n)
+    finish = np.fromiter((r.finish_s for r in recs), float, n)
+    out.update(_latencies(arrival, started, finish, completed))
+    classes = np.fromiter((CLASS_INDEX.get(r.request.priority, -1) for r in recs), np.int8, n)
+    out["per_class"] = {c: _class_stats(classes == i, completed, met, arrival, started, finish)
+                        for i, c in enumerate(PRIORITY_CLASSES)}
     out["weighted_slo_attainment"] = weighted_attainment(out["per_class"])
     out["failures"] = {"oom": out["requests_failed"], "oom_batches": sim.oom_batches}
     out["gpu_compute_util"] = float(sim.busy_s / makespan)
@@ -91,20 +104,20 @@ def _pcts(values: np.ndarray, prefix: str) -> dict[str, float]:
             f"{prefix}_p90_s": float(p90), f"{prefix}_p99_s": float(p99)}
 
 
-def _latencies(recs: list[RequestRecord], completed: np.ndarray) -> dict[str, float]:
-    arr = np.array([(r.request.arrival_s, r.first_scheduled_s, r.finish_s) for r in recs]).reshape(-1, 3)
-    done = arr[completed]
-    return {**_pcts(done[:, 2] - done[:, 0], "latency"),
-            **_pcts(done[:, 1] - done[:, 0], "queueing"),
-            **_pcts(done[:, 2] - done[:, 1], "processing")}
+def _latencies(arrival: np.ndarray, started: np.ndarray, finish: np.ndarray,
+               completed: np.ndarray) -> dict[str, float]:
+    a, s, f = arrival[completed], started[completed], finish[completed]
+    return {**_pcts(f - a, "latency"), **_pcts(s - a, "queueing"), **_pcts(f - s, "processing")}
 
 
-def _class_stats(recs: list[RequestRecord], status: np.ndarray, met: np.ndarray, cls: str) -> dict[str, Any]:
-    mask = np.array([r.request.priority == cls for r in recs], dtype=bool)
-    done = mask & (status == COMPLETED)
-    lat = np.array([r.finish_s - r.request.arrival_s for r, d in zip(recs, done) if d])
-    started = [r.first_scheduled_s - r.request.arrival_s for r, m in zip(recs, mask)
-               if m and not math.isnan(r.first_scheduled_s)]
+
+def _class_stats(mask: np.ndarray, completed: np.ndarray, met: np.ndarray, arrival: np.ndarray,
+                 started: np.ndarray, finish: np.ndarray) -> dict[str, Any]:
+    """One class's figures (``mask``: its requests)."""
+    done = mask & completed
+    lat = finish[done] - arrival[done]
+    ran = mask & ~np.isnan(started)
+    waits = started[ran] - arrival[ran]
     count = int(mask.sum())
     return {
         "count": count,
@@ -112,5 +125,5 @@ def _class_stats(recs: list[RequestRecord], status: np.ndarray, met: np.ndarray,
         "slo_attainment": float(met[mask].sum() / count) if count else math.nan,
         "latency_p50_s": float(np.percentile(lat, 50)) if lat.size else math.nan,
         "latency_p99_s": float(np.percentile(lat, 99)) if lat.size else math.nan,
-        "max_queue_wait_s": float(max(started)) if started else math.nan,
+        "max_queue_wait_s": float(waits.max()) if waits.size else math.nan,
     }

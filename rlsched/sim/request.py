@@ -61,9 +61,20 @@ class Request:
             raise InvalidRequest("modality", self.modality, f"must be one of {MODALITIES}")
 
     def key(self, step_mode: bool = False) -> Key:
-        """Compatibility key: only requests with equal keys may share a batch."""
+        """Compatibility key: only requests with equal keys may share a batch (equal keys are one
+        tuple: a million records of a few shapes hold a few keys, not a million)."""
         steps = 0 if step_mode else self.num_inference_steps
-        return (self.model, self.height, self.width, self.num_frames, steps, self.cfg)
+        key = (self.model, self.height, self.width, self.num_frames, steps, self.cfg)
+        shared = _KEYS.get(key)
+        if shared is None:
+            if len(_KEYS) >= _KEYS_MAX:  # a server meeting ever new shapes: bounded, not a leak
+                _KEYS.clear()
+            shared = _KEYS[key] = key
+        return shared
+
+
+_KEYS: dict[Key, Key] = {}
+_KEYS_MAX = 4096
 
 
 def _check_positive_int(req: Request, names: tuple[str, ...]) -> None:
@@ -108,6 +119,16 @@ class RequestRecord:
     """Why the request was rejected (``rejected`` status only)."""
     key: Key = field(default=("", 0, 0, 0, 0, False))
 
+    def __post_init__(self) -> None:
+        # Records of one shape have equal cost figures: they share one tuple's float objects
+        # rather than hold six new floats each (144 bytes a record, 144 MB for a million).
+        figures = (self.tokens, self.quad, self.encode_s, self.decode_s, self.work_s, self.step_s, self.mem_gb)
+        shared = _FIGURES.get(figures)
+        if shared is None:
+            _keep(figures)
+        elif all(type(v) is float for v in figures):  # 2 == 2.0, but an int stays an int
+            self.tokens, self.quad, self.encode_s, self.decode_s, self.work_s, self.step_s, self.mem_gb = shared
+
     @property
     def remaining_s(self) -> float:
         """Standalone time still to run (steps left × step time)."""
@@ -117,3 +138,18 @@ class RequestRecord:
     @property
     def slo_met(self) -> bool:
         return self.status == COMPLETED and self.finish_s <= self.deadline_s
+
+
+def _keep(figures: tuple[float, ...]) -> None:
+    """Remember ``figures`` for the records to come when sharing them is exact: floats only, none
+    zero (a shared 0.0 would turn -0.0 into 0.0) or NaN (equal to nothing). Bounded: cleared when full."""
+    if 0.0 in figures or any(type(v) is not float or v != v for v in figures):
+        return
+    if len(_FIGURES) >= _FIGURES_MAX:
+        _FIGURES.clear()
+    _FIGURES[figures] = figures
+
+
+_FIGURES: dict[tuple[float, ...], tuple[float, ...]] = {}
+_FIGURES_MAX = 4096
+"""Distinct figure sets kept (one per shape and model: a workload has a few dozen)."""

@@ -206,7 +206,7 @@ def _trace_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale: f
     if fmt == "azure":
         times = wl.azure_arrivals(path) / scale
         kept = times[times < duration]
-        _report_window(path, times, kept.size, duration)
+        _report_window(path, times.size, kept.size, float(np.max(times)) if times.size else 0.0, duration)
         sc._check_shapes(cost)
         return _build(sc, kept, sc._sample_shapes(rng, kept.size), rng, cost)
     if fmt == "hetudit":
@@ -218,23 +218,27 @@ def _hetudit_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale:
                       duration: float, cost: CostModel) -> list[Request]:
     rows = wl.hetudit_rows(path)
     kept = [r for r in rows if r["timestamp"] / scale < duration]
-    _report_window(path, np.array([r["timestamp"] / scale for r in rows]), len(kept), duration)
+    _report_window(path, len(rows), len(kept), max(r["timestamp"] / scale for r in rows), duration)
     base = (sc.mix or sc._shape_pool())[0]
-    shapes = [dataclasses.replace(base, height=int(r["height"]), width=int(r["width"]),
-                                  num_frames=int(r["num_frames"]), steps=int(r["num_inference_steps"]),
-                                  modality="video" if r["num_frames"] > 1 else "image")
-              for r in kept]
-    times = np.array([r["timestamp"] / scale for r in kept])
+    pool: dict[tuple[int, int, int, int], ShapeSpec] = {}  # one ShapeSpec per distinct shape, not per row
+    shapes = []
+    for r in kept:
+        dims = (int(r["height"]), int(r["width"]), int(r["num_frames"]), int(r["num_inference_steps"]))
+        if dims not in pool:
+            pool[dims] = dataclasses.replace(base, height=dims[0], width=dims[1], num_frames=dims[2],
+                                             steps=dims[3], modality="video" if dims[2] > 1 else "image")
+        shapes.append(pool[dims])
+    times = np.fromiter((r["timestamp"] / scale for r in kept), float, len(kept))
     return _build(sc, times, shapes, rng, cost,
                   lambda i, exc: wl.TraceFormatError(str(path), int(kept[i]["line"]), str(exc)))
 
 
-def _report_window(path: Path, times: np.ndarray, kept: int, duration: float) -> None:
-    """Rows past the arrival window are not replayed; say so, with how to replay them."""
-    if kept < times.size:
-        last = float(np.max(times))
+def _report_window(path: Path, total: int, kept: int, last: float, duration: float) -> None:
+    """Rows past the arrival window are not replayed; say so, with how to replay them
+    (``total`` rows, ``kept`` of them replayed, ``last``: the latest arrival)."""
+    if kept < total:
         warnings.warn(TraceRowsSkipped(
-            str(path), times.size - kept, times.size,
+            str(path), total - kept, total,
             f"arrive at or after the arrival window [0, {duration:g}) s and were not replayed (last arrival "
             f"{last:g} s); pass --duration {math.floor(last) + 1} to replay them all"), stacklevel=3)
 
@@ -242,26 +246,37 @@ def _report_window(path: Path, times: np.ndarray, kept: int, duration: float) ->
 def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: float,
                           cost: CostModel) -> list[Request]:
     base = (sc.mix or sc._shape_pool())[0]
-    rows = wl.rlsched_csv_rows(path)
     out: list[Request] = []
-    times: list[float] = []
-    work: dict[ShapeSpec, float] = {}
-    for row in rows:
+    total, last = 0, -math.inf
+    seen = _TraceCache()
+    for row in wl.iter_rlsched_csv_rows(path):  # row by row: a million rows are never all in memory
         try:
-            t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, work)
+            t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, seen)
         except (ValueError, InvalidRequest) as exc:
             raise wl.TraceFormatError(str(path), int(row["_line"]), str(exc)) from None
-        times.append(t)
+        total += 1
+        last = max(last, t)
         if t < duration:
             out.append(_request(len(out), t, shape, cls, slo))
-    _report_window(path, np.array(times), len(out), duration)
+    _report_window(path, total, len(out), last, duration)
     return out
 
 
+@dataclass
+class _TraceCache:
+    """What rows of one trace share (traces repeat a few shapes many times): standalone times, and
+    one object per distinct shape, class name and computed SLO, so a million requests hold
+    references to a few of each rather than a copy each."""
+
+    work: dict[ShapeSpec, float] = field(default_factory=dict)
+    shapes: dict[ShapeSpec, ShapeSpec] = field(default_factory=dict)
+    classes: dict[str, str] = field(default_factory=dict)
+    slo: dict[tuple[ShapeSpec, str], float] = field(default_factory=dict)
+
+
 def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float, cost: CostModel,
-             work: dict[ShapeSpec, float]) -> tuple[float, ShapeSpec, str, float]:
-    """One rlsched CSV row: arrival, shape, class and SLO; any bad value raises naming its field.
-    ``work`` caches standalone times per shape (traces repeat a few shapes many times)."""
+             seen: _TraceCache) -> tuple[float, ShapeSpec, str, float]:
+    """One rlsched CSV row: arrival, shape, class and SLO; any bad value raises naming its field."""
     t = wl.arrival_time(row["arrival_s"]) / scale
     shape = ShapeSpec(row.get("model") or base.model, row.get("modality") or base.modality,
                       wl.count(row["height"], "height"), wl.count(row["width"], "width"),
@@ -271,10 +286,15 @@ def _csv_row(sc: Scenario, row: dict[str, str], base: ShapeSpec, scale: float, c
     cls = row["priority"]
     if cls not in sc.classes:
         raise InvalidRequest("priority", cls, f"must be one of {list(sc.classes)}")
-    if shape not in work:
-        work[shape] = standalone_s(cost, shape)
-    slo = wl.positive(row["slo_s"], "slo_s") if row.get("slo_s") else sc.classes[cls].slo_scale * work[shape]
-    return t, shape, cls, slo
+    cls = seen.classes.setdefault(cls, cls)
+    if shape not in seen.work:
+        seen.work[shape] = standalone_s(cost, shape)
+    shape = seen.shapes.setdefault(shape, shape)
+    if row.get("slo_s"):
+        return t, shape, cls, wl.positive(row["slo_s"], "slo_s")
+    if (shape, cls) not in seen.slo:
+        seen.slo[shape, cls] = sc.classes[cls].slo_scale * seen.work[shape]
+    return t, shape, cls, seen.slo[shape, cls]
 
 
 def _bool(text: str) -> bool:

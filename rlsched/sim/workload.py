@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -141,22 +140,53 @@ def read_text(path: Path) -> str:
         raise TraceFormatError(str(path), line, "not UTF-8 text") from None
 
 
-def _csv_rows(path: Path) -> list[list[str]]:
-    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+_LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text``, ends kept, split as ``io.StringIO(text, newline="")`` splits them
+    (``\\n``, ``\\r\\n`` or ``\\r``) but one at a time: StringIO holds a 4-byte-per-character copy
+    of the whole text, csv.reader reads only a line ahead."""
+    return (m.group() for m in _LINE.finditer(text))
+
+
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_SPLIT = re.compile(f"([^{_BREAKS}]*)(?:\r\n|[{_BREAKS}])|([^{_BREAKS}]+)")
+
+
+def _splitlines(text: str) -> Iterator[str]:
+    """``text.splitlines()`` one line at a time (a million lines are never one list)."""
+    return (m.group(1) if m.group(2) is None else m.group(2) for m in _SPLIT.finditer(text))
+
+
+def _first_line(text: str) -> str:
+    """``text.splitlines()[0]`` without splitting the rest (``""`` for an empty text)."""
+    return next(_splitlines(text), "")
+
+
+def _csv_iter(path: Path) -> Iterator[list[str]]:
+    """The file's CSV rows one by one (a million-row trace is never held as lists of strings)."""
+    reader = csv.reader(_lines(read_text(path)))
     try:
-        return list(reader)
+        yield from reader
     except csv.Error as exc:  # e.g. a NUL byte
         raise TraceFormatError(str(path), reader.line_num, f"not CSV ({exc})") from None
 
 
-def _data_rows(path: Path, rows: list[list[str]], expect: str) -> list[tuple[int, list[str]]]:
-    """``(line, row)`` after the header, blank lines skipped; empty or header-only is an error."""
-    if not rows:
-        raise TraceFormatError(str(path), 1, f"empty file (expected {expect})")
-    out = [(lineno, row) for lineno, row in enumerate(rows[1:], start=2) if any(v.strip() for v in row)]
-    if not out:
+def _csv_rows(path: Path) -> list[list[str]]:
+    return list(_csv_iter(path))
+
+
+def _data_rows(path: Path, rows: Iterable[list[str]]) -> Iterator[tuple[int, list[str]]]:
+    """``(line, row)`` of the rows after the header (``rows``: the rest of the file once the header
+    was read), blank lines skipped; no row left is a header-only error, raised at the end."""
+    empty = True
+    for lineno, row in enumerate(rows, start=2):
+        if any(v.strip() for v in row):
+            empty = False
+            yield lineno, row
+    if empty:
         raise TraceFormatError(str(path), 1, "header only: the trace has no requests")
-    return out
 
 
 # ------------------------------------------------------------- row values
@@ -203,11 +233,14 @@ def _mtime(path: Path) -> float:
 def _azure_cached(name: str, mtime: float) -> np.ndarray:
     """Parsed once per file version: environments reset often and traces are large."""
     path = Path(name)
-    rows = _csv_rows(path)
-    if rows and rows[0][:1] and rows[0][0].strip().upper() != "TIMESTAMP":
+    rows = _csv_iter(path)
+    header = next(rows, None)
+    if header is None:
+        raise TraceFormatError(str(path), 1, "empty file (expected a TIMESTAMP header)")
+    if header[:1] and header[0].strip().upper() != "TIMESTAMP":
         raise TraceFormatError(str(path), 1, "expected header starting with TIMESTAMP")
     times = []
-    for lineno, row in _data_rows(path, rows, "a TIMESTAMP header"):
+    for lineno, row in _data_rows(path, rows):
         try:
             times.append(datetime.fromisoformat(row[0].strip()[:26]).timestamp())
         except (ValueError, IndexError):
@@ -236,15 +269,16 @@ def hetudit_rows(path: str | Path) -> tuple[dict[str, float], ...]:
 def _hetudit_cached(name: str, mtime: float) -> tuple[dict[str, float], ...]:
     path = Path(name)
     out = []
-    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+    ints: dict[int, int] = {}  # one object per distinct shape value: the rows stay cached
+    for lineno, line in enumerate(_splitlines(read_text(path)), start=1):
         if line.strip():
-            out.append(_hetudit_row(path, lineno, line.strip()))
+            out.append(_hetudit_row(path, lineno, line.strip(), ints))
     if not out:
         raise TraceFormatError(str(path), 1, "empty file: the trace has no requests")
     return tuple(out)
 
 
-def _hetudit_row(path: Path, lineno: int, line: str) -> dict[str, float]:
+def _hetudit_row(path: Path, lineno: int, line: str, ints: dict[int, int] | None = None) -> dict[str, float]:
     m = _HETU.match(line)
     if not m:
         raise TraceFormatError(str(path), lineno, "expected 'Request(field=value, ...)'")
@@ -259,6 +293,9 @@ def _hetudit_row(path: Path, lineno: int, line: str) -> dict[str, float]:
         row.update({k: count(fields[k], k) for k in _HETU_FIELDS[1:]})
     except InvalidRequest as exc:
         raise TraceFormatError(str(path), lineno, str(exc)) from None
+    if ints is not None:
+        for k in _HETU_FIELDS[1:]:
+            row[k] = ints.setdefault(row[k], row[k])
     row["line"] = lineno
     return row
 
@@ -269,31 +306,36 @@ RLSCHED_CSV_OPTIONAL = ("model", "modality", "cfg", "slo_s")
 
 def rlsched_csv_rows(path: str | Path) -> list[dict[str, str]]:
     """Rows of a generic rlsched CSV, header checked (case-insensitive); values still strings."""
+    return list(iter_rlsched_csv_rows(path))
+
+
+def iter_rlsched_csv_rows(path: str | Path) -> Iterator[dict[str, str]]:
+    """``rlsched_csv_rows`` one row at a time: the header is checked at the first ``next``, every
+    later error is raised at its row, in file order."""
     path = Path(path)
-    rows = _csv_rows(path)
-    if not rows:
+    rows = _csv_iter(path)
+    first = next(rows, None)
+    if first is None:
         raise TraceFormatError(str(path), 1, "empty file (expected a header with arrival_s,...)")
-    header = [h.strip().lower() for h in rows[0]]
+    header = [h.strip().lower() for h in first]
     missing = [h for h in RLSCHED_CSV_REQUIRED if h not in header]
     unknown = [h for h in header if h not in RLSCHED_CSV_REQUIRED + RLSCHED_CSV_OPTIONAL]
     if missing or unknown or len(set(header)) != len(header):
         raise TraceFormatError(str(path), 1, f"header missing {missing}, unknown {unknown}"
                                + ("" if len(set(header)) == len(header) else ", a column named twice"))
-    out = []
-    for lineno, row in _data_rows(path, rows, "rlsched CSV"):
+    for lineno, row in _data_rows(path, rows):
         if len(row) != len(header):
             raise TraceFormatError(str(path), lineno, f"{len(row)} fields, header has {len(header)}")
-        out.append({"_line": str(lineno), **dict(zip(header, (v.strip() for v in row)))})
-    return out
+        yield {"_line": str(lineno), **dict(zip(header, (v.strip() for v in row)))}
 
 
 def detect_trace_format(path: str | Path) -> str:
     """``azure``, ``hetudit`` or ``rlsched`` from the file's first line (BOM and case ignored)."""
     path = Path(path)
-    lines = read_text(path).splitlines()
-    if not lines:
+    text = read_text(path)
+    if not text:
         raise TraceFormatError(str(path), 1, "empty file (expected a trace header or a Request(...) line)")
-    first = lines[0].strip()
+    first = _first_line(text).strip()
     if not first:
         raise TraceFormatError(str(path), 1, "empty first line (expected a trace header or a Request(...) line)")
     if first.upper().startswith("TIMESTAMP"):
