@@ -59,24 +59,28 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
 
     ``Box(-5, 5, (149,), float32)`` (``OBS_DIM``), computed by
     ``rlsched.learned.observation.ObservationEncoder`` (numpy only; schema
-    ``dit-batch-obs/1``). "Candidates" are the waiting requests, plus the running
-    batch in step mode. Slack = deadline − now − standalone remaining time; "rel."
-    means divided by the request's standalone time. Every entry is clipped to [-5, 5].
+    ``dit-batch-obs/2``). The queue is the waiting requests, plus the running batch in
+    step mode; its counts, work, keys and memory come from the policy's per-group summary
+    (``ProjectedPolicy.queue_summary``). "Candidates" are the requests the projection
+    considers (``ProjectedPolicy.candidates``: per group its most urgent savable requests
+    and its most overdue lost ones, plus the running batch in step mode); the slack, wait
+    and top-K entries describe them. Slack = deadline − now − standalone remaining time;
+    "rel." means divided by the request's standalone time. Every entry is clipped to [-5, 5].
 
     | Num     | Observation                                        | Scaling                         | Range   |
     |---------|----------------------------------------------------|---------------------------------|---------|
-    | 0-11    | candidates per class × modality (rt-image, …)      | log1p(count)                    | [0, 5]  |
-    | 12-14   | pending work per class (GPU-seconds)               | log1p(s / 30)                   | [0, 5]  |
-    | 15-17   | min slack per class (rel.; empty class: 5)         | asinh                           | [-5, 5] |
-    | 18-20   | oldest wait per class                              | log1p(s / 30)                   | [0, 5]  |
+    | 0-11    | queued requests per class × modality (rt-image, …) | log1p(count)                    | [0, 5]  |
+    | 12-14   | queued work per class (GPU-seconds)                | log1p(s / 30)                   | [0, 5]  |
+    | 15-17   | candidates' min slack per class (rel.; none: 5)    | asinh                           | [-5, 5] |
+    | 18-20   | candidates' oldest wait per class                  | log1p(s / 30)                   | [0, 5]  |
     | 21-23   | arrival load per class (EWMA, τ = 300 s)           | GPU-s of work per s             | [0, 5]  |
     | 24-26   | SLO attainment per class (EWMA over finishes)      | share, starts at 1              | [0, 1]  |
     | 27      | step mode                                          | 0/1                             | {0, 1}  |
     | 28      | max_num_seqs                                       | log1p                           | [0, 5]  |
-    | 29      | distinct compatibility keys among candidates       | log1p                           | [0, 5]  |
+    | 29      | distinct compatibility keys in the queue           | log1p                           | [0, 5]  |
     | 30      | running requests (step mode)                       | log1p                           | [0, 5]  |
-    | 31      | candidates                                         | log1p                           | [0, 5]  |
-    | 32      | candidates' memory / free GPU memory               | log1p                           | [0, 5]  |
+    | 31      | queued requests                                    | log1p                           | [0, 5]  |
+    | 32      | queued requests' memory / free GPU memory          | log1p                           | [0, 5]  |
     | 33-36   | GPU memory used, compute util, membw util, known   | ``Telemetry``; 0s when unknown  | [0, 1]  |
     | 37-148  | top-8 candidates by urgency, 14 each (below)       |                                 |         |
 
@@ -92,7 +96,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     | 9      | wait                                          | log1p(s / 30)    |
     | 10     | same compatibility key as slot 0              | 0/1              |
     | 11     | running (step mode)                           | 0/1              |
-    | 12     | candidates sharing its key                    | log1p(count)     |
+    | 12     | queued requests sharing its key               | log1p(count)     |
     | 13     | valid slot                                    | 0/1              |
 
     ## Rewards
@@ -157,6 +161,12 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Version History
 
     * v0: Initial version (observation schema ``dit-batch-obs/1``).
+    * v0, observation schema ``dit-batch-obs/2`` (same 149 entries, same order): the
+      queue entries (counts, work, distinct keys, requests, memory, and each top-K slot's
+      requests sharing its key) describe the whole queue from the policy's per-group
+      summary, in O(groups); the slack, wait and top-K entries come from the projection's
+      candidates instead of a scan of every waiting request. A checkpoint recording
+      ``dit-batch-obs/1`` is refused at load.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
