@@ -102,11 +102,13 @@ def test_tampered_or_foreign_checkpoint_is_refused(run_dir: Path, tmp_path: Path
 
 
 def test_rl_policy_serves_in_the_simulator(run_dir: Path, tmp_path: Path) -> None:
-    from rlsched.evaluation import RunSpec, simulate
+    from rlsched.evaluation import RunSpec, prepare
+    from tests.outcomes import FinishLog, check_outcomes
 
     out = export_run(run_dir, tmp_path / "ckpt")
     policy = make_policy(f"rl:{out}")
     assert policy.name.startswith("rl:")
-    _, m = simulate(RunSpec("omni-mix", f"rl:{out}", seed=1000, duration_s=1800))
-    assert m["requests_completed"] + m["requests_failed"] + m["requests_unfinished"] == m["requests_total"]
-    assert m["requests_unfinished"] == 0
+    sim = prepare(RunSpec("omni-mix", f"rl:{out}", seed=1000, duration_s=1800))
+    log = FinishLog(sim)
+    m = check_outcomes(sim.run(policy), log)  # one on_finish per request, counts agree
+    assert m["requests_unfinished"] == 0 and len(log.calls) == m["requests_total"] > 0

@@ -12,6 +12,7 @@ from rlsched.sim import Decision, Simulator
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, FAILED_OOM
 from tests.conftest import make_request
+from tests.outcomes import FinishLog, check_outcomes
 
 
 def _records(sim):
@@ -31,10 +32,10 @@ def test_same_seed_same_records(scenario: str) -> None:
 @pytest.mark.parametrize("policy", ["fifo", "sjf", "edf", "priority", "drr"])
 @pytest.mark.parametrize("mode", ["request", "step"])
 def test_every_request_accounted_once(policy: str, mode: str) -> None:
-    sim, m = simulate(RunSpec("omni-mix", policy, seed=1, duration_s=1800, mode=mode, rate_scale=1.5))
-    assert m["requests_total"] == len(sim.records) > 50
-    assert m["requests_completed"] + m["requests_failed"] + m["requests_rejected"] + m["requests_unfinished"] \
-        == m["requests_total"]
+    sim = prepare(RunSpec("omni-mix", policy, seed=1, duration_s=1800, mode=mode, rate_scale=1.5))
+    log = FinishLog(sim)
+    m = check_outcomes(sim.run(make_policy(policy)), log)  # one on_finish per request, counts agree
+    assert m["requests_total"] == len(sim.records) == len(log.calls) > 50
     assert m["requests_unfinished"] == 0  # drained
     for rec in sim.records.values():
         assert rec.status in (COMPLETED, FAILED_OOM)
@@ -103,10 +104,11 @@ def test_policy_that_never_serves_leaves_requests_unfinished(make_sim) -> None:
 def test_horizon_cuts_the_run() -> None:
     sim = prepare(RunSpec("default", "fifo", seed=0))
     sim.horizon_s = 600.0
+    log = FinishLog(sim)
     sim.run(make_policy("fifo"))
-    m = summarize(sim)
-    assert m["requests_unfinished"] > 0
-    assert m["requests_completed"] + m["requests_unfinished"] + m["requests_failed"] == m["requests_total"]
+    m = check_outcomes(sim, log)  # left-over records waiting/running, never reported finished
+    assert m["requests_unfinished"] > 0 and sim.now <= 600.0
+    assert m["requests_unfinished"] == m["requests_total"] - len(log.calls)
     assert not math.isnan(m["slo_attainment"])
 
 
