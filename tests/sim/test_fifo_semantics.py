@@ -69,3 +69,31 @@ def test_step_mode_join_between_steps(make_sim) -> None:
     sim = make_sim(reqs, mode="step", max_num_seqs=4).run(make_policy("fifo"))
     a, b = sim.records[0], sim.records[1]
     assert b.first_scheduled_s < a.finish_s  # joined the running batch at a step boundary
+
+
+def test_head_of_line_blocking_with_the_queue_already_formed(make_sim) -> None:
+    """Caught: FIFO skipping an incompatible head request instead of stopping there (``_head_run``
+    in policies/baselines.py ``continue`` instead of ``break``). A(512), B(1024), C(512) wait
+    together before the first decision: vLLM-Omni 0.30 starts A alone (B blocks C), then B, then C.
+    (In the test above A starts alone because it is alone, so a skipping FIFO passes it.)"""
+    reqs = [make_request(0, 0.0), make_request(1, 0.0, size=1024), make_request(2, 0.0)]
+    sim = make_sim(reqs, max_num_seqs=4)
+    policy = make_policy("fifo")
+    policy.reset(sim)
+    assert sim.advance_to_next_decision() and set(sim.waiting) == {0, 1, 2}
+    assert policy.decide(sim).batch == (0,)
+    sim = make_sim(reqs, max_num_seqs=4).run(make_policy("fifo"))
+    assert _batches(sim) == [[0], [1], [2]]
+    a, b, c = (sim.records[i] for i in range(3))
+    assert a.finish_s <= b.first_scheduled_s and b.finish_s <= c.first_scheduled_s
+
+
+def test_step_mode_head_of_line_blocking_with_the_queue_already_formed(make_sim) -> None:
+    """The same in step mode (``Fifo._join`` and the first batch): A and C share a key, B does not;
+    C may not join A's running batch past B."""
+    reqs = [make_request(0, 0.0, steps=10), make_request(1, 0.0, size=1024, steps=10),
+            make_request(2, 0.0, steps=10)]
+    sim = make_sim(reqs, mode="step", max_num_seqs=4).run(make_policy("fifo"))
+    a, b, c = (sim.records[i] for i in range(3))
+    assert a.finish_s <= b.first_scheduled_s and b.finish_s <= c.first_scheduled_s
+    assert a.preemptions == b.preemptions == c.preemptions == 0
