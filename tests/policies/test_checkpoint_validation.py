@@ -125,7 +125,7 @@ def test_settings_added_to_projection_config_later_are_range_checked_generically
         ck.check_projection("p.json", {"new_knob": float("inf")})
 
 
-BLOCKED = textwrap.dedent("""
+_BLOCK = textwrap.dedent("""
     import importlib.abc, sys
 
     class Block(importlib.abc.MetaPathFinder):
@@ -143,6 +143,10 @@ BLOCKED = textwrap.dedent("""
 
     for mod in (pickle, _pickle):
         mod.load = mod.loads = mod.Unpickler = refuse
+""")
+"""Imports torch and stable_baselines3 fail, unpickling raises; what follows runs under that."""
+
+BLOCKED = _BLOCK + textwrap.dedent("""
     from rlsched.learned.knob import rl_policy
     from rlsched.resources import data_dir
     policy = rl_policy(data_dir("checkpoints") / "default")
@@ -156,3 +160,89 @@ BLOCKED = textwrap.dedent("""
 def test_shipped_checkpoint_loads_without_torch_sb3_or_unpickling() -> None:
     res = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+PICK_BLOCKED = _BLOCK + textwrap.dedent("""
+    from rlsched.evaluation import RunSpec, prepare
+    from rlsched.policies import make_policy
+    policy = make_policy("pick:checkpoints/pick;static=agents/tuned/default.json")
+    sim = prepare(RunSpec("default", "pick", 11, 1.5, 1200.0))
+    policy.reset(sim)
+    while sim.advance_to_next_decision() and not policy.decisions:
+        sim.apply(policy.decide(sim))  # the first decision with a choice runs the numpy scorer
+    assert policy.decisions == 1 and policy.view is not None and policy.view.mask.sum() > 1
+    assert not {"torch", "stable_baselines3"} & set(sys.modules)
+    print("ok")
+""")
+
+
+def test_shipped_candidate_scorer_loads_and_decides_without_torch_sb3_or_unpickling() -> None:
+    """Caught: the pick loader or policy importing torch/SB3 or unpickling anything (the plugin
+    serves it in a vLLM process with neither installed, and a pickle runs code)."""
+    res = subprocess.run([sys.executable, "-c", PICK_BLOCKED], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+# ---------------------------------------------------------------- the content hash, numpy only
+SHIPPED_PICK = data_dir("checkpoints") / "pick"
+
+
+def _load_knob(folder: Path) -> Any:
+    return load_checkpoint(folder)
+
+
+def _load_pick(folder: Path) -> Any:
+    from rlsched.learned.pick import load_scorer
+
+    return load_scorer(folder)
+
+
+def _shift_obs_mean(meta: dict) -> None:
+    meta["obs_norm"]["mean"][0] += 0.5
+
+
+def _shift_base_action(meta: dict) -> None:
+    meta["base_action"][0] += 0.25
+
+
+KINDS = pytest.mark.parametrize(("shipped", "load", "edit"), [
+    (SHIPPED, _load_knob, _shift_obs_mean), (SHIPPED_PICK, _load_pick, _shift_base_action)],
+    ids=["default", "pick"])
+
+
+def _copy(shipped: Path, tmp_path: Path, load: Callable[[Path], Any]) -> Path:
+    import shutil
+
+    folder = Path(shutil.copytree(shipped, tmp_path / shipped.name))
+    load(folder)  # the untouched copy loads: a refusal below is the edit's doing
+    return folder
+
+
+@KINDS
+def test_a_flipped_weight_byte_is_refused_by_the_content_hash(tmp_path: Path, shipped: Path, load, edit) -> None:
+    """Caught: the content-hash check removed from ``read_checkpoint`` (learned/checkpoint.py):
+    one flipped bit in a weight's mantissa still parses as a valid, finite safetensors file, so
+    only the hash can tell."""
+    folder = _copy(shipped, tmp_path, load)
+    raw = bytearray((folder / WEIGHTS).read_bytes())
+    (n,) = struct.unpack("<Q", raw[:8])
+    raw[8 + n] ^= 0x01  # lowest mantissa bit of the first float of the data section
+    (folder / WEIGHTS).write_bytes(bytes(raw))
+    assert np.isfinite(np.concatenate([t.ravel() for t in read_safetensors(folder / WEIGHTS).values()])).all()
+    with pytest.raises(CheckpointError, match="hash"):
+        load(folder)
+
+
+@KINDS
+def test_an_edited_policy_json_is_refused_by_the_content_hash(tmp_path: Path, shipped: Path, load, edit) -> None:
+    """Caught: the same removed check: a valid edit of the metadata (observation statistics, the
+    base action) without re-signing is refused, not served."""
+    folder = _copy(shipped, tmp_path, load)
+    meta = json.loads((folder / META).read_text())
+    edit(meta)
+    (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    with pytest.raises(CheckpointError, match="hash"):
+        load(folder)
+    meta["content_sha256"] = ck.content_hash((folder / WEIGHTS).read_bytes(), meta)
+    (folder / META).write_text(json.dumps(meta))
+    load(folder)  # re-signed, the same edit is a valid checkpoint: the hash was the only objection
