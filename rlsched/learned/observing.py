@@ -40,8 +40,9 @@ class ObservingPolicy:
         """Start the history at ``state.now`` and follow the state's hooks (call from ``reset``)."""
         self.encoder.reset(state.now)
         self._telemetry = self.telemetry or state.open_telemetry()
-        state.on_arrival.append(self.note_arrival)
-        state.on_finish.append(self.note_finish)
+        for hooks, hook in ((state.on_arrival, self.note_arrival), (state.on_finish, self.note_finish)):
+            if hook not in hooks:  # a second reset on the same state (the plugin's recovery) adds none
+                hooks.append(hook)
 
     def note_arrival(self, rec: RequestRecord) -> None:
         self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])

@@ -255,7 +255,7 @@ class ProjectedPolicy:
     def decide(self, state: QueueView) -> Decision:
         recs, lost = self.candidates(state)
         decision = self._choose(state, recs) if recs else Decision()
-        if lost:
+        if lost and not decision.reject:  # a cannot_fit rejection goes first; the lost ones at the next decision
             return Decision(decision.batch, decision.wait_until, tuple(r.request.id for r in lost), "lost")
         return decision
 
@@ -265,7 +265,7 @@ class ProjectedPolicy:
         items = self._items(state, recs, self._running_mask(state, len(recs)))
         chosen = project(items, self.resources(state))
         if chosen.size == 0:
-            return self._fallback(recs)
+            return self._fallback(state, recs)
         picked = [recs[i] for i in chosen.tolist()]
         return self._maybe_wait(state, picked, int(items.cap[chosen[0]])) or Decision(
             tuple(r.request.id for r in picked))
@@ -398,7 +398,7 @@ class ProjectedPolicy:
         it), so only the admission wait is left to decide — without building ``Items``."""
         alone = Decision((rec.request.id,))
         if rec.mem_gb > self.resources(state).memory_gb:  # the projection's fit test; fallback
-            return alone
+            return self._fallback(state, [rec])
         return self._maybe_wait(state, [rec], self.key_cap(state, rec)) or alone
 
     def _maybe_wait(self, state: QueueView, picked: list[RequestRecord], cap: int) -> Decision | None:
@@ -410,10 +410,23 @@ class ProjectedPolicy:
         return Decision((), wait_until=until) if state.now < until else None
 
     @staticmethod
-    def _fallback(recs: list[RequestRecord]) -> Decision:
-        """Nothing fits within the safety margin: run the oldest alone (vLLM-Omni would too)."""
-        oldest = min(recs, key=lambda r: r.request.arrival_s)
-        return Decision((oldest.request.id,))
+    def _fallback(state: QueueView, recs: list[RequestRecord]) -> Decision:
+        """Nothing fits within the safety margin: run the oldest that fits the GPU at all alone
+        (vLLM-Omni would run the oldest). A request no GPU of this profile can hold is never
+        started while another can run; it is rejected (``cannot_fit``) where the state can
+        reject, else started last — the engine fails it, as vLLM-Omni would."""
+        free = state.cost.gpu_memory_gb - state.cost.weights_gb
+        can_run = [r for r in recs if r.mem_gb <= free]
+        if can_run:
+            return Decision((min(can_run, key=_arrival).request.id,))
+        if state.can_reject:
+            return Decision(reject=tuple(r.request.id for r in recs if r.request.id in state.waiting),
+                            reason="cannot_fit")
+        return Decision((min(recs, key=_arrival).request.id,))
+
+
+def _arrival(rec: RequestRecord) -> float:
+    return rec.request.arrival_s
 
 
 def _late(rec: RequestRecord, now: float) -> bool:

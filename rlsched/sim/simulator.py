@@ -144,6 +144,7 @@ class Simulator:
         self.batches = 0
         self.busy_s = 0.0
         self.mem_gb_s = 0.0
+        """Activation memory × time of every batch run (GB·s; the weights are resident throughout)."""
         self.batch_sizes: list[int] = []
         self.oom_batches = 0
         self._batch_mem_gb = 0.0
@@ -283,7 +284,7 @@ class Simulator:
     def _end_batch(self) -> None:
         elapsed = self.now - self._batch_start_s
         self.busy_s += elapsed
-        self.mem_gb_s += elapsed * self._batch_mem_gb
+        self.mem_gb_s += elapsed * (self._batch_mem_gb - self.cost.weights_gb)  # activations; weights always resident
         self.gpu_end_s = INF
         still, done = [], []
         for rec in self.running:

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.vllm
 if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
     pytest.importorskip("vllm_omni")
 
-from rlsched.errors import ConfigError  # noqa: E402
 from rlsched.bench import plugin as bench  # noqa: E402
 from rlsched.bench.plugin import MODES, NATIVE, measure  # noqa: E402
+from rlsched.errors import ConfigError  # noqa: E402
 
 POLICIES = ("fifo", "rl:checkpoints/default")
 QUEUES = (16, 64)

@@ -43,8 +43,9 @@ class PluginConfig:
     and 0.5 ms turned 2 of 16 decisions into FIFO (docs/e2e.md); a denoise step takes
     tens to hundreds of milliseconds, so 5 ms under the engine lock costs little."""
     decision_deadline_ms: float = 100.0
-    """``schedule()`` never waits longer than this for a decision: FIFO serves the call and the
-    policy, still running, is marked broken (fallback reasons ``timeout``, then ``broken``)."""
+    """``schedule()`` never waits longer than this for a decision: FIFO serves the call, and while
+    the late call still runs and for a back-off after it (fallback reasons ``timeout``, ``busy``,
+    ``backoff``); then the policy is reset and decides again."""
     default_height: int = 1024
     """Height assumed for cost estimates when a request leaves it to the pipeline."""
     default_width: int = 1024

@@ -3,17 +3,22 @@
 ``schedule()`` runs under the engine's lock, so a policy that sleeps or loops
 would stall every request. ``DeadlineRunner`` runs ``decide`` on one long-lived
 worker thread and waits at most ``deadline_s``; past it, the caller gets
-``DecisionTimeout`` at once (FIFO then serves) and the runner is *broken*: it
-refuses further calls, because the late call still holds the policy's state. A
-Python thread cannot be killed, so the runner also raises ``DecisionTimeout``
-inside the worker (CPython's ``PyThreadState_SetAsyncExc``): a pure-Python loop
-stops at its next bytecode instead of competing for the GIL with the engine for
-good; a call blocked in C stops when it returns. No vLLM import.
+``DecisionTimeout`` at once (FIFO then serves). A Python thread cannot be killed, so
+the runner also raises ``DecisionTimeout`` inside the worker (CPython's
+``PyThreadState_SetAsyncExc``): a pure-Python loop stops at its next bytecode instead
+of competing for the GIL with the engine; a call blocked in C stops when it returns.
+
+An overrun does not end the policy: while the late call is still running the runner
+is ``busy`` (calls are refused at once, FIFO serves), then it serves again. The caller
+decides how long to back off and must ``reset`` the policy first: an interrupted
+decision may have left its own structures half-updated. Results carry the job's
+number, so a late call's result is never taken for a later call's. No vLLM import.
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -23,7 +28,12 @@ from rlsched.errors import RlschedError
 
 
 class DecisionTimeout(RlschedError, TimeoutError):
-    """A policy's decision overran its deadline (or an earlier one did: the policy is broken)."""
+    """A policy's decision overran its deadline (or an earlier one is still running)."""
+
+
+class PolicyAbort(RlschedError):
+    """``decide`` raised an exception that is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``, ``GeneratorExit``): it stops at the runner, not in the engine."""
 
 
 _STOP = object()
@@ -34,48 +44,81 @@ class DeadlineRunner:
 
     def __init__(self, deadline_s: float, name: str = "rlsched-decide") -> None:
         self.deadline_s = deadline_s
-        self.broken = False
-        """True once a call overran: later calls raise ``DecisionTimeout`` without running."""
+        self.overruns = 0
+        """Calls that overran the deadline, in all."""
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
+        self._seq = itertools.count()
+        self._late: int | None = None
+        """The number of the overrun job while the worker is still inside it."""
+        self._running_job = -1
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)  # never blocks exit
         self._thread.start()
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        """``fn(arg)``, or ``DecisionTimeout`` after ``deadline_s``; ``fn``'s own exception is re-raised."""
-        if self.broken:
-            raise DecisionTimeout("an earlier decision overran its deadline; the policy is not called again")
-        self._jobs.put((fn, arg))
-        try:
-            ok, value = self._results.get(timeout=self.deadline_s)
-        except queue.Empty:
-            self.broken = True
-            self._interrupt()
-            raise DecisionTimeout(f"no decision within {self.deadline_s * 1e3:g} ms") from None
+        """``fn(arg)``, or ``DecisionTimeout`` after ``deadline_s`` (or at once while an overrun
+        call still runs); ``fn``'s own exception is re-raised (``PolicyAbort`` for a non-Exception)."""
+        if self.busy:
+            raise DecisionTimeout("an earlier decision overran its deadline and is still running")
+        seq = next(self._seq)
+        self._jobs.put((seq, fn, arg))
+        while True:
+            try:
+                done, ok, value = self._results.get(timeout=self.deadline_s)
+            except queue.Empty:
+                self.overruns += 1
+                self._late = seq
+                self._interrupt(seq)
+                raise DecisionTimeout(f"no decision within {self.deadline_s * 1e3:g} ms") from None
+            if done == seq:
+                break
+            # a late call's result, arriving now: dropped (a stale decision must never be acted on)
         if not ok:
+            if not isinstance(value, Exception):
+                raise PolicyAbort(f"decide raised {type(value).__name__}: {value}") from None
             raise value
         return value
 
     @property
     def busy(self) -> bool:
         """The worker is still inside an overrun call (it stops at its next Python bytecode)."""
-        return self.broken and self._results.empty() and self._thread.is_alive()
+        if self._late is None:
+            return False
+        while not self._results.empty():
+            done, _, _ = self._results.get_nowait()
+            if done == self._late:
+                self._late = None
+                return False
+        if not self._thread.is_alive():  # cannot happen (the worker survives stray interrupts): be safe
+            self._late = None
+            return False
+        return True
 
     def close(self) -> None:
         self._jobs.put(_STOP)
 
     def _work(self) -> None:
-        try:
-            while (job := self._jobs.get()) is not _STOP:
-                fn, arg = job
+        while True:
+            seq = None
+            try:
+                job = self._jobs.get()
+                if job is _STOP:
+                    return
+                seq, fn, arg = job
+                self._running_job = seq
                 try:
-                    self._results.put((True, fn(arg)))
+                    result = (seq, True, fn(arg))
                 except BaseException as exc:  # noqa: BLE001 (the interrupt lands here too): report, keep serving
-                    self._results.put((False, exc))
-        except DecisionTimeout:
-            pass  # the interrupt arrived between calls; the runner is broken, nothing is left to run
+                    result = (seq, False, exc)
+                self._running_job = -1
+                self._results.put(result)
+                seq = None
+            except DecisionTimeout as exc:  # an interrupt outside fn (between jobs, or while reporting)
+                self._running_job = -1
+                if seq is not None:  # the job's result was not reported yet: report the interrupt
+                    self._results.put((seq, False, exc))
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, seq: int) -> None:
         ident = self._thread.ident
-        if ident is not None and hasattr(ctypes, "pythonapi"):
+        if ident is not None and hasattr(ctypes, "pythonapi") and self._running_job == seq:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(DecisionTimeout))

@@ -24,6 +24,7 @@ name                                       type       labels              meanin
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from typing import Any
@@ -124,15 +125,25 @@ class PluginMetrics:
 
 
 def serve(port: int, registry: Any = None) -> bool:
-    """Start prometheus_client's HTTP exporter once per process; False if unavailable."""
+    """Start prometheus_client's HTTP exporter once per process; False if unavailable.
+
+    A port that cannot be bound (in use, not permitted) is logged once, naming
+    ``metrics_port``, and the scheduler keeps serving without the endpoint: metrics are
+    advisory, requests are not."""
     if _prom is None or port <= 0:
         return False
     with _SERVE_LOCK:
         if port not in _SERVING:
-            _prom.start_http_server(port, registry=registry if registry is not None else _prom.REGISTRY)
+            try:
+                _prom.start_http_server(port, registry=registry if registry is not None else _prom.REGISTRY)
+            except OSError as exc:
+                _log.warning("rlsched: extras.rlsched.metrics_port %d cannot be served (%s); serving without "
+                             "the /metrics endpoint", port, exc.strerror or exc)
+                return False
             _SERVING.add(port)
     return True
 
 
+_log = logging.getLogger(__name__)
 _SERVING: set[int] = set()
 _SERVE_LOCK = threading.Lock()

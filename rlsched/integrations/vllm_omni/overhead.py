@@ -14,7 +14,7 @@ deadline as served, no NVML, metrics in their own registry), with a fake runner:
 
 ``warmup`` untimed calls precede the timed ones in every cell; fallbacks are
 counted over the timed calls only, like the times (``warmup_fallback_reasons``: the
-untimed calls', e.g. the timeout that left every timed call ``broken``).
+untimed calls', e.g. a timeout whose back-off covered the first timed calls).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ plugin lets vLLM-Omni's FIFO schedule that call (``FALLBACK_REASONS`` are the
 
 from __future__ import annotations
 
+import itertools
 import math
 from numbers import Integral, Real
 from typing import Any
@@ -16,8 +17,9 @@ from rlsched.sim.view import QueueView, batch_problem
 FALLBACK_REASONS = (
     "exception",   # decide() raised
     "slow",        # decide() took longer than decision_budget_ms
-    "timeout",     # decide() overran decision_deadline_ms: schedule() stopped waiting; the policy is broken
-    "broken",      # an earlier decide() overran its deadline: the policy is not called again
+    "timeout",     # decide() overran decision_deadline_ms: schedule() stopped waiting (the call is interrupted)
+    "busy",        # the overrun decide() is still running: the policy is not called until it ends
+    "backoff",     # a call skipped after consecutive overruns (1, 2, 4 ... 64 calls), then the policy is reset
     "nan",         # a NaN id or wait_until, or a non-finite network output (PolicyOutputError)
     "malformed",   # not a Decision-like object, or ids that are not integers
     "too_large",   # more ids than max_num_seqs
@@ -38,8 +40,8 @@ def check_decision(decision: Any, state: QueueView) -> tuple[str | None, tuple[i
     wait_until = getattr(decision, "wait_until", None)
     if batch is None or isinstance(batch, (str, bytes)):
         return "malformed", ()
-    try:
-        raw = tuple(batch)
+    try:  # at most one id past the cap: an endless iterator must not exhaust memory
+        raw = tuple(itertools.islice(batch, state.config.max_num_seqs + 1))
     except TypeError:
         return "malformed", ()
     if wait_until is not None and (not isinstance(wait_until, Real) or isinstance(wait_until, bool)):

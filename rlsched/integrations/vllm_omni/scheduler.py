@@ -6,13 +6,16 @@ rewrite its loop. Each call:
 
 1. syncs ``PluginState`` (O(running): the state follows every arrival, start, preemption
    and finish as it happens, and journals it as the simulator does) and asks the policy;
-2. checks the decision (``safety.check_decision``) — an exception, a NaN (in the
-   decision or the network's output), an invalid batch, or a decision slower than
-   ``decision_budget_ms`` falls back to FIFO for that call: ``super().schedule()``
-   unchanged, counted in ``fallbacks``. ``decide`` runs on a worker thread
+2. checks the decision (``safety.check_decision``) — an exception (any, ``SystemExit``
+   included), a NaN (in the decision or the network's output), an invalid batch, or a
+   decision slower than ``decision_budget_ms`` falls back to FIFO for that call:
+   ``super().schedule()`` unchanged, counted in ``fallbacks``. ``decide`` and the check
+   (which reads at most ``max_num_seqs + 1`` ids of the batch) run on a worker thread
    (``deadline.DeadlineRunner``) and ``schedule()`` waits at most
-   ``decision_deadline_ms``: a policy that sleeps or loops costs one bounded wait,
-   then is marked broken and FIFO serves every later call;
+   ``decision_deadline_ms``: a policy that sleeps or loops costs one bounded wait; FIFO
+   serves while the late call still runs (``busy``) and for a back-off of 1, 2, 4, … 64
+   calls after consecutive overruns (``backoff``), then the policy is reset (an
+   interrupted decision may have left its structures half-updated) and serves again;
 3. step mode: preempts (``preempt_request``) running requests the batch leaves out;
 4. moves the chosen waiting requests, in the policy's order, to the head of
    ``_waiting`` (the rest keep their order) and caps ``max_num_running_reqs`` at
@@ -49,6 +52,9 @@ from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.simulator import ServingConfig
 
+MAX_BACKOFF_CALLS = 64
+"""Most ``schedule()`` calls FIFO serves after consecutive decision overruns before the policy
+is tried again (1, 2, 4, ... after the 1st, 2nd, 3rd overrun in a row)."""
 QUEUE_DEPTH_INTERVAL_S = 0.1
 """The ``rlsched_queue_depth`` gauges are refreshed at most this often (counting costs O(queue))."""
 _COMPLETED = DiffusionRequestStatus.FINISHED_COMPLETED
@@ -105,6 +111,8 @@ class _PolicyScheduling:
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
         self._runner = DeadlineRunner(settings.decision_deadline_ms / 1e3)
+        self._backoff_left = self._overruns_in_a_row = 0
+        self._needs_reset = False
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
         self.policy.reset(self.rl_state)
         if settings.metrics_port:
@@ -168,8 +176,12 @@ class _PolicyScheduling:
             return None
         if self._running and not self.step_mode:
             return None  # request mode never calls mid-wave
-        if self._runner.broken:
-            self._fallback("broken")
+        if self._runner.busy:
+            self._fallback("busy")
+            return None
+        if self._backoff_left:
+            self._backoff_left -= 1
+            self._fallback("backoff")
             return None
         if st.config.max_num_seqs != self.max_num_running_reqs:  # the engine may resize (DLO + DP)
             st.config = self._serving_config()
@@ -177,28 +189,53 @@ class _PolicyScheduling:
         if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
             return None
+        if self._needs_reset:  # after an interrupted decision: a fresh policy over the same queue
+            self._needs_reset = False
+            self.policy.reset(st)
         self.decisions += 1
         self._decisions_metric.inc()
         t0 = time.perf_counter()
         try:
-            decision = self._runner.call(self.policy.decide, st)
+            reason, ids = self._runner.call(self._decide, st)
+        except DecisionTimeout:
+            self._overruns_in_a_row += 1
+            self._backoff_left = min(2 ** (self._overruns_in_a_row - 1), MAX_BACKOFF_CALLS)
+            self._needs_reset = True
+            self._fallback("timeout")
+            return None
         except Exception as exc:
             self._fallback(_REASONS.get(type(exc), "exception"))
             return None
+        self._overruns_in_a_row = 0
         elapsed = time.perf_counter() - t0
         self.metrics.latency.observe(elapsed)
         if elapsed > self._budget_s:
             self._fallback("slow")
             return None
-        reason, ids = check_decision(decision, st)
         if reason is not None:
             self._fallback(reason)
             return None
         if not ids and not self._running:
             self.waits_overridden += 1
             self.metrics.wait_overrides.inc()
-            return None
+            return self._first_that_fits(st)
         return ids
+
+    def _first_that_fits(self, st: PluginState) -> tuple[int, ...] | None:
+        """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would, but from
+        the first waiting request the GPU can hold at all (a request no GPU of the profile can
+        hold must not start ahead of ones that fit); None (plain FIFO) when the head fits or
+        none does."""
+        free = st.cost.gpu_memory_gb - st.cost.weights_gb
+        for n, rec in enumerate(st.waiting.values()):
+            if rec.mem_gb <= free:
+                return None if n == 0 else (rec.request.id,)  # the head fits: FIFO's own head run
+        return None
+
+    def _decide(self, st: PluginState) -> tuple[str | None, tuple[int, ...]]:
+        """On the decision thread: the policy's decision, checked (a slow or endless ``batch``
+        is read there too, within the deadline)."""
+        return check_decision(self.policy.decide(st), st)
 
     def _update_queue_depth(self, force: bool = False) -> None:
         """Set the gauges from ``_waiting``: when forced (admission, a finish), when the queue
@@ -273,7 +310,7 @@ class _PolicyScheduling:
         return max(1, len(self._running) + len(new))
 
 
-_REASONS = {DecisionTimeout: "timeout", PolicyOutputError: "nan"}
+_REASONS = {PolicyOutputError: "nan"}
 """Fallback reason of an exception from ``decide`` (any other type: ``exception``)."""
 
 

@@ -112,7 +112,10 @@ def _number(value: Any) -> float | None:
     """A real number (Python or numpy; not bool, not text) as a float, else None."""
     if isinstance(value, (bool, str, bytes)) or not isinstance(value, Real):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except (OverflowError, ValueError):  # an int past float's range (10**400): unusable, not a crash
+        return None
 
 
 def _finite_positive(value: Any) -> bool:
@@ -275,26 +278,37 @@ class PluginState:
     def add(self, name: str, sampling: Any, key: Any) -> tuple[RequestRecord, list[str]]:
         """Track a new request (it joins the tail of ``waiting``); returns its record and the
         unusable fields that were defaulted."""
-        fields, bad = read_request(sampling, self.settings)
         now = max(self.time(), 0.0)
-        m = self._model
         with self._lock:
             iid = self._next_id
             self._next_id += 1
-        req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
-                      fields["steps"], fields["cfg"], fields["priority"], math.inf)
-        rec = self.cost.record(req)
-        slo_s = fields["slo_s"] or self.settings.slo_scale(req.priority) * rec.work_s
-        rec.request = dataclasses.replace(req, slo_s=slo_s)
-        rec.deadline_s = now + slo_s
+        try:
+            fields, bad = read_request(sampling, self.settings)
+            rec = self._record(iid, now, fields)
+        except Exception:  # whatever the request holds, it is tracked (an untracked one would make FIFO
+            fields, _ = read_request(None, self.settings)  # serve every call while it waits): defaults
+            bad = ["request"]
+            rec = self._record(iid, now, fields)
         # the simulator's key, extended by the interned vLLM key: equal keys <=> vLLM would batch them
-        rec.key = req.key(self.step_mode) + (self._intern(key),)  # type: ignore[assignment]
+        rec.key = rec.request.key(self.step_mode) + (self._intern(key),)  # type: ignore[assignment]
         with self._lock:
             self._ids[name], self._names[iid], self.records[iid] = iid, name, rec
             self._enqueue(rec)
         self.invalid.update(bad)
         _notify(self.on_arrival, rec)
         return rec, bad
+
+    def _record(self, iid: int, now: float, fields: dict[str, Any]) -> RequestRecord:
+        m = self._model
+        req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
+                      fields["steps"], fields["cfg"], fields["priority"], math.inf)
+        rec = self.cost.record(req)
+        slo_s = fields["slo_s"] or self.settings.slo_scale(req.priority) * rec.work_s
+        if not (math.isfinite(slo_s) and slo_s > 0):  # a standalone time past float's range
+            raise ValueError("no finite SLO")
+        rec.request = dataclasses.replace(req, slo_s=slo_s)
+        rec.deadline_s = now + slo_s
+        return rec
 
     def note_preempted(self, name: str) -> None:
         """``name`` was moved from running back to the head of vLLM's queue (step mode);
