@@ -127,3 +127,41 @@ def _class_stats(mask: np.ndarray, completed: np.ndarray, met: np.ndarray, arriv
         "latency_p99_s": float(np.percentile(lat, 99)) if lat.size else math.nan,
         "max_queue_wait_s": float(waits.max()) if waits.size else math.nan,
     }
+
+
+class _Pooled:
+    """A stage's replicas as one simulator for ``summarize``: every record, summed batches, and
+    utilisation as the mean over replicas (weights and memory of their own GPUs)."""
+
+    def __init__(self, stage: Any) -> None:
+        sims = stage.replicas
+        self.records = stage.records
+        self.arrivals_left = stage.arrivals_left
+        self.now = stage.now
+        self.oom_batches = sum(s.oom_batches for s in sims)
+        self.busy_s = sum(s.busy_s for s in sims) / len(sims)
+        self.mem_gb_s = sum(s.mem_gb_s for s in sims) / len(sims)
+        self.batch_sizes = [b for s in sims for b in s.batch_sizes]
+        self.batches = sum(s.batches for s in sims)
+        self.cost = _MeanGpu(sum(s.cost.weights_gb for s in sims) / len(sims),
+                             sum(s.cost.gpu_memory_gb for s in sims) / len(sims))
+
+
+class _MeanGpu:
+    def __init__(self, weights_gb: float, gpu_memory_gb: float) -> None:
+        self.weights_gb, self.gpu_memory_gb = weights_gb, gpu_memory_gb
+
+
+def summarize_stage(stage: Any) -> dict[str, Any]:
+    """``summarize`` of the whole stage, plus ``per_replica``: each replica's name, requests it
+    served (routed to it), utilisation, batches and SLO attainment."""
+    out = summarize(_Pooled(stage))  # type: ignore[arg-type]
+    out["per_replica"] = []
+    for spec, sim in zip(stage.specs, stage.replicas):
+        one = summarize(sim)
+        out["per_replica"].append({
+            "replica": spec.name, "requests": one["requests_total"], "gpu_compute_util": one["gpu_compute_util"],
+            "gpu_memory_util": one["gpu_memory_util"], "batches": one["batches"],
+            "batch_size_mean": one["batch_size_mean"], "slo_attainment": one["slo_attainment"],
+            "weighted_slo_attainment": one["weighted_slo_attainment"]})
+    return out

@@ -191,6 +191,42 @@ class Simulator:
         for callback in self.on_arrival:
             callback(rec)
 
+    # ------------------------------------------------- driven from outside (a Stage)
+    def next_event_s(self) -> float:
+        """Time of this simulator's next event (INF: none)."""
+        return self._next_event()[0]
+
+    def fire_next(self) -> None:
+        """Process the next event (a ``Stage`` interleaves the events of its replicas)."""
+        t, kind = self._next_event()
+        self._fire(kind, t)
+
+    def receive(self, req: Request, now: float) -> None:
+        """An arrival routed here from outside at ``now`` (>= this simulator's clock)."""
+        if now < self.now:
+            raise InvalidDecision(f"request {req.id} delivered at {now} before the replica's clock {self.now}")
+        self.now = now
+        self._idle_until_event = False
+        self._arrive(req)
+
+    def wake(self) -> None:
+        """Something outside changed (a replica fell idle): decide again at the next chance."""
+        self._idle_until_event = False
+
+    def release(self, ids: Iterable[int]) -> list[RequestRecord]:
+        """Take waiting requests out of this queue without running them (a central queue hands
+        them to a replica); their records leave ``records``, each ends elsewhere exactly once."""
+        out = []
+        for rid in ids:
+            rec = self.waiting.pop(rid, None)
+            if rec is None:
+                raise InvalidDecision(f"request {rid} is not waiting here")
+            self.journal.append(DEQUEUED, rec)
+            del self.records[rid]
+            out.append(rec)
+        self._idle_until_event = False
+        return out
+
     @property
     def needs_decision(self) -> bool:
         return (self.gpu_end_s == INF and not self._idle_until_event

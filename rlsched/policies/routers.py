@@ -1,0 +1,271 @@
+"""Routers of a multi-replica stage (early binding): which replica an arriving request joins.
+
+vLLM-Omni 0.30's own, exactly as it routes:
+
+* ``round-robin`` — ``StagePool.select_replica_id``: a running index over the live
+  replicas, one step per new request (the in-process path; every replica is live here);
+* ``random`` — the distributed ``LoadBalancer``'s ``RandomBalancer`` (seeded here);
+* ``least-queue`` — ``LeastQueueLengthBalancer``: fewest requests queued or running,
+  ties broken at random (seeded). vLLM-Omni reads each replica's reported queue length;
+  the simulator reads the exact one.
+
+Plain heuristics a user would try: ``least-work`` (least outstanding predicted work:
+the running batch's remaining time plus the standalone work queued) and ``affinity``
+(the replica already holding the request's compatibility key, so it can batch; else
+least work). And ``rlsched``: the request's predicted finish on each replica (queued
+work ahead of it plus its own standalone time at that replica's layout, so a wide
+replica is preferred for large shapes and a narrow one for small), replicas where it
+still meets its SLO first, then the earliest predicted finish, with an affinity bonus
+where its key batches efficiently there.
+
+Outstanding work is followed through each replica's journal (O(changes), not a scan of
+the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from rlsched.errors import ConfigError
+from rlsched.policies.base import PolicySpec, no_options, parse_spec
+from rlsched.policies.projected import batching_cap
+from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.stage import Router, Stage
+from rlsched.sim.view import ENQUEUED, QueueView
+
+
+class QueueWork:
+    """Standalone work and requests per compatibility key waiting in one replica, kept in step
+    with its journal."""
+
+    def __init__(self) -> None:
+        self.work_s = 0.0
+        self.keys: Counter[Hashable] = Counter()
+        self._work: dict[int, float] = {}
+        self._cursor = 0
+
+    def sync(self, state: QueueView) -> None:
+        entries = state.journal.since(self._cursor)
+        if entries is None:  # trimmed past us: recount from the queue
+            self.work_s, self.keys, self._work = 0.0, Counter(), {}
+            for rec in state.waiting.values():
+                self._add(rec)
+        else:
+            for op, rec in entries:
+                if op == ENQUEUED:
+                    self._add(rec)
+                else:
+                    self._remove(rec)
+        self._cursor = state.journal.end
+
+    def _add(self, rec: RequestRecord) -> None:
+        w = rec.remaining_s
+        self.work_s += w - self._work.get(rec.request.id, 0.0)
+        if rec.request.id not in self._work:
+            self.keys[rec.key] += 1
+        self._work[rec.request.id] = w
+
+    def _remove(self, rec: RequestRecord) -> None:
+        w = self._work.pop(rec.request.id, None)
+        if w is not None:
+            self.work_s -= w
+            self.keys[rec.key] -= 1
+            if not self.keys[rec.key]:
+                del self.keys[rec.key]
+
+
+def backlog_s(sim: QueueView, work: QueueWork, now: float) -> float:
+    """Seconds of work ahead on a replica: the running batch's remaining time plus what waits."""
+    busy = getattr(sim, "gpu_end_s", float("inf"))
+    return (busy - now if busy != float("inf") else 0.0) + max(work.work_s, 0.0)
+
+
+class _Followed:
+    """A router that keeps a ``QueueWork`` per replica."""
+
+    name = "followed"
+
+    def reset(self, stage: Stage) -> None:
+        self.work = [QueueWork() for _ in stage.replicas]
+        self.rng = np.random.default_rng(stage.seed)
+
+    def _sync(self, stage: Stage) -> None:
+        for sim, work in zip(stage.replicas, self.work):
+            work.sync(sim)
+
+
+class RoundRobin:
+    name = "round-robin"
+
+    def reset(self, stage: Stage) -> None:
+        self._next = 0
+
+    def route(self, request: Request, stage: Stage) -> int:
+        r = self._next % len(stage.replicas)
+        self._next = (self._next + 1) % len(stage.replicas)
+        return r
+
+
+class RandomRouter:
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+
+    def reset(self, stage: Stage) -> None:
+        self.rng = np.random.default_rng(stage.seed if self.seed is None else self.seed)
+
+    def route(self, request: Request, stage: Stage) -> int:
+        return int(self.rng.integers(len(stage.replicas)))
+
+
+class LeastQueue(_Followed):
+    name = "least-queue"
+
+    def route(self, request: Request, stage: Stage) -> int:
+        lengths = [len(s.waiting) + len(s.running) for s in stage.replicas]
+        low = min(lengths)
+        ties = [i for i, n in enumerate(lengths) if n == low]
+        return ties[0] if len(ties) == 1 else int(ties[int(self.rng.integers(len(ties)))])
+
+
+class LeastWork(_Followed):
+    name = "least-work"
+
+    def route(self, request: Request, stage: Stage) -> int:
+        self._sync(stage)
+        now = stage.now
+        loads = [backlog_s(s, w, now) for s, w in zip(stage.replicas, self.work)]
+        return int(np.argmin(loads))
+
+
+class Affinity(_Followed):
+    name = "affinity"
+
+    def route(self, request: Request, stage: Stage) -> int:
+        self._sync(stage)
+        now = stage.now
+        holding = [i for i, (s, w) in enumerate(zip(stage.replicas, self.work))
+                   if w.keys.get(request.key(s.step_mode), 0) or any(r.key == request.key(s.step_mode)
+                                                                     for r in s.running)]
+        pool = holding or range(len(stage.replicas))
+        return min(pool, key=lambda i: (backlog_s(stage.replicas[i], self.work[i], now), i))
+
+
+class RlschedRouter(_Followed):
+    """Savable-first earliest predicted finish, class-aware, with an affinity bonus (module docstring)."""
+
+    name = "rlsched"
+
+    def __init__(self, affinity: float = 0.5) -> None:
+        self.affinity = affinity
+        """Share of the request's own time credited on a replica holding its key (it can ride in a
+        batch there), scaled by how efficiently that key batches (its batching cap)."""
+
+    def reset(self, stage: Stage) -> None:
+        super().reset(stage)
+        self._caps: dict[tuple[int, Hashable], int] = {}
+
+    def _cap(self, i: int, sim: QueueView, rec: RequestRecord, key: Hashable) -> int:
+        cap = self._caps.get((i, key))
+        if cap is None:
+            cap = self._caps[(i, key)] = batching_cap(sim.cost, rec, sim.config.max_num_seqs, 0.25, sim.step_mode)
+        return cap
+
+    def route(self, request: Request, stage: Stage) -> int:
+        self._sync(stage)
+        now = stage.now
+        best, best_score = 0, None
+        for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
+            rec = sim.cost.record(request)
+            finish = now + backlog_s(sim, work, now) + rec.work_s
+            key = request.key(sim.step_mode)
+            if work.keys.get(key, 0):
+                cap = self._cap(i, sim, rec, key)
+                if cap > 1:
+                    finish -= self.affinity * rec.work_s * (1 - 1 / cap)
+            meets = finish <= request.arrival_s + request.slo_s
+            score = (not meets, finish, i)
+            if best_score is None or score < best_score:
+                best, best_score = i, score
+        return best
+
+
+ROUTERS: dict[str, str] = {
+    "round-robin": "rlsched.policies.routers:round_robin",
+    "random": "rlsched.policies.routers:random_router",
+    "least-queue": "rlsched.policies.routers:least_queue",
+    "least-work": "rlsched.policies.routers:least_work",
+    "affinity": "rlsched.policies.routers:affinity",
+    "rlsched": "rlsched.policies.routers:rlsched_router",
+}
+"""Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
+
+
+def round_robin(spec: PolicySpec) -> RoundRobin:
+    _plain(spec)
+    return RoundRobin()
+
+
+def random_router(spec: PolicySpec) -> RandomRouter:
+    no_options(spec)
+    if spec.arg and not spec.arg.isdigit():
+        raise ConfigError(f"router {spec}", "random takes a seed, an integer >= 0")
+    return RandomRouter(int(spec.arg) if spec.arg else None)
+
+
+def least_queue(spec: PolicySpec) -> LeastQueue:
+    _plain(spec)
+    return LeastQueue()
+
+
+def least_work(spec: PolicySpec) -> LeastWork:
+    _plain(spec)
+    return LeastWork()
+
+
+def affinity(spec: PolicySpec) -> Affinity:
+    _plain(spec)
+    return Affinity()
+
+
+def rlsched_router(spec: PolicySpec) -> RlschedRouter:
+    _plain(spec)
+    return RlschedRouter()
+
+
+def _plain(spec: PolicySpec) -> None:
+    no_options(spec)
+    if spec.arg:
+        raise ConfigError(f"router {spec}", f"{spec.name} takes no argument")
+
+
+def make_router(spec: str) -> Router:
+    """A router from its spec (``round-robin``, ``random:7``, ``rlsched``)."""
+    parsed = parse_spec(spec)
+    target = ROUTERS.get(parsed.name)
+    if target is None:
+        raise ConfigError("router", f"unknown router {spec!r} (known: {', '.join(sorted(ROUTERS))}, "
+                                    "or central for late binding)")
+    module, _, attr = target.partition(":")
+    factory: Callable[[PolicySpec], Router] = getattr(importlib.import_module(module), attr)
+    return factory(parsed)
+
+
+def split_pair(spec: str) -> tuple[str, str]:
+    """``POLICY@ROUTER`` -> (policy spec, router spec); a bare policy routes ``round-robin``, as
+    vLLM-Omni does. ``@`` because policy arguments are paths."""
+    policy, at, router = spec.rpartition("@")
+    if not at:
+        return spec, "round-robin"
+    if not policy or not router:
+        raise ConfigError("policy", f"{spec!r}: expected POLICY@ROUTER")
+    return policy, router
+
+
+__all__ = ["ROUTERS", "Affinity", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
+           "RoundRobin", "make_router", "split_pair"]

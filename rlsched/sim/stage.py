@@ -1,0 +1,201 @@
+"""A diffusion stage of R replicas: one ``Simulator`` (and one policy) per replica, routed.
+
+vLLM-Omni 0.30 scales a diffusion stage by replicas (``runtime.num_replicas``): each is
+an independent engine on its own GPUs with its own scheduler, and new requests are
+dealt out on arrival by the orchestrator (``StagePool.select_replica_id``, round-robin)
+or the distributed mode's ``LoadBalancer``. Two ways requests reach replicas:
+
+* **early binding** (what vLLM-Omni does): a ``Router`` picks the replica when a
+  request arrives; the request stays there (affinity) and that replica's own
+  ``SchedulingPolicy`` decides over its own queue (``QueueView``);
+* **late binding** (``central``): requests wait in one central queue; whenever a
+  replica is idle with nothing queued, a central policy picks a batch from the central
+  queue and the stage hands it to that replica (lowest index first), whose own policy
+  then runs it. Every replica must share one profile and serving configuration (the
+  central policy's costs are those of any replica).
+
+The event loop merges the replicas' events with the arrivals in time order; at one
+instant every replica's own events (batch ends, timers) fire first, then the arrivals
+(routed in arrival order), then each replica that needs one decides (index order) —
+the ``Simulator``'s own order, so a stage of one replica under ``round-robin`` gives
+the same records as the ``Simulator`` alone. Deterministic given the requests and the
+router's seed; every request ends exactly once, in the replica it was routed to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
+from rlsched.sim.cost import CostModel
+from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.simulator import PolicyLike, ServingConfig, Simulator
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica: its name, its cost model (the profile at this replica's layout) and its
+    scheduler settings."""
+
+    name: str
+    cost: CostModel
+    serving: ServingConfig
+
+
+class Router(Protocol):
+    """Picks the replica of an arriving request (early binding)."""
+
+    name: str
+
+    def reset(self, stage: Stage) -> None: ...
+
+    def route(self, request: Request, stage: Stage) -> int: ...
+
+
+class Stage:
+    """R replicas behind a router; see the module docstring."""
+
+    def __init__(self, requests: Sequence[Request], replicas: Sequence[ReplicaSpec], horizon_s: float = INF,
+                 seed: int = 0) -> None:
+        if not replicas:
+            raise ConfigError("replicas", "a stage needs at least one replica")
+        self._arrivals = sorted(requests, key=_arrival)
+        ids = [r.id for r in self._arrivals]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i, n in Counter(ids).items() if n > 1)
+            raise InvalidRequest("id", dup, "duplicate request id in the workload")
+        self.specs = tuple(replicas)
+        self.replicas = [Simulator([], r.cost, r.serving, horizon_s) for r in replicas]
+        self.horizon_s, self.seed = horizon_s, seed
+        self.now = 0.0
+        self.routed: dict[int, int] = {}
+        """Request id -> the replica it was routed (or, late binding, handed) to."""
+        self.central: Simulator | None = None
+        """Late binding: the central queue (a simulator that never runs a batch itself)."""
+        self._next = 0
+
+    # ------------------------------------------------------------------ runs
+    def run(self, policies: Sequence[PolicyLike], router: Router | None = None,
+            central: PolicyLike | None = None) -> Stage:
+        """Run to the end (or the horizon): early binding with ``router``, or late binding with
+        the ``central`` policy picking batches from one queue. Returns self."""
+        if len(policies) != len(self.replicas):
+            raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
+        if (router is None) == (central is None):
+            raise ConfigError("stage", "give a router (early binding) or a central policy (late binding)")
+        for sim, policy in zip(self.replicas, policies):
+            policy.reset(sim)
+        if central is not None:
+            self._open_central(central)
+        else:
+            router.reset(self)  # type: ignore[union-attr]
+        deliver = self._route if router is not None else self._hold
+        while True:
+            t = self._next_time()
+            if t == INF or t > self.horizon_s:
+                break
+            self.now = t
+            for sim in self._all():
+                while sim.next_event_s() == t:
+                    sim.fire_next()
+            while self._next < len(self._arrivals) and self._arrivals[self._next].arrival_s == t:
+                deliver(self._arrivals[self._next], router)
+                self._next += 1
+            if central is not None:
+                self._dispatch(central)
+            for sim, policy in zip(self.replicas, policies):
+                while sim.needs_decision:
+                    sim.apply(policy.decide(sim))
+        for sim in self.replicas:  # one makespan for every replica's utilisation
+            sim.now = max(sim.now, self.now)
+        return self
+
+    def _next_time(self) -> float:
+        t = self._arrivals[self._next].arrival_s if self._next < len(self._arrivals) else INF
+        return min(t, *(sim.next_event_s() for sim in self._all()))
+
+    def _all(self) -> list[Simulator]:
+        return self.replicas if self.central is None else [*self.replicas, self.central]
+
+    def _route(self, req: Request, router: Any) -> None:
+        r = router.route(req, self)
+        if type(r) is not int or not 0 <= r < len(self.replicas):
+            raise InvalidDecision(f"router {getattr(router, 'name', router)!r} chose replica {r!r} "
+                                  f"of {len(self.replicas)}")
+        self.routed[req.id] = r
+        self.replicas[r].receive(req, self.now)
+
+    # ----------------------------------------------------------- late binding
+    def _open_central(self, central: PolicyLike) -> None:
+        first = self.specs[0]
+        if any(s.cost is not first.cost or s.serving != first.serving for s in self.specs[1:]):
+            raise ConfigError("stage", "late binding (central) needs replicas of one profile and serving config")
+        self.central = Simulator([], first.cost, first.serving, self.horizon_s)
+        central.reset(self.central)
+        forward: Callable[[RequestRecord], None] = self._forward_finish
+        for sim in self.replicas:  # the central policy's history sees every finish
+            sim.on_finish.append(forward)
+
+    def _forward_finish(self, rec: RequestRecord) -> None:
+        assert self.central is not None
+        for callback in self.central.on_finish:
+            callback(rec)
+
+    def _hold(self, req: Request, router: Any) -> None:
+        assert self.central is not None
+        self.central.receive(req, self.now)
+
+    def _dispatch(self, central: PolicyLike) -> None:
+        """Hand the central policy's batches to idle replicas with nothing queued, lowest first."""
+        hub = self.central
+        assert hub is not None
+        woken = False
+        for r, sim in enumerate(self.replicas):
+            if not hub.waiting:
+                return
+            if sim.gpu_end_s != INF or sim.waiting or sim.running:
+                continue
+            if not woken:  # a replica is free: the central policy decides again (as after any event)
+                hub.now, woken = self.now, True
+                hub.wake()
+            if not hub.needs_decision:
+                return
+            decision = central.decide(hub)
+            if decision.reject:
+                hub.apply(type(decision)(reject=decision.reject, reason=decision.reason))
+            if not decision.batch:
+                hub.apply(type(decision)(wait_until=decision.wait_until))
+                return
+            for rec in hub.release(decision.batch):
+                self.routed[rec.request.id] = r
+                sim.receive(rec.request, self.now)
+
+    # ----------------------------------------------------------------- views
+    @property
+    def records(self) -> dict[int, RequestRecord]:
+        """Every request's record (each in the replica it ran on; late binding: or still central)."""
+        out: dict[int, RequestRecord] = {}
+        for sim in self._all():
+            out.update(sim.records)
+        return out
+
+    @property
+    def arrivals_left(self) -> int:
+        return len(self._arrivals) - self._next
+
+    @property
+    def total_requests(self) -> int:
+        return len(self._arrivals)
+
+
+def _arrival(req: Request) -> float:
+    return req.arrival_s
+
+
+__all__ = ["ReplicaSpec", "Router", "Stage"]
