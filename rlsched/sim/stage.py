@@ -96,40 +96,48 @@ class Stage:
         else:
             router.reset(self)  # type: ignore[union-attr]
         deliver = self._route if router is not None else self._hold
+        sims = self._all()
+        hub = len(self.replicas)  # the central queue's index in sims, when there is one
+        times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
+        arrivals, n = self._arrivals, len(self._arrivals)
         while True:
-            t = self._next_time()
+            t = min(arrivals[self._next].arrival_s if self._next < n else INF, min(times))
             if t == INF or t > self.horizon_s:
                 break
             self.now = t
-            for sim in self._all():
+            touched = [r for r, tr in enumerate(times) if tr == t]
+            for r in touched:
+                sim = sims[r]
                 while sim.next_event_s() == t:
                     sim.fire_next()
-            while self._next < len(self._arrivals) and self._arrivals[self._next].arrival_s == t:
-                deliver(self._arrivals[self._next], router)
+            while self._next < n and arrivals[self._next].arrival_s == t:
+                touched.append(deliver(arrivals[self._next], router))
                 self._next += 1
             if central is not None:
-                self._dispatch(central)
-            for sim, policy in zip(self.replicas, policies):
+                touched += self._dispatch(central)
+            for r in sorted(set(touched)):
+                if r == hub:
+                    continue
+                sim, policy = sims[r], policies[r]
                 while sim.needs_decision:
                     sim.apply(policy.decide(sim))
+            for r in set(touched):
+                times[r] = sims[r].next_event_s()
         for sim in self.replicas:  # one makespan for every replica's utilisation
             sim.now = max(sim.now, self.now)
         return self
 
-    def _next_time(self) -> float:
-        t = self._arrivals[self._next].arrival_s if self._next < len(self._arrivals) else INF
-        return min(t, *(sim.next_event_s() for sim in self._all()))
-
     def _all(self) -> list[Simulator]:
         return self.replicas if self.central is None else [*self.replicas, self.central]
 
-    def _route(self, req: Request, router: Any) -> None:
+    def _route(self, req: Request, router: Any) -> int:
         r = router.route(req, self)
         if type(r) is not int or not 0 <= r < len(self.replicas):
             raise InvalidDecision(f"router {getattr(router, 'name', router)!r} chose replica {r!r} "
                                   f"of {len(self.replicas)}")
         self.routed[req.id] = r
         self.replicas[r].receive(req, self.now)
+        return r
 
     # ----------------------------------------------------------- late binding
     def _open_central(self, central: PolicyLike) -> None:
@@ -147,34 +155,39 @@ class Stage:
         for callback in self.central.on_finish:
             callback(rec)
 
-    def _hold(self, req: Request, router: Any) -> None:
+    def _hold(self, req: Request, router: Any) -> int:
         assert self.central is not None
         self.central.receive(req, self.now)
+        return len(self.replicas)
 
-    def _dispatch(self, central: PolicyLike) -> None:
-        """Hand the central policy's batches to idle replicas with nothing queued, lowest first."""
+    def _dispatch(self, central: PolicyLike) -> list[int]:
+        """Hand the central policy's batches to idle replicas with nothing queued, lowest first;
+        returns the simulators touched (the replicas served, and the central queue)."""
         hub = self.central
         assert hub is not None
+        touched = [len(self.replicas)]
         woken = False
         for r, sim in enumerate(self.replicas):
             if not hub.waiting:
-                return
+                break
             if sim.gpu_end_s != INF or sim.waiting or sim.running:
                 continue
             if not woken:  # a replica is free: the central policy decides again (as after any event)
                 hub.now, woken = self.now, True
                 hub.wake()
             if not hub.needs_decision:
-                return
+                break
             decision = central.decide(hub)
             if decision.reject:
                 hub.apply(type(decision)(reject=decision.reject, reason=decision.reason))
             if not decision.batch:
                 hub.apply(type(decision)(wait_until=decision.wait_until))
-                return
+                break
             for rec in hub.release(decision.batch):
                 self.routed[rec.request.id] = r
                 sim.receive(rec.request, self.now)
+            touched.append(r)
+        return touched
 
     # ----------------------------------------------------------------- views
     @property
