@@ -23,6 +23,7 @@ import numpy as np
 
 from rlsched.evaluation import RunSpec, ci95_half_width, prepare
 from rlsched.parallel import run_tasks
+from rlsched.plotstyle import style_of, styles_for
 from rlsched.policies import make_policy
 from rlsched.policies.lookahead import LookaheadPolicy
 from rlsched.policies.static import load_static
@@ -94,14 +95,16 @@ def _plot(rows: list[dict], names: list[str], scenarios: list[str], loads: list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    styles = styles_for(names)
     fig, axes = plt.subplots(1, len(scenarios), figsize=(4 * len(scenarios), 3.4), sharey=True)
     for ax, sc in zip(np.atleast_1d(axes), scenarios):
         for k, name in enumerate(names):
             pts = [r for r in rows if r["scenario"] == sc]
             x = np.arange(len(pts)) + (k - 1) * 0.22
-            ax.errorbar(x, [r[name][0] for r in pts], yerr=[r[name][1] for r in pts], fmt="o", capsize=3,
-                        label=name)
-        ax.axhline(0, color="grey", lw=0.8)
+            st = styles[name]
+            ax.errorbar(x, [r[name][0] for r in pts], yerr=[r[name][1] for r in pts], color=st.color,
+                        marker=st.marker, linestyle="none", capsize=3, label=name)
+        ax.axhline(0, color=style_of("static").color, lw=1.2, linestyle="--", label="static (the reference)")
         ax.set_xticks(range(len(loads)), [f"×{x:g}" for x in loads])
         ax.set_title(sc)
         ax.set_xlabel("load")

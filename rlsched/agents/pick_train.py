@@ -242,13 +242,16 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from rlsched.plotstyle import style_of
+
     steps, ret, dev = (np.asarray(x) for x in zip(*episodes))
     k = max(1, len(ret) // 20)
     roll = np.convolve(ret, np.ones(k) / k, mode="valid")
+    pick, static = style_of("pick"), style_of("static")
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.plot(steps, ret, ".", ms=2, alpha=0.3, label="episode")
-    ax.plot(steps[k - 1:], roll, lw=2, label=f"rolling mean ({k} episodes)")
-    ax.axhline(0, color="grey", lw=0.8)
+    ax.plot(steps, ret, ".", color=pick.color, ms=2, alpha=0.3, label="episode")
+    ax.plot(steps[k - 1:], roll, color=pick.color, lw=2, label=f"rolling mean ({k} episodes)")
+    ax.axhline(0, color=static.color, lw=1.2, linestyle="--", label="shadow heuristic (static)")
     ax.set_xlabel("PPO timesteps")
     ax.set_ylabel("agent − shadow heuristic\n(SLO credits)")
     ax.set_title(f"deviation from the heuristic's batch: {100 * dev[-k:].mean():.0f} % of decisions (last {k})",
