@@ -19,6 +19,7 @@ Bench = Callable[[argparse.Namespace], dict[str, Any]]
 MODULES: dict[str, str] = {
     "sim": "rlsched.bench.sim",
     "backlog": "rlsched.bench.sim",
+    "stage": "rlsched.bench.sim",
     "projection": "rlsched.bench.projection",
     "env": "rlsched.bench.env",
     "decision": "rlsched.bench.decision",

@@ -169,6 +169,14 @@ class RlschedRouter(_Followed):
     def reset(self, stage: Stage) -> None:
         super().reset(stage)
         self._caps: dict[tuple[int, Hashable], int] = {}
+        self._records: dict[tuple[int, Hashable], RequestRecord] = {}
+
+    def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> RequestRecord:
+        """A record of ``request``'s shape at replica ``i`` (cost figures depend on the key only)."""
+        rec = self._records.get((i, key))
+        if rec is None:
+            rec = self._records[(i, key)] = sim.cost.record(request)
+        return rec
 
     def _cap(self, i: int, sim: QueueView, rec: RequestRecord, key: Hashable) -> int:
         cap = self._caps.get((i, key))
@@ -181,9 +189,9 @@ class RlschedRouter(_Followed):
         now = stage.now
         best, best_score = 0, None
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            rec = sim.cost.record(request)
-            finish = now + backlog_s(sim, work, now) + rec.work_s
             key = request.key(sim.step_mode)
+            rec = self._shape(i, sim, request, key)
+            finish = now + backlog_s(sim, work, now) + rec.work_s
             if work.keys.get(key, 0):
                 cap = self._cap(i, sim, rec, key)
                 if cap > 1:
