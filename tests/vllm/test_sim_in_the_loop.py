@@ -105,12 +105,20 @@ def test_plugin_matches_the_simulator(policy: str, mode: str) -> None:
 
 
 def test_plugin_with_the_engine_admission_wait() -> None:
-    # With 50 ms coalescing the engine holds some waves 10 ms longer than the simulator's EDF
-    # would; batches stay the same here, start times and SLO outcomes may shift slightly (that
-    # the wait changes the records at all is test_admission_wait_matters_for_the_comparison).
-    result = compare("default", "sjf", 0, DURATION_S, 2.0, "request")
-    assert result["wait_ms"] == 50 and result["identical_batches"]
-    sim_att, plugin_att = result["slo_attainment"]
+    # With 50 ms coalescing the engine holds some waves 10 ms longer than the simulator's SJF
+    # would (the simulator's non-FIFO policies do not model the engine's wait): the batches stay
+    # the same here, every wave starts no earlier and some start later, SLO outcomes may shift
+    # slightly. (Until the profiles were re-fitted this also asserted that SLO attainment differs;
+    # on the shipped profiles it is identical at seeds 0-2, so that assertion cannot come back.
+    # The start times below are what the wait visibly changes.)
+    recorder, pure, loop = _both("sjf", "request", plugin=True, rate_scale=2.0)
+    assert loop.sim.config.request_batch_max_wait_ms == 50 and loop.scheduler.fallbacks == 0
+    assert loop.batches == recorder.batches
+    started = [(p.first_scheduled_s, q.first_scheduled_s) for p, q in
+               ((pure.records[i], loop.sim.records[i]) for i in sorted(pure.records))]
+    assert all(engine >= sim - 1e-9 for sim, engine in started)
+    assert any(engine > sim + 1e-6 for sim, engine in started)  # the wait is not a no-op
+    sim_att, plugin_att = summarize(pure)["slo_attainment"], summarize(loop.sim)["slo_attainment"]
     assert abs(sim_att - plugin_att) < 0.02
 
 
