@@ -277,7 +277,9 @@ class ProjectedPolicy:
 
         Per group the first ``base_cap`` (the action-free cap) are taken, so the candidates do
         not depend on the action and one call serves the observation and the decision."""
-        stamp = (state, state.now, state.journal.end)
+        # the running batch is part of the candidates in step mode: a finish that moves neither
+        # the clock nor the queue (an engine clock that stood still) must not serve a stale list
+        stamp = (state, state.now, state.journal.end, tuple(map(id, state.running)))
         if self._candidates[0] == stamp:
             return self._candidates[1]
         self.index.sync(state)

@@ -12,11 +12,10 @@ vLLM-Omni 0.30's own, exactly as it routes:
 Plain heuristics a user would try: ``least-work`` (least outstanding predicted work:
 the running batch's remaining time plus the standalone work queued) and ``affinity``
 (the replica already holding the request's compatibility key, so it can batch; else
-least work). And ``rlsched``: the request's predicted finish on each replica (queued
-work ahead of it plus its own standalone time at that replica's layout, so a wide
+least work). And ``rlsched``: the request's predicted finish on each replica (the queued
+work due before it plus its own standalone time at that replica's layout, so a wide
 replica is preferred for large shapes and a narrow one for small), replicas where it
-still meets its SLO first, then the earliest predicted finish, with an affinity bonus
-where its key batches efficiently there.
+still meets its SLO first, then the earliest predicted finish.
 
 Outstanding work is followed through each replica's journal (O(changes), not a scan of
 the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
@@ -25,6 +24,7 @@ the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
 from __future__ import annotations
 
 import importlib
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Hashable
 
@@ -32,26 +32,30 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, no_options, parse_spec
-from rlsched.policies.projected import batching_cap
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.stage import Router, Stage
+from rlsched.sim.simulator import Simulator
+from rlsched.sim.stage import INF, Router, Stage
 from rlsched.sim.view import ENQUEUED, QueueView
 
 
 class QueueWork:
     """Standalone work and requests per compatibility key waiting in one replica, kept in step
-    with its journal."""
+    with its journal; and the work due before a deadline (sorted by deadline)."""
 
     def __init__(self) -> None:
         self.work_s = 0.0
         self.keys: Counter[Hashable] = Counter()
-        self._work: dict[int, float] = {}
+        self._work: dict[int, tuple[float, float]] = {}
+        """id -> (deadline, work) of every waiting request."""
+        self._by_deadline: list[tuple[float, int]] = []
+        self._works: list[float] = []
+        """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
         self._cursor = 0
 
     def sync(self, state: QueueView) -> None:
         entries = state.journal.since(self._cursor)
         if entries is None:  # trimmed past us: recount from the queue
-            self.work_s, self.keys, self._work = 0.0, Counter(), {}
+            self.__init__()  # type: ignore[misc]
             for rec in state.waiting.values():
                 self._add(rec)
         else:
@@ -62,26 +66,43 @@ class QueueWork:
                     self._remove(rec)
         self._cursor = state.journal.end
 
+    def due_before(self, deadline_s: float) -> float:
+        """Standalone work of the waiting requests whose deadline is not later than ``deadline_s``
+        (what a deadline-ordered replica policy runs first)."""
+        return sum(self._works[:bisect_right(self._by_deadline, (deadline_s, _LAST))])
+
     def _add(self, rec: RequestRecord) -> None:
-        w = rec.remaining_s
-        self.work_s += w - self._work.get(rec.request.id, 0.0)
-        if rec.request.id not in self._work:
-            self.keys[rec.key] += 1
-        self._work[rec.request.id] = w
+        self._remove(rec)  # a re-enqueue (preemption) replaces the entry
+        rid, w = rec.request.id, rec.remaining_s
+        self._work[rid] = (rec.deadline_s, w)
+        self.work_s += w
+        self.keys[rec.key] += 1
+        i = bisect_left(self._by_deadline, (rec.deadline_s, rid))
+        self._by_deadline.insert(i, (rec.deadline_s, rid))
+        self._works.insert(i, w)
 
     def _remove(self, rec: RequestRecord) -> None:
-        w = self._work.pop(rec.request.id, None)
-        if w is not None:
-            self.work_s -= w
-            self.keys[rec.key] -= 1
-            if not self.keys[rec.key]:
-                del self.keys[rec.key]
+        rid = rec.request.id
+        entry = self._work.pop(rid, None)
+        if entry is None:
+            return
+        deadline, w = entry
+        self.work_s -= w
+        self.keys[rec.key] -= 1
+        if not self.keys[rec.key]:
+            del self.keys[rec.key]
+        i = bisect_left(self._by_deadline, (deadline, rid))
+        del self._by_deadline[i], self._works[i]
 
 
-def backlog_s(sim: QueueView, work: QueueWork, now: float) -> float:
+_LAST = 1 << 62
+"""An id above every request id: ``(deadline, _LAST)`` sorts after every entry of that deadline."""
+
+
+def backlog_s(sim: Simulator, work: QueueWork, now: float) -> float:
     """Seconds of work ahead on a replica: the running batch's remaining time plus what waits."""
-    busy = getattr(sim, "gpu_end_s", float("inf"))
-    return (busy - now if busy != float("inf") else 0.0) + max(work.work_s, 0.0)
+    busy = sim.gpu_end_s
+    return (busy - now if busy != INF else 0.0) + max(work.work_s, 0.0)
 
 
 class _Followed:
@@ -157,18 +178,20 @@ class Affinity(_Followed):
 
 
 class RlschedRouter(_Followed):
-    """Savable-first earliest predicted finish, class-aware, with an affinity bonus (module docstring)."""
+    """Savable first, then the earliest predicted finish (module docstring).
+
+    A request's predicted finish on a replica: the running batch's remaining time, plus the
+    standalone work queued there that is due before it (deadline order, as the deadline-aware
+    replica policies — ``edf``, ``static``, the learned ones — run it), plus its own standalone
+    time at that replica's layout. Measured on training seeds (8 replicas, ``default``'s
+    profile, ``static`` replicas): total backlog instead of the work due first lost 3-11
+    points at x1-x1.5; among replicas where it meets its SLO, the least-loaded instead of the
+    earliest lost up to 4 points (``omni-mix`` x1.5), the tightest fit up to 11."""
 
     name = "rlsched"
 
-    def __init__(self, affinity: float = 0.5) -> None:
-        self.affinity = affinity
-        """Share of the request's own time credited on a replica holding its key (it can ride in a
-        batch there), scaled by how efficiently that key batches (its batching cap)."""
-
     def reset(self, stage: Stage) -> None:
         super().reset(stage)
-        self._caps: dict[tuple[int, Hashable], int] = {}
         self._records: dict[tuple[int, Hashable], RequestRecord] = {}
 
     def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> RequestRecord:
@@ -178,26 +201,15 @@ class RlschedRouter(_Followed):
             rec = self._records[(i, key)] = sim.cost.record(request)
         return rec
 
-    def _cap(self, i: int, sim: QueueView, rec: RequestRecord, key: Hashable) -> int:
-        cap = self._caps.get((i, key))
-        if cap is None:
-            cap = self._caps[(i, key)] = batching_cap(sim.cost, rec, sim.config.max_num_seqs, 0.25, sim.step_mode)
-        return cap
-
     def route(self, request: Request, stage: Stage) -> int:
         self._sync(stage)
-        now = stage.now
+        now, deadline = stage.now, request.arrival_s + request.slo_s
         best, best_score = 0, None
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            key = request.key(sim.step_mode)
-            rec = self._shape(i, sim, request, key)
-            finish = now + backlog_s(sim, work, now) + rec.work_s
-            if work.keys.get(key, 0):
-                cap = self._cap(i, sim, rec, key)
-                if cap > 1:
-                    finish -= self.affinity * rec.work_s * (1 - 1 / cap)
-            meets = finish <= request.arrival_s + request.slo_s
-            score = (not meets, finish, i)
+            rec = self._shape(i, sim, request, request.key(sim.step_mode))
+            busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
+            finish = now + busy + work.due_before(deadline) + rec.work_s
+            score = (finish > deadline, finish, i)
             if best_score is None or score < best_score:
                 best, best_score = i, score
         return best
