@@ -1,4 +1,5 @@
-"""``rlsched profile fit|measure``: cost profiles from measurements, and measurements from this device."""
+"""``rlsched profile fit|measure|predict``: cost profiles from measurements, measurements from this device,
+and what a profile predicts for one request (on one GPU or with sequence parallelism)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rlsched.commands.args import command, print_json
 from rlsched.errors import ConfigError
 
 
-@command("profile", "Fit a cost profile to a measurement set, or measure a diffusers transformer on this device.")
+@command("profile", "Fit a cost profile to a measurement set, measure a diffusers transformer on this device,"
+                    " or predict a request's latency and memory from a profile.")
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
     f = sub.add_parser("fit", help="fit a profile to a measurement set (folder with measurements.csv + fit.yaml)",
@@ -34,6 +36,22 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
     m.add_argument("--out", type=Path, required=True, help="measurement CSV to write")
     m.set_defaults(handler=run_measure)
+    q = sub.add_parser("predict", help="predicted standalone latency and per-GPU memory of a request,"
+                                       " on one GPU or over --sp GPUs (sequence parallelism)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    q.add_argument("profile", metavar="PROFILE",
+                   help="shipped profile name (envs/profiles/NAME.yaml) or a profile file")
+    q.add_argument("--height", required=True, help="image / frame height, px")
+    q.add_argument("--width", required=True, help="image / frame width, px")
+    q.add_argument("--frames", default="1", help="frames (1 for an image)")
+    q.add_argument("--steps", required=True, help="denoise steps")
+    q.add_argument("--sp", default="1", help="sequence-parallel GPUs: D (the profile's sp.method), ulyssesD, ringD"
+                                            " or ulyssesUxringR (u2r2)")
+    q.add_argument("--batch", default="1", help="same-shape requests run together")
+    q.add_argument("--cfg", action="store_true", help="classifier-free guidance on (two DiT passes per step)")
+    q.add_argument("--model", help="model of the profile (default: its only model)")
+    q.add_argument("--json", action="store_true", help="print a JSON object (latency_s, peak_gb_per_gpu, ...)")
+    q.set_defaults(handler=run_predict)
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -48,7 +66,7 @@ def run_fit(args: argparse.Namespace) -> int:
     rows = [{"line": r.row.line, "model": r.row.model, "gpu": r.row.gpu, "stack": r.row.stack,
              "shape": r.row.shape, "batch": r.row.batch, "steps": r.row.steps, "cfg": r.row.cfg,
              "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 6),
-             "error": round(r.error, 4), "use": r.row.use} for r in result.residuals]
+             "error": round(r.error, 4), "use": r.row.use, "parallel": r.row.parallel} for r in result.residuals]
     if args.json:
         print_json(rows)
     else:
@@ -69,14 +87,34 @@ def _residual_table(rows: list[dict], name: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"{name}: residuals (fit rows are fitted, check rows are held out)")
-    for col in ("line", "use", "metric", "shape", "batch", "steps", "cfg", "stack", "measured", "predicted", "error"):
+    for col in ("line", "use", "metric", "shape", "batch", "steps", "cfg", "parallel", "stack", "measured", "predicted",
+                "error"):
         t.add_column(col, justify="right" if col in ("line", "batch", "steps", "measured", "predicted", "error")
                      else "left")
     for r in rows:
         t.add_row(str(r["line"]), r["use"], r["metric"], r["shape"], str(r["batch"]), str(r["steps"]),
-                  str(r["cfg"]).lower(), r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
+                  str(r["cfg"]).lower(), r["parallel"], r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
                   f"{r['error']:+.1%}")
     Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200).print(t)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from rlsched.profiling.predict import int_flag, predict_request, resolve_profile
+
+    dims = {k: int_flag(f"--{k}", getattr(args, k)) for k in ("height", "width", "frames", "steps", "batch")}
+    cost = resolve_profile(args.profile)
+    p = predict_request(cost, sp=args.sp, model=args.model, cfg=args.cfg, **dims)
+    if args.json:
+        print_json(p.as_dict())
+        return 0
+    frames = f"x{p.frames}f" if p.frames > 1 else ""
+    print(f"{p.model} on {p.profile} ({p.gpu}), {p.width}x{p.height}{frames}, {p.steps} steps"
+          f"{', CFG' if p.cfg else ''}, batch {p.batch}, sp {p.layout}:")
+    print(f"latency_s        {p.latency_s:.4g}")
+    print(f"step_s           {p.step_s:.4g}")
+    print(f"peak_gb_per_gpu  {p.peak_gb_per_gpu:.4g} of {p.gpu_memory_gb:g}"
+          f"{'' if p.peak_gb_per_gpu <= p.gpu_memory_gb else '  (does not fit: OOM)'}")
+    return 0
 
 
 def run_measure(args: argparse.Namespace) -> int:

@@ -18,12 +18,22 @@ A measurement set is a folder ``envs/profiles/measurements/NAME/`` holding
         start: {floor_s: 0.1, a_s: 0.03, b_s_per_mtok: 20, ...}   # every coefficient
         fit: [b_s_per_mtok, c_s_per_gtok2]   # fitted to the rows with use=fit
         derive: {from: OTHER_SET, model: M, scale: {b_s_per_mtok: 0.36}}  # optional
+        sp:                                  # optional: sequence parallelism (rlsched.sim.cost.SPCost)
+          method: ulysses                    # what an integer --sp degree means
+          start: {ulysses_comm_s_per_mtok: 5, ulysses_sync_s_per_degree: 0.01}
+          fit: [ulysses_comm_s_per_mtok, ulysses_sync_s_per_degree]  # fitted to use=fit rows of degree > 1
+          derive: {from: OTHER_SET, model: M}   # optional: start from another set's fitted sp block
 
 Coefficients not in ``fit`` keep their ``start`` value: they are estimates, and the
 profile's sources say so. The fit minimises the relative error of every ``use=fit`` row
 (``scipy.optimize.least_squares``, coefficients >= 0) and rounds each fitted value to
 five significant digits, so the same files give the same profile byte for byte; the
 shipped profiles are this function's output (a test re-fits and compares).
+
+Sequence-parallel rows (``ulysses``/``ring`` columns, degree > 1) are fitted in a second
+stage: the degree-1 coefficients come from degree-1 rows only (so adding SP rows to a set
+never moves them), then the ``sp`` coefficients are fitted to the SP rows with the
+degree-1 model held fixed (same relative least squares, coefficients >= 0).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from typing import Any
 
 from rlsched.errors import ConfigError
 from rlsched.profiling.measurements import Measurement, read_measurements
-from rlsched.sim.cost import CostModel, profile_from_dict
+from rlsched.sim.cost import SP_KEYS, CostModel, profile_from_dict
 from rlsched.sim.request import Request
 from rlsched.sim.yamlio import read_yaml
 
@@ -43,7 +53,9 @@ STEP_KEYS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
 COEFFS = (*STEP_KEYS, "encode_s", "decode_s_per_mpx", "weights_gb", "act_gb_per_ktok", "vae_gb_per_mpx")
 SIG_DIGITS = 5
 SET_KEYS = ("name", "comment", "gpu", "max_mfu", "stack", "sources", "models")
-MODEL_KEYS = ("spec", "start", "fit", "derive")
+MODEL_KEYS = ("spec", "start", "fit", "derive", "sp")
+SP_FIT_KEYS = ("method", "start", "fit", "derive")
+SP_COEFFS = SP_KEYS[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +130,8 @@ def predict(cost: CostModel, row: Measurement) -> float:
     reqs = [Request(i, 0.0, row.model, m.modality, row.height, row.width, row.frames, row.steps, row.cfg,
                     "batch", math.inf) for i in range(row.batch)]
     recs = [cost.record(r) for r in reqs]
+    if row.layout.degree > 1:
+        return _predict_sp(cost, row, recs)
     if row.metric == "step_s":
         return cost.batch_step_time(recs)
     if row.metric == "diffuse_s":
@@ -136,6 +150,25 @@ def predict(cost: CostModel, row: Measurement) -> float:
     return attn / (k * m.a_s + m.b_s_per_mtok * tokens + attn)
 
 
+def _predict_sp(cost: CostModel, row: Measurement, recs: list[Any]) -> float:
+    """A row measured on ``row.layout`` (degree > 1): encode and decode are not split."""
+    if row.metric in ("step_s", "diffuse_s", "total_s"):
+        step = cost.batch_step_time_sp(recs, row.layout)
+        if row.metric == "step_s":
+            return step
+        if row.metric == "diffuse_s":
+            return row.steps * step
+        return recs[0].encode_s + row.steps * step + recs[0].decode_s
+    if row.metric == "peak_gb":
+        return cost.batch_memory_gb_sp(recs, row.layout)
+    if row.metric == "encode_s":
+        return recs[0].encode_s
+    if row.metric == "decode_s":
+        return sum(r.decode_s for r in recs)
+    raise ConfigError(f"measurements line {row.line}", f"metric {row.metric!r} is not modelled for a"
+                      f" sequence-parallel row ({row.layout})")
+
+
 def _fit_model(name: str, m: dict[str, Any], rows: list[Measurement], spec: dict[str, Any],
                spec_path: Path) -> dict[str, Any]:
     where = f"{spec_path}: models.{name}"
@@ -149,12 +182,94 @@ def _fit_model(name: str, m: dict[str, Any], rows: list[Measurement], spec: dict
     bad = [k for k in free if k not in COEFFS]
     if bad:
         raise ConfigError(where, f"fit: unknown coefficients {bad} (known: {COEFFS})")
-    mine = [r for r in rows if r.model == name and r.use == "fit"]
+    mine = [r for r in rows if r.model == name and r.use == "fit" and r.layout.degree == 1]
     if free:
         if len(mine) < len(free):
             raise ConfigError(where, f"{len(free)} coefficients to fit but only {len(mine)} 'fit' rows")
         coeffs.update(_least_squares(name, m, coeffs, free, mine, spec, where))
-    return _model_entry(m.get("spec", {}), coeffs)
+    sp = _fit_sp(name, m, coeffs, rows, spec, spec_path) if "sp" in m else None
+    return _model_entry(m.get("spec", {}), coeffs, sp)
+
+
+def _fit_sp(name: str, m: dict[str, Any], coeffs: dict[str, float], rows: list[Measurement],
+            spec: dict[str, Any], spec_path: Path) -> dict[str, Any]:
+    """The model's ``sp`` block: start (or another set's fit), then the listed coefficients
+    fitted to this model's ``fit`` rows of degree > 1 with the degree-1 model fixed.
+
+    ``sp.fit`` may also name degree-1 coefficients that only multi-GPU rows identify (the
+    step ``floor_s`` when every degree-1 row is compute-bound); those are then fitted to every
+    ``fit`` row of the model, of every degree, and updated in ``coeffs``."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    where = f"{spec_path}: models.{name}.sp"
+    sp = m["sp"]
+    _known_keys(sp, SP_FIT_KEYS, where)
+    start = dict(sp.get("start") or {})
+    bad = sorted(set(start) - set(SP_COEFFS))
+    if bad:
+        raise ConfigError(where, f"start: unknown coefficients {bad} (known: {list(SP_COEFFS)})")
+    values = {k: float(v) for k, v in start.items()}
+    method = sp.get("method")
+    if "derive" in sp:
+        base = _derived_sp(sp["derive"], spec_path, where)
+        method = method or base.get("method")
+        values = {**{k: float(v) for k, v in base.items() if k in SP_COEFFS}, **values}
+    method = method or "ulysses"
+    free = list(sp.get("fit") or [])
+    bad = [k for k in free if k not in SP_COEFFS and k not in COEFFS]
+    if bad:
+        raise ConfigError(where, f"fit: unknown coefficients {bad} (known: {list(SP_COEFFS)} or {list(COEFFS)})")
+    shared = [k for k in free if k in COEFFS]
+    if set(shared) & set(m.get("fit", [])):
+        raise ConfigError(where, f"fit: {sorted(set(shared) & set(m.get('fit', [])))} are already fitted at degree 1")
+    missing = [k for k in free if k not in values and k not in COEFFS]
+    if missing:
+        raise ConfigError(where, f"fit: {missing} need a start value")
+    block: dict[str, Any] = {"method": method, **{k: values[k] for k in SP_COEFFS if k in values}}
+    mine = [r for r in rows if r.model == name and r.use == "fit" and (shared or r.layout.degree > 1)]
+    n_sp = sum(r.layout.degree > 1 for r in mine)
+    if free and n_sp == 0:
+        raise ConfigError(where, "coefficients to fit but no 'fit' rows of degree > 1")
+    if free and len(mine) < len(free):
+        raise ConfigError(where, f"{len(free)} coefficients to fit but only {len(mine)} 'fit' rows")
+
+    def split(x: Any) -> tuple[dict[str, float], dict[str, Any]]:
+        trial = dict(zip(free, (float(v) for v in x)))
+        return ({**coeffs, **{k: v for k, v in trial.items() if k in COEFFS}},
+                {**block, **{k: v for k, v in trial.items() if k in SP_COEFFS}})
+
+    def resid(x: Any) -> Any:
+        c1, c_sp = split(x)
+        prof = {"name": spec["name"], "gpu": dict(spec["gpu"]), "stack": dict(spec["stack"]),
+                "sources": ["fit"], "models": {name: _model_entry(m.get("spec", {}), c1, c_sp)}}
+        c = profile_from_dict(prof, where)
+        return np.array([predict(c, r) / r.value - 1.0 for r in mine])
+
+    if free:
+        lower = _physical_lower_bounds(m.get("spec", {}).get("flops", {}), spec)
+        lb = np.array([lower.get(k, 0.0) for k in free])
+        x0 = np.maximum(np.array([values[k] if k in SP_COEFFS else coeffs[k] for k in free]), lb * 1.001)
+        sol = least_squares(resid, x0, bounds=(lb, np.inf), x_scale=np.maximum(np.abs(x0), 1e-6),
+                            xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        # a coefficient the rows push to its bound of 0 is written as 0, not as 1e-14 of noise
+        fitted = {k: _round(float(v)) if float(v) > 1e-9 * max(float(s0), 1.0) else 0.0
+                  for k, v, s0 in zip(free, sol.x, x0)}
+        coeffs.update({k: v for k, v in fitted.items() if k in COEFFS})
+        block.update({k: v for k, v in fitted.items() if k in SP_COEFFS})
+    return {k: v if k == "method" else _num(v) for k, v in block.items()}
+
+
+def _derived_sp(d: dict[str, Any], spec_path: Path, where: str) -> dict[str, Any]:
+    """Another set's fitted ``sp`` block (a transfer, not a measurement of this profile)."""
+    _known_keys(d, ("from", "model"), f"{where}.derive")
+    try:
+        base = fit_profile(spec_path.parent.parent / d["from"]).profile["models"][d["model"]]
+    except KeyError as exc:
+        raise ConfigError(f"{where}.derive", f"missing or unknown {exc}") from None
+    if "sp" not in base:
+        raise ConfigError(f"{where}.derive", f"{d['from']} model {d['model']!r} has no sp block")
+    return dict(base["sp"])
 
 
 def _least_squares(name: str, m: dict[str, Any], coeffs: dict[str, float], free: list[str],
@@ -202,13 +317,15 @@ def _derived(d: dict[str, Any], spec_path: Path, where: str) -> dict[str, float]
         raise ConfigError(where, f"derive.scale: unknown coefficient {exc}") from None
 
 
-def _model_entry(spec: dict[str, Any], c: dict[str, float]) -> dict[str, Any]:
+def _model_entry(spec: dict[str, Any], c: dict[str, float], sp: dict[str, Any] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {k: v for k, v in spec.items() if k != "flops"}
     entry["step"] = {k: _num(c[k]) for k in STEP_KEYS}
     for k in COEFFS[len(STEP_KEYS):]:
         entry[k] = _num(c[k])
     if "flops" in spec:
         entry["flops"] = dict(spec["flops"])
+    if sp is not None:
+        entry["sp"] = dict(sp)
     return entry
 
 

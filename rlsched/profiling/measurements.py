@@ -22,6 +22,18 @@ use        ``fit`` (the profile is fitted to it) or ``check`` (held out: reporte
 source     where the number comes from (URL or document + table); ``estimate:`` when it is not
            a measurement
 ========== ==================================================================
+
+Optional columns (absent or empty: 1), for multi-GPU rows:
+
+========== ==================================================================
+ulysses    Ulysses sequence-parallel degree of one request (all-to-all over heads)
+ring       ring-attention degree (``ulysses`` x ``ring`` GPUs per request)
+replicas   independent engine replicas the number was measured on (each one request at a
+           time); a per-request ``total_s`` of a replica does not depend on it
+========== ==================================================================
+
+Rows with ``ulysses·ring > 1`` are fitted only to a model's ``sp`` coefficients
+(``rlsched.profiling.fit``); degree-1 coefficients come from degree-1 rows alone.
 """
 
 from __future__ import annotations
@@ -32,10 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlsched.errors import TraceFormatError
+from rlsched.sim.cost import SPLayout
 
 METRICS = ("step_s", "diffuse_s", "total_s", "attn_share", "peak_gb", "decode_s", "encode_s")
 COLUMNS = ("model", "gpu", "stack", "height", "width", "frames", "batch", "steps", "cfg", "metric", "value",
            "use", "source")
+OPTIONAL_COLUMNS = ("ulysses", "ring", "replicas")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +71,27 @@ class Measurement:
     source: str
     line: int = 0
     """1-based line in the CSV (for residual reports and errors)."""
+    ulysses: int = 1
+    ring: int = 1
+    replicas: int = 1
 
     @property
     def shape(self) -> str:
         frames = f"x{self.frames}f" if self.frames > 1 else ""
         return f"{self.width}x{self.height}{frames}"
+
+    @property
+    def layout(self) -> SPLayout:
+        """The row's sequence-parallel layout (degree 1 for single-GPU rows)."""
+        return SPLayout(self.ulysses, self.ring)
+
+    @property
+    def parallel(self) -> str:
+        """Label of the multi-GPU setting: ``1``, ``ulysses4``, ``ulysses2xring2``, ``2 replicas``."""
+        label = str(self.layout)
+        if self.replicas > 1:
+            label = f"{self.replicas} replicas" if label == "1" else f"{label}, {self.replicas} replicas"
+        return label
 
 
 def read_measurements(path: Path) -> list[Measurement]:
@@ -103,6 +133,7 @@ def _row(path: Path, line: int, row: dict[str, str]) -> Measurement:
         raise TraceFormatError(str(path), line, f"column 'cfg': {cfg!r} is not true/false")
     if not row["source"].strip():
         raise TraceFormatError(str(path), line, "column 'source' is empty: every number names its source")
+    extra = {c: int(num(c)) for c in OPTIONAL_COLUMNS if (row.get(c) or "").strip()}
     return Measurement(row["model"].strip(), row["gpu"].strip(), row["stack"].strip(), int(num("height")),
                        int(num("width")), int(num("frames")), int(num("batch")), int(num("steps")),
-                       cfg == "true", metric, float(num("value", float)), use, row["source"].strip(), line)
+                       cfg == "true", metric, float(num("value", float)), use, row["source"].strip(), line, **extra)

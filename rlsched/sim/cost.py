@@ -9,13 +9,22 @@ decode when it finishes. Memory of a batch = weights of every model on the GPU +
 Σ per-request activation (∝ T) and decode peak (∝ pixels·frames). Every profile is
 the output of ``rlsched profile fit`` on a committed measurement file
 (``envs/profiles/measurements/NAME/``) and names its sources and software stack.
+
+Sequence parallelism (optional ``sp`` block of a model, see :class:`SPCost`): one request's
+step split over ``d = ulysses·ring`` GPUs costs
+``max(k·floor, k·a + (b·ΣT + c·ΣQ)/d) + comm + k·sync·(d-1)``, with the Ulysses all-to-all
+``u_comm·ΣT·(u-1)/(u²·r)`` and the ring KV pass ``r_comm·ΣT·(r-1)/(r·u)`` (each GPU's share
+of the traffic) and ``sync`` the per-degree rate of the slowest method in the layout. At
+``d = 1`` it is exactly :meth:`ModelCost.step_time`. Per GPU, weights are replicated and
+activations split (``/d``); the VAE decode peak is not (decode runs on one rank).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,91 @@ from rlsched.sim.schema import StackSpec, validate_stack
 from rlsched.sim.yamlio import read_yaml
 
 PROFILE_DIR = data_dir("envs") / "profiles"
+
+SP_METHODS = ("ulysses", "ring")
+SP_KEYS = ("method", "ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok",
+           "ring_sync_s_per_degree")
+"""Keys of a model's ``sp`` block (the coefficient keys are ``rlsched profile fit`` names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SPLayout:
+    """How one request's denoise step is split over GPUs: ``ulysses`` (all-to-all over attention
+    heads) times ``ring`` (ring attention over the sequence); ``degree = ulysses·ring`` GPUs."""
+
+    ulysses: int = 1
+    ring: int = 1
+
+    @property
+    def degree(self) -> int:
+        return self.ulysses * self.ring
+
+    def __str__(self) -> str:
+        parts = [f"{m}{n}" for m, n in (("ulysses", self.ulysses), ("ring", self.ring)) if n > 1]
+        return "x".join(parts) or "1"
+
+    @classmethod
+    def of(cls, degree: int, method: str = "ulysses") -> SPLayout:
+        """``degree`` GPUs with one method (``ulysses`` or ``ring``)."""
+        if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
+            raise ConfigError("sp degree", f"must be an integer >= 1, not {degree!r}")
+        degree = int(degree)
+        if method not in SP_METHODS:
+            raise ConfigError("sp method", f"must be one of {SP_METHODS}, not {method!r}")
+        return cls(degree, 1) if method == "ulysses" else cls(1, degree)
+
+    @classmethod
+    def parse(cls, text: str, default_method: str = "ulysses") -> SPLayout:
+        """``4`` (the default method), ``ulysses4``/``u4``, ``ring2``/``r2``, ``ulysses2xring2``/``u2r2``."""
+        import re
+
+        raw = str(text).strip().lower()
+        if raw.isdigit():
+            return cls.of(int(raw), default_method)
+        m = re.fullmatch(r"(?:(?:ulysses|u)(\d+))?x?(?:(?:ring|r)(\d+))?", raw)
+        if not raw or m is None or not (m.group(1) or m.group(2)):
+            raise ConfigError("sp layout", f"{text!r} is not D, ulyssesD, ringD or ulyssesUxringR (u2r2)")
+        u, r = int(m.group(1) or 1), int(m.group(2) or 1)
+        if u < 1 or r < 1:
+            raise ConfigError("sp layout", f"{text!r}: degrees must be >= 1")
+        return cls(u, r)
+
+
+@dataclass(frozen=True, slots=True)
+class SPCost:
+    """Sequence-parallel coefficients of one model on the profile's GPUs and interconnect.
+
+    ``*_comm_s_per_mtok``: seconds per million effective tokens of a method's per-GPU traffic
+    (Ulysses: ``ΣT·(u-1)/(u²·r)``; ring: ``ΣT·(r-1)/(r·u)``). ``*_sync_s_per_degree``: fixed
+    launch/sync seconds per forward per extra GPU (the layout pays the rate of its slowest
+    method times ``d-1``). ``None``: the method is not calibrated for this profile."""
+
+    method: str = "ulysses"
+    """Method an integer degree means."""
+    ulysses_comm_s_per_mtok: float | None = None
+    ulysses_sync_s_per_degree: float | None = None
+    ring_comm_s_per_mtok: float | None = None
+    ring_sync_s_per_degree: float | None = None
+
+    def supports(self, method: str) -> bool:
+        return getattr(self, f"{method}_comm_s_per_mtok") is not None
+
+    def overhead_s(self, tokens_m: float, k: int, layout: SPLayout) -> float:
+        """Communication + synchronisation seconds of one step (``k`` forwards) of a batch with
+        ``tokens_m`` million effective tokens on ``layout``."""
+        u, r = layout.ulysses, layout.ring
+        comm, rate = 0.0, 0.0
+        if u > 1:
+            if self.ulysses_comm_s_per_mtok is None or self.ulysses_sync_s_per_degree is None:
+                raise ConfigError("sp", f"no ulysses coefficients (layout {layout})")
+            comm += self.ulysses_comm_s_per_mtok * tokens_m * (u - 1) / (u * u * r)
+            rate = self.ulysses_sync_s_per_degree
+        if r > 1:
+            if self.ring_comm_s_per_mtok is None or self.ring_sync_s_per_degree is None:
+                raise ConfigError("sp", f"no ring coefficients (layout {layout})")
+            comm += self.ring_comm_s_per_mtok * tokens_m * (r - 1) / (r * u)
+            rate = max(rate, self.ring_sync_s_per_degree)
+        return comm + k * rate * (layout.degree - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +162,8 @@ class ModelCost:
     """Architecture: GFLOP of the linear layers per latent token per pass (0: not given)."""
     attn_flop_per_token2: float = 0.0
     """Architecture: attention FLOP per token² per pass (4·hidden·layers; 0: not given)."""
+    sp: SPCost | None = None
+    """Sequence-parallel coefficients (``None``: only degree 1 is calibrated)."""
 
     def latent_tokens(self, req: Request) -> int:
         if self.token_rule == "sequence":
@@ -83,6 +179,53 @@ class ModelCost:
 
     def passes(self, req: Request) -> int:
         return self.cfg_passes if req.cfg else 1
+
+    def sp_layout(self, degree: int | str | SPLayout) -> SPLayout:
+        """``degree`` as a layout this model is calibrated for: an integer means the profile's
+        ``sp.method``; a string is parsed (``u2r2``); degree 1 is always valid."""
+        default = self.sp.method if self.sp is not None else "ulysses"
+        if isinstance(degree, SPLayout):
+            layout = degree
+        elif isinstance(degree, str):
+            layout = SPLayout.parse(degree, default)
+        else:
+            layout = SPLayout.of(degree, default)
+        if layout.ulysses < 1 or layout.ring < 1:
+            raise ConfigError("sp layout", f"degrees must be >= 1, not {layout!r}")
+        if layout.degree == 1:
+            return layout
+        if self.sp is None:
+            raise ConfigError(f"model {self.name!r}", f"no 'sp' block in its profile: sequence parallelism"
+                              f" (degree {layout.degree}) is not calibrated for it")
+        for method in SP_METHODS:
+            if getattr(layout, method) > 1 and not self.sp.supports(method):
+                raise ConfigError(f"model {self.name!r}", f"its profile's 'sp' block has no {method} coefficients"
+                                  f" (layout {layout})")
+        return layout
+
+    def step_time_sp(self, tokens_m: float, quad_g: float, passes: int = 1,
+                     degree: int | str | SPLayout = 1) -> float:
+        """Seconds for one denoise step of a batch with these sums split over ``degree`` GPUs
+        (an int: the profile's ``sp.method``; or an :class:`SPLayout`). Degree 1 returns
+        exactly :meth:`step_time`."""
+        layout = self.sp_layout(degree)
+        if layout.degree == 1:
+            return self.step_time(tokens_m, quad_g, passes)
+        assert self.sp is not None  # sp_layout refuses degree > 1 without it
+        k = passes if self.sequential_cfg else 1
+        compute = max(k * self.floor_s,
+                      k * self.a_s + (self.b_s_per_mtok * tokens_m + self.c_s_per_gtok2 * quad_g) / layout.degree)
+        return compute + self.sp.overhead_s(tokens_m, k, layout)
+
+    def request_memory_gb(self, tokens_m: float, mpx: float, degree: int | str | SPLayout = 1) -> float:
+        """Per-GPU memory of one request beyond the weights: activations (split over the
+        ``degree`` GPUs) and the VAE-decode peak (not split); degree 1 equals
+        ``record(req).mem_gb`` exactly."""
+        d = self.sp_layout(degree).degree
+        act, vae = self.act_gb_per_ktok * tokens_m * 1e3, self.vae_gb_per_mpx * mpx
+        if d > 1:
+            act = act / d
+        return max(act, vae) if self.memory_form == "max" else act + vae
 
     def implied_tflops(self) -> tuple[float, float]:
         """(linear, attention) FLOP/s in TFLOP/s that the fitted coefficients imply; a profile
@@ -167,6 +310,53 @@ class CostModel:
     def standalone_s(self, req: Request) -> float:
         return self.record(req).work_s
 
+    # Sequence parallelism: one batch over ``degree`` GPUs (weights replicated per GPU).
+    # Degree 1 gives exactly batch_step_time / batch_memory_gb / batch_duration.
+
+    def batch_step_time_sp(self, records: Sequence[RequestRecord], degree: int | str | SPLayout = 1) -> float:
+        """One denoise step of same-key records split over ``degree`` GPUs."""
+        m = self.models[records[0].request.model]
+        passes = m.passes(records[0].request)
+        return m.step_time_sp(sum(r.tokens for r in records), sum(r.quad for r in records), passes, degree)
+
+    def batch_memory_gb_sp(self, records: Sequence[RequestRecord], degree: int | str | SPLayout = 1) -> float:
+        """Peak memory per GPU of a batch on ``degree`` GPUs: every model's weights (replicated)
+        plus each request's activations / degree and its decode peak."""
+        m = self.models[records[0].request.model]
+        if m.sp_layout(degree).degree == 1:
+            return self.batch_memory_gb(list(records))
+        return self.weights_gb + sum(m.request_memory_gb(r.tokens, _output_mpx(r), degree) for r in records)
+
+    def batch_duration_sp(self, batch: Sequence[RequestRecord], degree: int | str | SPLayout = 1,
+                          step_mode: bool = False, overhead_ms: float = 0.0, overhead_ms_per_mpx: float = 0.0,
+                          steps_done: Sequence[int] | None = None) -> float:
+        """:meth:`batch_duration` with the denoise steps split over ``degree`` GPUs (encode and
+        VAE decode are not split: they run on one rank)."""
+        layout = self.models[batch[0].request.model].sp_layout(degree)
+        if layout.degree == 1:
+            return self.batch_duration(batch, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
+        step = self.batch_step_time_sp(batch, layout)
+        if not step_mode:
+            steps = batch[0].request.num_inference_steps
+            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+                                      for r in batch) + overhead_ms / 1e3
+        extra = overhead_ms / 1e3
+        done = steps_done if steps_done is not None else [r.steps_done for r in batch]
+        for r, d in zip(batch, done):
+            if d == 0:
+                extra += r.encode_s
+            if d + 1 == r.request.num_inference_steps:
+                extra += r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+        return step + extra
+
+    def standalone_sp_s(self, req: Request, degree: int | str | SPLayout = 1) -> float:
+        """Seconds one request takes alone on ``degree`` GPUs (degree 1: :meth:`standalone_s`)."""
+        rec = self.record(req)
+        layout = self.model(req.model).sp_layout(degree)
+        if layout.degree == 1:
+            return rec.work_s
+        return rec.encode_s + req.num_inference_steps * self.batch_step_time_sp([rec], layout) + rec.decode_s
+
 
 def load_profile(name_or_path: str | Path) -> CostModel:
     """Load ``envs/profiles/NAME.yaml`` or a path to a profile file."""
@@ -180,6 +370,7 @@ def load_profile(name_or_path: str | Path) -> CostModel:
 
 
 def profile_from_dict(data: Any, where: str) -> CostModel:
+    data, sp_blocks = _take_sp(data, where)
     try:
         gpu = data["gpu"]
         stack = validate_stack(data["stack"], where)
@@ -195,7 +386,7 @@ def profile_from_dict(data: Any, where: str) -> CostModel:
         raise ConfigError(where, "a profile must name its sources")
     if cost.weights_gb >= cost.gpu_memory_gb:
         raise ConfigError(where, "model weights do not fit in GPU memory")
-    return cost
+    return _with_sp(cost, sp_blocks)
 
 
 def _model(name: str, spec: dict[str, Any], where: str, sequential_cfg: bool = False) -> ModelCost:
@@ -216,6 +407,53 @@ def _model(name: str, spec: dict[str, Any], where: str, sequential_cfg: bool = F
         if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
             raise ConfigError(where, f"{fname} must be a number >= 0, not {value!r}")
     return model
+
+
+def _take_sp(data: Any, where: str) -> tuple[Any, dict[str, SPCost]]:
+    """``data`` without its models' ``sp`` blocks (not mutated), and those blocks validated."""
+    models = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(models, dict) or not any(isinstance(m, dict) and "sp" in m for m in models.values()):
+        return data, {}
+    blocks = {name: _sp(m["sp"], f"{where}: models.{name}.sp") for name, m in models.items()
+              if isinstance(m, dict) and "sp" in m}
+    stripped = {name: {k: v for k, v in m.items() if k != "sp"} if isinstance(m, dict) else m
+                for name, m in models.items()}
+    return {**data, "models": stripped}, blocks
+
+
+def _with_sp(cost: CostModel, blocks: dict[str, SPCost]) -> CostModel:
+    if not blocks:
+        return cost
+    models = {name: replace(m, sp=blocks[name]) if name in blocks else m for name, m in cost.models.items()}
+    return replace(cost, models=models)
+
+
+def _sp(data: Any, where: str) -> SPCost:
+    """A model's ``sp`` block, validated: known keys, a known method, the default method's
+    coefficients present, every coefficient a finite number >= 0."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, "must be a mapping")
+    extra = sorted(set(data) - set(SP_KEYS))
+    if extra:
+        raise ConfigError(where, f"unknown keys {extra} (known: {list(SP_KEYS)})")
+    method = data.get("method", "ulysses")
+    if method not in SP_METHODS:
+        raise ConfigError(where, f"method must be one of {SP_METHODS}, not {method!r}")
+    values: dict[str, float] = {}
+    for key in SP_KEYS[1:]:
+        if key not in data:
+            continue
+        v = data[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > 1e6:
+            raise ConfigError(where, f"{key} must be a finite number in [0, 1e6], not {v!r}")
+        values[key] = float(v)
+    for m in SP_METHODS:
+        have = [k for k in (f"{m}_comm_s_per_mtok", f"{m}_sync_s_per_degree") if k in values]
+        if len(have) == 1:
+            raise ConfigError(where, f"{m} needs both {m}_comm_s_per_mtok and {m}_sync_s_per_degree")
+    if f"{method}_comm_s_per_mtok" not in values:
+        raise ConfigError(where, f"method {method!r} has no {method}_comm_s_per_mtok / {method}_sync_s_per_degree")
+    return SPCost(method, **values)
 
 
 def _output_mpx(rec: RequestRecord) -> float:
