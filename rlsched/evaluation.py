@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import math
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
 from rlsched.sim import Scenario, Simulator, load_scenario
@@ -57,8 +61,9 @@ RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "
 
 
 def write_records(sim: Simulator, path: str | Path) -> None:
-    """One CSV row per request (unfinished ones too) so anyone can check what happened."""
-    with Path(path).open("w", newline="") as fh:
+    """One CSV row per request (unfinished ones too) so anyone can check what happened;
+    written whole or not at all (``atomic_open``)."""
+    with atomic_open(Path(path), newline="") as fh:
         out = csv.writer(fh)
         out.writerow(RECORD_FIELDS)
         for rec in sorted(sim.records.values(), key=lambda r: r.request.id):
@@ -66,6 +71,37 @@ def write_records(sim: Simulator, path: str | Path) -> None:
             out.writerow([q.id, _f(q.arrival_s), _f(rec.first_scheduled_s), _f(rec.finish_s), rec.status,
                           int(rec.slo_met), rec.batch_id, q.priority, q.modality, q.height, q.width,
                           q.num_frames, q.num_inference_steps, _f(q.slo_s), rec.preemptions])
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", **kwargs: Any) -> Any:
+    """``open(path, mode)`` on a temporary file in ``path``'s folder that replaces ``path`` only
+    when the block ends without an error (``os.replace``): a failure, a full disk or Ctrl-C
+    leaves the previous file whole, never a part of the new one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            yield fh
+        os.chmod(tmp, _new_file_mode(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def _new_file_mode(path: Path) -> int:
+    """The existing file's mode, else what ``open`` would give (``mkstemp`` makes 0o600)."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _f(x: float) -> str:
@@ -157,8 +193,7 @@ class Grid:
 
 def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[str, Any], dict, list[int]]:
     scenario, policy, seed, rs, duration, ref = task
-    name = Path(scenario).stem
-    sim, metrics = simulate(RunSpec(scenario, policy.replace("{scenario}", name), seed, rs, duration))
+    sim, metrics = simulate(RunSpec(scenario, spec_for(policy, scenario), seed, rs, duration))
     metrics["policy"] = policy  # the template, so per-scenario specs group as one policy
     ratios: dict[str, list[float]] = {}
     sizes: list[int] = []
@@ -171,19 +206,55 @@ def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[s
     return metrics, ratios, sizes
 
 
+def spec_for(policy: str, scenario: str) -> str:
+    """The policy spec run on ``scenario``: ``{scenario}`` replaced by its name (file stem)."""
+    return policy.replace("{scenario}", Path(scenario).stem)
+
+
+def check_grid(scenarios: list[str], policies: list[str]) -> None:
+    """Load every scenario and build every policy spec for every scenario, before any run.
+
+    A grid with ``static:agents/tuned/{scenario}.json`` and a scenario without a tuned file
+    used to run every other cell first (minutes to hours) and then fail with nothing
+    written. Building a policy is cheap (a checkpoint or a JSON file is read); each
+    distinct spec is built once. Every spec that fails is listed in one ``ConfigError``."""
+    for sc in dict.fromkeys(scenarios):
+        load_scenario(sc)
+    problems: list[str] = []
+    built: set[str] = set()
+    for sc in dict.fromkeys(scenarios):
+        for pol in dict.fromkeys(policies):
+            spec = spec_for(pol, sc)
+            if spec in built:
+                continue
+            built.add(spec)
+            try:
+                make_policy(spec)
+            except RlschedError as exc:
+                where = f" (scenario {Path(sc).stem!r})" if spec != pol else ""
+                problems.append(f"{spec!r}{where}: {exc}")
+    if problems:
+        raise ConfigError("--policies", "; ".join(problems) + " (checked before the first run; nothing was run)")
+
+
 def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads: list[float],
              duration: float | None = None, workers: int = 1, progress: bool = True,
-             ray: str | None = None) -> Grid:
+             ray: str | None = None, grid: Grid | None = None) -> Grid:
     """Run every (scenario, policy, seed, load); same seed → same workload for all policies.
 
     ``workers`` and ``ray`` choose where the runs happen (``rlsched.parallel.run_tasks``);
-    the rows are the same, in the same order, wherever they ran."""
+    the rows are the same, in the same order, wherever they ran. Every scenario and policy
+    spec is checked first (``check_grid``). ``grid``: an empty ``Grid`` to fill in place, so
+    a caller keeps the runs that finished when a later one fails or is interrupted."""
     from rich.progress import Progress
 
+    check_grid(scenarios, policies)
     ref = min(loads, key=lambda x: abs(x - 1.0))
     tasks = [(sc, pol, seed, rs, duration, ref) for sc in scenarios for rs in loads for seed in seeds
              for pol in policies]
-    grid = Grid([], {}, {}, ref)
+    if grid is None:
+        grid = Grid([], {}, {}, ref)
+    grid.reference_load = ref
     with Progress(disable=not progress) as bar:
         job = bar.add_task("evaluating", total=len(tasks))
         for task, (metrics, ratios, sizes) in zip(tasks, run_tasks(_one, tasks, workers, ray)):
@@ -273,10 +344,10 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names
                                        if p.startswith(LEARNED[:2]) and static}
-    (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1))
+    write_atomic(out / "results.json", json.dumps(json_safe(summary), indent=1))
     shown = labels(names)
-    (out / "results.md").write_text(_markdown(cells, summary.get("headline"), shown)
-                                    + _paired_markdown(summary, shown))
+    write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown)
+                 + _paired_markdown(summary, shown))
     _plots(grid, cells, out, shown)
     return summary
 
@@ -422,7 +493,7 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str]) -> N
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
     fig.tight_layout()
-    fig.savefig(out / "slo_vs_load.png", dpi=100)
+    _savefig(fig, out / "slo_vs_load.png", dpi=100)
     plt.close(fig)
     _cdf_plot(grid, scenarios, policies, shown, out, plt, np)
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -436,8 +507,13 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str]) -> N
            ylabel="fraction of batches")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "batch_sizes.png", dpi=110)
+    _savefig(fig, out / "batch_sizes.png", dpi=110)
     plt.close(fig)
+
+
+def _savefig(fig: Any, path: Path, dpi: int) -> None:
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=dpi)
 
 
 def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict[str, str], out: Path, plt: Any,
@@ -455,5 +531,5 @@ def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict
                    xlabel="latency / SLO", ylabel="CDF")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "latency_cdf.png", dpi=100)
+    _savefig(fig, out / "latency_cdf.png", dpi=100)
     plt.close(fig)

@@ -4,11 +4,12 @@ A seeded rlsched workload (a scenario or a trace, the simulator's exact ``Reques
 becomes HTTP requests sent at their arrival times (÷ ``time_scale``), each carrying its
 class and SLO in ``extra_params`` (``{"priority": ..., "slo_ms": ...}``), which vLLM-Omni
 copies into ``sampling_params.extra_args`` for the rlsched plugin. ``run`` sends them from
-a thread pool, bounded in count (``max_requests``) and time (``timeout_s`` per request, the
-whole run ends ``timeout_s`` after the last send), checks each reply holds exactly one valid
-PNG of the requested size, and ``summarize`` reports the seed design's metric set: RPS/IPS,
-latency p50/p90/p99, SLO attainment per class, errors, and queueing vs processing delay
-where the server reports it (``--stage-metrics``: vLLM-Omni's ``stage_durations``).
+a thread pool, bounded in count (``max_requests``), time (``timeout_s`` per whole request,
+connect to last byte, so the run ends ``timeout_s`` after the last send) and reply size
+(``max_reply_bytes``), checks each reply holds exactly one valid PNG of the requested size,
+and ``summarize`` reports the seed design's metric set: RPS/IPS, latency p50/p90/p99, SLO
+attainment per class, errors, and queueing vs processing delay where the server reports it
+(``--stage-metrics``: vLLM-Omni's ``stage_durations``).
 
 Times are wall seconds; with ``time_scale`` ≠ 1 (a time-scaled replay against
 ``CostProfileExecutor``), latencies and SLO checks are also given in the profile's seconds
@@ -18,15 +19,17 @@ Times are wall seconds; with ``time_scale`` ≠ 1 (a time-scaled replay against
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import math
+import queue
+import socket
 import struct
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,40 +126,135 @@ def count_images(reply: Any, width: int, height: int) -> int:
     return n
 
 
-def post_json(url: str, body: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
-    """POST ``body``; (status, parsed JSON or text). Raises ``OSError`` on no reply."""
+DEFAULT_MAX_REPLY_BYTES = 64 * 2**20
+"""Replies above this are refused unread (``--max-reply-mb``): one 1024x1024 PNG in base64 is a
+few MB, and an unbounded read of a 1.5 GB reply took 4.3 GB of memory."""
+_CHUNK = 1 << 16
+
+
+class ReplyTooLarge(OSError):
+    """A reply over the size cap; its request fails, the run goes on."""
+
+
+class RequestTimeout(TimeoutError):
+    """No complete reply within the whole-request deadline."""
+
+
+def post_json(url: str, body: dict[str, Any], timeout_s: float, max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+              clock: Callable[[], float] = time.monotonic) -> tuple[int, Any]:
+    """POST ``body``; (status, parsed JSON or text). ``timeout_s`` bounds the whole request,
+    connecting to the last byte (a server trickling a byte a second used to keep one open
+    forever: a socket timeout only bounds each read); ``max_bytes`` bounds the reply.
+    Raises ``OSError`` (``RequestTimeout``, ``ReplyTooLarge``, connection errors) on no usable reply."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     data = json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    deadline = clock() + timeout_s
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    port = parts.port or (443 if parts.scheme == "https" else 80)  # explicit: a bare IPv6 host has colons
+    conn = conn_cls(parts.hostname, port, timeout=timeout_s)
+    expired = threading.Event()
+
+    def expire() -> None:
+        # wakes a read blocked on a silent or trickling server: shutdown ends it at once
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (user-given URL)
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
+        conn.connect()
+        if expired.is_set():
+            raise RequestTimeout(f"no reply within the {timeout_s:g} s request deadline")
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        declared = resp.getheader("Content-Length")
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            raise ReplyTooLarge(f"reply of {int(declared)} bytes exceeds the {_mib(max_bytes)} cap (--max-reply-mb)")
+        raw = bytearray()
+        while True:
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                break
+            raw += chunk
+            if len(raw) > max_bytes:
+                raise ReplyTooLarge(f"reply exceeds the {_mib(max_bytes)} cap (--max-reply-mb); stopped reading")
+            if clock() > deadline:
+                raise RequestTimeout(f"reply not complete within the {timeout_s:g} s request deadline")
+        if expired.is_set():  # the read ended because the deadline shut the socket
+            raise RequestTimeout(f"reply not complete within the {timeout_s:g} s request deadline")
+        status = resp.status
+    except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set() and not isinstance(exc, (RequestTimeout, ReplyTooLarge)):
+            raise RequestTimeout(f"no complete reply within the {timeout_s:g} s request deadline") from exc
+        if isinstance(exc, http.client.HTTPException):
+            raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
     try:
         return status, json.loads(raw)
     except ValueError:
-        return status, raw.decode(errors="replace")[:200]
+        return status, bytes(raw).decode(errors="replace")[:200]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
 
 
 def images_url(base: str) -> str:
-    """``http://host:port`` or a full endpoint URL → the images endpoint."""
+    """``http://host:port`` or a full endpoint URL → the images endpoint; anything but an
+    http(s) URL with a host is a ``ValueError``."""
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL with a host, not {base!r}")
+    try:
+        parts.port  # noqa: B018 (raises on a port that is not a number or out of range)
+    except ValueError as exc:
+        raise ValueError(f"{base!r}: {exc}") from None
     base = base.rstrip("/")
     return base if base.endswith("/images/generations") else f"{base}/v1/images/generations"
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run``: ``results`` holds the requests that finished (plan order), ``in_flight``
+    and ``unsent`` count the others. Sending stops at once; replies in flight are not awaited."""
+
+    def __init__(self, results: list[Result], in_flight: int, unsent: int) -> None:
+        super().__init__(f"interrupted: {len(results)} finished, {in_flight} in flight, {unsent} not sent")
+        self.results, self.in_flight, self.unsent = results, in_flight, unsent
+
+
 def run(url: str, planned: Sequence[Planned], timeout_s: float = 120.0, workers: int = 64,
-        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[Result]:
-    """Send every planned request at its time (never early); one ``Result`` each, in plan order."""
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+        on_result: Callable[[Result], None] | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> list[Result]:
+    """Send every planned request at its time (never early); one ``Result`` each, in plan order.
+
+    ``on_result`` is called with each request as it finishes (from a worker thread, one call
+    at a time), so a caller can write records as they come. Every request ends within
+    ``timeout_s`` of its send. On Ctrl-C, raises ``Interrupted`` with the finished ones."""
     endpoint, start = images_url(url), clock()
     results = [Result(p.index, p.priority, p.slo_s) for p in planned]
     lock = threading.Lock()
+    done = threading.Condition(lock)
+    finished: list[int] = []
+    callback_errors: list[BaseException] = []
+    jobs: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def send(i: int) -> None:
         p, res = planned[i], results[i]
         with lock:
             res.sent_s = clock() - start
         try:
-            res.status, reply = post_json(endpoint, p.body, timeout_s)
+            res.status, reply = post_json(endpoint, p.body, timeout_s, max_reply_bytes, clock)
             res.images = count_images(reply, p.width, p.height)
             if res.status != 200:
                 res.error = f"HTTP {res.status}: {str(reply)[:120]}"
@@ -164,16 +262,48 @@ def run(url: str, planned: Sequence[Planned], timeout_s: float = 120.0, workers:
                 res.error = f"{res.images} valid {p.width}x{p.height} PNGs in the reply (expected 1)"
             if isinstance(reply, dict) and isinstance(reply.get("metrics"), dict):
                 res.server_metrics = reply["metrics"]
-        except OSError as exc:
-            res.error = f"{type(exc).__name__}: {exc}"
-        res.done_s = clock() - start
+        except Exception as exc:  # noqa: BLE001 (any failure is this request's error, never a silent one)
+            res.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        finally:
+            res.done_s = clock() - start
+        with done:
+            finished.append(i)
+            if on_result is not None:
+                try:
+                    on_result(res)
+                except Exception as exc:  # noqa: BLE001 (a failed record write must not hang the run)
+                    callback_errors.append(exc)
+            done.notify_all()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(planned) or 1))) as pool:
+    def worker() -> None:
+        while (i := jobs.get()) is not None:
+            send(i)
+
+    # daemon threads: on Ctrl-C the process exits without waiting for replies still in flight
+    threads = [threading.Thread(target=worker, daemon=True, name=f"loadgen-{k}")
+               for k in range(max(1, min(workers, len(planned) or 1)))]
+    for t in threads:
+        t.start()
+    submitted = 0
+    try:
         for i, p in enumerate(planned):
             delay = p.send_s - (clock() - start)
             if delay > 0:
                 sleep(delay)
-            pool.submit(send, i)
+            jobs.put(i)
+            submitted += 1
+        with done:
+            while len(finished) < len(planned) and not callback_errors:
+                done.wait(0.5)
+    except KeyboardInterrupt:
+        with lock:
+            got = sorted(finished)
+        raise Interrupted([results[i] for i in got], submitted - len(got), len(planned) - submitted) from None
+    finally:
+        for _ in threads:
+            jobs.put(None)
+    if callback_errors:
+        raise callback_errors[0]
     return results
 
 
@@ -242,5 +372,5 @@ def _server_split(ok: Sequence[Result]) -> dict[str, float]:
     return out
 
 
-__all__ = ["PROMPT_PREFIX", "Planned", "Result", "count_images", "images_url", "plan", "png_size",
-           "request_body", "run", "summarize"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "PROMPT_PREFIX", "Interrupted", "Planned", "ReplyTooLarge", "RequestTimeout",
+           "Result", "count_images", "images_url", "plan", "png_size", "request_body", "run", "summarize"]

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,19 +44,46 @@ class StubServer:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stub.bodies.append(body)
+                if stub.mode in ("huge", "huge-unsized", "trickle"):
+                    return stub.misbehave(self)
+                if stub.mode == "slow":
+                    time.sleep(0.3)
                 status, reply = stub.reply(self.path, body)
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except OSError:  # the client is gone (e.g. a loadgen stopped with Ctrl-C)
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def misbehave(self, handler: BaseHTTPRequestHandler) -> None:
+        """``huge``: a 3 MB reply (declared); ``huge-unsized``: the same without Content-Length
+        (read to the close); ``trickle``: one byte every 0.1 s of a 1000-byte reply."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        size = 1000 if self.mode == "trickle" else 3 * 2**20
+        if self.mode != "huge-unsized":
+            handler.send_header("Content-Length", str(size))
+        handler.end_headers()
+        try:
+            if self.mode == "trickle":
+                for _ in range(size):
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                    time.sleep(0.1)
+            else:
+                handler.wfile.write(b" " * size)
+        except OSError:  # the client gave up: what the test wants
+            pass
 
     def reply(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         if path != "/v1/images/generations":
@@ -145,3 +176,76 @@ def test_cli_prints_json_and_writes_records(stub: StubServer, tmp_path) -> None:
     text = subprocess.run([sys.executable, "-m", "rlsched", "loadgen", stub.url, "--max-requests", "2",
                            "--time-scale", "1e6", "--timeout", "10"], capture_output=True, text=True, timeout=120)
     assert "SLO attainment" in text.stdout and "p99" in text.stdout
+
+
+# ------------------------------------------------------------------ issue 18: errors, caps, deadline, Ctrl-C
+
+
+def test_any_exception_is_recorded_with_its_reason_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug: an exception other than OSError in a worker left an empty reason and a NaN duration."""
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("decoder exploded")
+
+    monkeypatch.setattr(loadgen, "post_json", broken)
+    results = loadgen.run("http://127.0.0.1:9", loadgen.plan(requests(2), time_scale=1e6), timeout_s=2)
+    assert [r.error for r in results] == ["RuntimeError: decoder exploded"] * 2
+    assert all(math.isfinite(r.latency_s) and r.latency_s >= 0 for r in results)
+    assert loadgen.summarize(results)["error_samples"] == ["RuntimeError: decoder exploded"]
+
+
+@pytest.mark.parametrize("stub", ["huge", "huge-unsized"], indirect=True)
+def test_a_reply_over_the_cap_fails_its_request(stub: StubServer) -> None:
+    """Bug: replies had no size cap (one 1.5 GB reply: 4.3 GB RSS)."""
+    results = loadgen.run(stub.url, loadgen.plan(requests(2), time_scale=1e6), timeout_s=10,
+                          max_reply_bytes=2**20)
+    assert all(r.status == 0 and "ReplyTooLarge" in r.error and "1 MiB cap (--max-reply-mb)" in r.error
+               for r in results), [r.error for r in results]
+
+
+@pytest.mark.parametrize("stub", ["trickle"], indirect=True)
+def test_timeout_is_a_deadline_for_the_whole_request(stub: StubServer) -> None:
+    """Bug: ``--timeout`` bounded each read, so a server trickling a byte at a time held a request
+    (and the run) open for as long as it liked."""
+    t0 = time.monotonic()
+    results = loadgen.run(stub.url, loadgen.plan(requests(1), time_scale=1e6), timeout_s=1.0)
+    took = time.monotonic() - t0
+    assert took < 3, took
+    assert "RequestTimeout" in results[0].error and "1 s request deadline" in results[0].error
+    assert 0.9 < results[0].latency_s < 3
+
+
+def test_ctrl_c_returns_the_finished_requests(stub: StubServer) -> None:
+    """Ctrl-C while waiting to send: sending stops, ``Interrupted`` carries the finished requests."""
+    def interrupting_sleep(s: float) -> None:
+        time.sleep(0.5)  # the three sends due now finish meanwhile
+        raise KeyboardInterrupt
+
+    late = [loadgen.Planned(p.index, 10.0 if k >= 3 else 0.0, p.priority, p.slo_s, p.height, p.width, p.body)
+            for k, p in enumerate(loadgen.plan(requests(6), time_scale=1e6))]
+    seen: list[int] = []
+    with pytest.raises(loadgen.Interrupted) as exc:
+        loadgen.run(stub.url, late, timeout_s=10, sleep=interrupting_sleep, on_result=lambda r: seen.append(r.index))
+    assert sorted(r.index for r in exc.value.results) == sorted(seen) == [p.index for p in late[:3]]
+    assert (exc.value.in_flight, exc.value.unsent) == (0, 3) and all(r.ok for r in exc.value.results)
+
+
+@pytest.mark.parametrize("stub", ["slow"], indirect=True)
+def test_cli_ctrl_c_keeps_the_records_and_prints_a_summary(stub: StubServer, tmp_path: Path) -> None:
+    """Bug: Ctrl-C gave a traceback and no ``--records`` (they were written at the end)."""
+    out = tmp_path / "records.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "rlsched", "loadgen", stub.url, "--max-requests", "200",
+                             "--time-scale", "50", "--duration", "36000", "--timeout", "10", "--workers", "2",
+                             "--records", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
+            time.sleep(0.1)  # two rows are on disk while the run goes on: written as they come
+        assert len(out.read_text().splitlines()) >= 3
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "interrupted" in stdout and "SLO attainment" in stdout and "rlsched: interrupted:" in stderr
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("id,priority") and len(rows) - 1 == int(stdout.split("requests ")[1].split(",")[0])

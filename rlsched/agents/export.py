@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
+import os
+import shutil
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -13,8 +17,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlsched.errors import CheckpointError
-from rlsched.learned.checkpoint import save_checkpoint
+from rlsched.errors import CheckpointError, ConfigError
+from rlsched.learned.checkpoint import META, WEIGHTS, save_checkpoint
 from rlsched.policies.projected import ACTION_DIM, ProjectionConfig
 
 ACTOR_PREFIXES = ("mlp_extractor.policy_net.", "action_net.")
@@ -44,9 +48,15 @@ def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
     """Write ``out/policy.safetensors`` + ``out/policy.json`` from ``run_dir/<source>``."""
     from rlsched.learned.observation import OBS_DIM, SCHEMA_VERSION
 
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} is a file; name the checkpoint folder to write")
+    if not (run_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{run_dir}: not a run dir written by `rlsched train` (no config.yaml)")
     src = run_dir / source
     if source == "best" and not (src / "model.zip").is_file():
         src = run_dir / "last"
+    if not (src / "model.zip").is_file():
+        raise CheckpointError(f"{src}: no model.zip (--source: best, last or steps_N)")
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     agent = cfg["agent"]
     tensors = actor_tensors(src / "model.zip")
@@ -63,7 +73,36 @@ def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
         "trained_timesteps": _timesteps(src), "run_timesteps": _timesteps(run_dir), "source": src.name,
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    return save_checkpoint(out, tensors, meta)
+    return _save_atomic(out, tensors, meta)
+
+
+def _save_atomic(out: Path, tensors: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """``save_checkpoint`` into a temporary folder beside ``out``, then swapped in whole (other
+    files already in ``out`` are kept): a failed export leaves the previous checkpoint intact,
+    and no reader sees new weights beside old metadata."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)
+        save_checkpoint(tmp, tensors, meta)
+        if out.is_dir():
+            for entry in out.iterdir():
+                if entry.name not in (WEIGHTS, META) and not (tmp / entry.name).exists():
+                    (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            old.rmdir()
+            os.replace(out, old)
+            os.replace(tmp, out)
+            with contextlib.suppress(OSError):
+                shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
 
 
 def _obs_norm(path: Path) -> dict[str, Any] | None:

@@ -93,8 +93,29 @@ def load_obs_norm(venv: Any, path: Path) -> None:
     venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = data["mean"], data["var"], float(data["count"])
 
 
+def check_config(cfg: AgentConfig) -> None:
+    """The step counts a run relies on, before anything is built: ``timesteps: -5`` used to
+    "train" nothing and leave an untrained network to export, ``checkpoint_every: 0`` to fail
+    at the first step."""
+    for name in ("timesteps", "n_envs", "checkpoint_every", "eval_every"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            flag = {"timesteps": " (--timesteps)", "n_envs": " (--n-envs)"}.get(name, "")
+            raise ConfigError(f"agent.{name}{flag}", f"must be an integer >= 1, not {value!r}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Temporary file in the same folder + ``os.replace``: never a half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, progress: bool = True) -> Path:
     """Train (or resume) a run; returns the folder of the final checkpoint."""
+    check_config(cfg)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("--run-dir", f"{run_dir} is a file; name a folder")
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList
@@ -122,8 +143,8 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
             from rlsched.agents.pretrain import clone
 
             mse = clone(model, venv, cfg, seed)
-            (run_dir / "pretrain.json").write_text(json.dumps({"behaviour_cloning_mse": mse}))
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
+            _write_atomic(run_dir / "pretrain.json", json.dumps({"behaviour_cloning_mse": mse}))
+    _write_atomic(run_dir / "config.yaml", yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
     evaluate = validation_eval(cfg)
     callbacks = CallbackList([
         HyperparamText(yaml.safe_dump(cfg.to_dict(), sort_keys=False)),
@@ -135,7 +156,7 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     model.learn(total_timesteps=max(cfg.timesteps - done, 0), callback=callbacks, progress_bar=progress,
                 reset_num_timesteps=not resume, tb_log_name="ppo")
     PeriodicCheckpoint.save(model, venv, last)
-    (run_dir / "train_time.json").write_text(json.dumps(
+    _write_atomic(run_dir / "train_time.json", json.dumps(
         {"seconds": time.perf_counter() - start, "timesteps": int(model.num_timesteps)}))
     venv.close()
     return last
@@ -144,9 +165,9 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
 def _save_best(model: Any, venv: Any, run_dir: Path, score: float) -> None:
     from rlsched.agents.checkpointing import PeriodicCheckpoint
 
-    folder = PeriodicCheckpoint.save(model, venv, run_dir / BEST)
-    (folder / "validation.json").write_text(json.dumps({"timesteps": int(model.num_timesteps),
-                                                        "weighted_slo_attainment": score}))
+    # validation.json travels with the weights: a crash never leaves one without the other
+    PeriodicCheckpoint.save(model, venv, run_dir / BEST, {"validation.json": json.dumps(
+        {"timesteps": int(model.num_timesteps), "weighted_slo_attainment": score})})
 
 
 def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:

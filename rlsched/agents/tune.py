@@ -24,9 +24,10 @@ before each proposal).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -208,21 +209,105 @@ def open_study(spec: TuneSpec, storage: str | None = None, study_name: str | Non
     history always leads to the same next proposals."""
     optuna = require_optuna()
     name = study_name or f"tune-{Path(spec.scenario).stem}"
-    done = _existing_trials(optuna, storage, name)
-    seed = int(np.random.SeedSequence([spec.search_seed, done]).generate_state(1)[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, round(spec.explore * spec.trials)),
-                                             multivariate=True, constant_liar=spec.batch > 1)
-    study = optuna.create_study(storage=storage, study_name=name, direction="maximize", sampler=sampler,
-                                load_if_exists=True)
-    _check_objective(study, spec, storage)
-    _fail_stale(optuna, study)
-    _enqueue_anchors(optuna, study, spec)
+    with storage_errors(storage):
+        backend = open_storage(optuna, storage)
+        done = _existing_trials(optuna, backend, name)
+        seed = int(np.random.SeedSequence([spec.search_seed, done]).generate_state(1)[0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=seed,
+                                                 n_startup_trials=max(1, round(spec.explore * spec.trials)),
+                                                 multivariate=True, constant_liar=spec.batch > 1)
+        study = optuna.create_study(storage=backend, study_name=name, direction="maximize", sampler=sampler,
+                                    load_if_exists=True)
+        _check_objective(study, spec, storage)
+        _fail_stale(optuna, study)
+        _enqueue_anchors(optuna, study, spec)
     return study
 
 
-def _existing_trials(optuna: Any, storage: str | None, name: str) -> int:
+def open_storage(optuna: Any, storage: str | None) -> Any:
+    """The Optuna storage behind a URL (``None``: in memory); one that does not open (an unknown
+    scheme such as ``bogus://x``, a missing driver, a folder that does not exist) is a
+    ``ConfigError`` naming ``--storage``, not a SQLAlchemy traceback."""
+    if storage is None:
+        return None
+    try:
+        return optuna.storages.get_storage(storage)
+    except (ImportError, ValueError) as exc:  # a missing database driver, a malformed URL
+        raise ConfigError("--storage", f"cannot open {storage!r}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of an exception's message (SQLAlchemy's carry a background URL after it)."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+@contextlib.contextmanager
+def storage_errors(storage: str | None) -> Iterator[None]:
+    """Turn the storage's own failures into a ``ConfigError`` naming ``--storage``: SQLAlchemy's
+    (a database that cannot be opened, a locked SQLite file) and a trial closed under this
+    process by another one."""
+    import sqlalchemy.exc
+
+    optuna = require_optuna()
+    try:
+        yield
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise ConfigError("--storage", f"cannot use {storage!r}: {_reason(exc)}") from None
+    except optuna.exceptions.UpdateFinishedTrialError as exc:
+        raise ConfigError("--storage", f"{storage}: {exc}; another process closed this tune's trial: two "
+                                       "`rlsched tune` ran one study at once") from None
+
+
+def sqlite_file(storage: str | None) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URL (None for other storages and in-memory SQLite)."""
+    if not storage or not storage.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        database = make_url(storage).database
+    except ArgumentError as exc:
+        raise ConfigError("--storage", f"cannot open {storage!r}: {_reason(exc)}") from None
+    return None if not database or database == ":memory:" else Path(database)
+
+
+@contextlib.contextmanager
+def study_lock(storage: str | None) -> Iterator[None]:
+    """Hold ``DB.lock`` beside a SQLite study for the whole search, so a second ``rlsched tune``
+    on the same file is refused at once. Two at once used to run more trials than asked,
+    mark each other's running trials failed, or stop on "database is locked". The lock is
+    the OS's (``flock``): a killed tune releases it, and its study resumes."""
+    path = sqlite_file(storage)
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    if not path.parent.is_dir():
+        raise ConfigError("--storage", f"cannot open {storage!r}: folder {path.parent} does not exist")
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fh = lock.open("a")
+    except OSError as exc:
+        raise ConfigError("--storage", f"cannot open {storage!r}: {exc.strerror or exc} ({lock})") from None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError("--storage", f"{storage} is in use by another `rlsched tune` (lock {lock}); wait for "
+                                           "it to finish (rerunning it then resumes the study), or give another "
+                                           "--storage") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _existing_trials(optuna: Any, storage: Any, name: str) -> int:
     if storage is None:
         return 0
     try:
@@ -271,18 +356,20 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
     reports each one (``done``: completed trials so far, those of a resumed study included).
     ``workers``/``ray`` say where simulations run (``rlsched.parallel``)."""
     optuna = require_optuna()
-    study = open_study(spec, storage, study_name)
-    dists = _distributions(optuna)
-    done = len(_completed(optuna, study))
-    while done < spec.trials:
-        asked = [study.ask(dists) for _ in range(min(spec.batch, spec.trials - done))]
-        scores = score_vectors(spec, [_vector(t.params) for t in asked], workers, ray)
-        for trial, score in zip(asked, scores):
-            study.tell(trial, score)
-            done += 1
-            if on_trial:
-                on_trial(done, score, study.best_value)
-    return result_of(optuna, study)
+    with study_lock(storage):
+        study = open_study(spec, storage, study_name)
+        dists = _distributions(optuna)
+        with storage_errors(storage):
+            done = len(_completed(optuna, study))
+            while done < spec.trials:
+                asked = [study.ask(dists) for _ in range(min(spec.batch, spec.trials - done))]
+                scores = score_vectors(spec, [_vector(t.params) for t in asked], workers, ray)
+                for trial, score in zip(asked, scores):
+                    study.tell(trial, score)
+                    done += 1
+                    if on_trial:
+                        on_trial(done, score, study.best_value)
+            return result_of(optuna, study)
 
 
 def result_of(optuna: Any, study: Any) -> TuneResult:

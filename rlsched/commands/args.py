@@ -7,9 +7,16 @@ registry, so the command modules never import the CLI (no import circle).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from rlsched.errors import ConfigError
 
 Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {}
@@ -31,3 +38,133 @@ def print_json(obj: Any) -> None:
 
 def _jsonable(obj: Any) -> Any:
     return str(obj)
+
+
+# ------------------------------------------------------------------ numeric flags
+
+
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer in [``minimum``, ``maximum``]; else ``ArgumentTypeError``
+    (argparse prints ``argument --flag: must be an integer >= 1, not -5``, status 2)."""
+    want = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {want}, not {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {want}, not {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def finite_float(minimum: float = 0.0, *, inclusive: bool = False,
+                 maximum: float | None = None) -> Callable[[str], float]:
+    """argparse type: a finite number > ``minimum`` (>= with ``inclusive``), <= ``maximum``;
+    NaN and inf are refused (a NaN compares false everywhere and would pass a later check)."""
+    want = f"a finite number {'>=' if inclusive else '>'} {minimum:g}"
+    if maximum is not None:
+        want += f" and <= {maximum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {want}, not {text!r}") from None
+        low_ok = value >= minimum if inclusive else value > minimum
+        if not math.isfinite(value) or not low_ok or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {want}, not {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+positive_int = int_at_least(1)
+positive_float = finite_float(0.0)
+nonnegative_float = finite_float(0.0, inclusive=True)
+
+
+# ------------------------------------------------------------------ output paths
+# Checked before the work starts (a typo in --out must not cost a finished run), written
+# through a temporary file in the same folder and os.replace, so a crash or a full disk
+# never leaves a half-written file in place of the previous one.
+
+
+def _probe_writable(folder: Path, flag: str) -> None:
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rlsched-probe-", dir=folder)
+    except OSError as exc:
+        raise ConfigError(flag, f"cannot write in folder {folder}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def _existing_ancestor(path: Path, flag: str) -> Path:
+    """The nearest folder above ``path`` that exists; a file met on the way is an error."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(flag, f"{parent} is a file, not a folder")
+            return parent
+    return Path("/")
+
+
+def check_out_file(path: str | Path, flag: str, make_parents: bool = False) -> Path:
+    """``path`` as a file rlsched may write: not a folder, its folder writable. The folder must
+    exist unless ``make_parents`` (then it is created now, before the work)."""
+    out = Path(path)
+    if out.is_dir():
+        raise ConfigError(flag, f"{out} is a folder; name the file to write")
+    parent = out.parent
+    if not parent.is_dir():
+        if parent.exists():
+            raise ConfigError(flag, f"{parent} is a file, not a folder")
+        if not make_parents:
+            raise ConfigError(flag, f"folder {parent} does not exist")
+        _existing_ancestor(out, flag)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(flag, f"cannot create folder {parent}: {exc.strerror or exc}") from None
+    _probe_writable(parent, flag)
+    return out
+
+
+def check_out_dir(path: str | Path, flag: str) -> Path:
+    """``path`` as a folder rlsched may create or write into: not a file, writable (or creatable
+    under a writable folder). Nothing is created here."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(flag, f"{out} is a file; name a folder")
+    _probe_writable(out if out.is_dir() else _existing_ancestor(out, flag), flag)
+    return out
+
+
+def file_mode(path: Path) -> int:
+    """The mode a new file gets (the existing file's, else 0o666 less the umask): ``mkstemp``
+    creates its files 0o600, which a plain ``open`` would not."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder and ``os.replace``:
+    readers see the old file or the new one, never a part."""
+    out = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, file_mode(out))
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rlsched.bench import MODULES, TEXT, load
-from rlsched.commands.args import command, print_json
+from rlsched.commands.args import command, positive_int, print_json
 
 
 @command("bench", "Speed benchmarks: sim, projection, env, decision, backlog, plugin (the vLLM tier).")
@@ -15,8 +15,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default="", help="backlog, plugin: comma-separated policies (default: every "
                                                   "built-in / every shipped one); decision: the policy to time "
                                                   "(default: rl:checkpoints/default)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
-    p.add_argument("--calls", type=int, default=None, help="plugin: timed schedule() calls per cell (default 80)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed repetitions (the median is reported)")
+    p.add_argument("--calls", type=positive_int, default=None,
+                   help="plugin: timed schedule() calls per cell (default 80)")
     p.add_argument("--queues", default="", help="plugin: comma-separated waiting-queue depths "
                                                 "(default 16,256,1024,4096)")
     p.add_argument("--modes", default="request,step", help="plugin: request, step or both")

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rlsched.commands.args import command
+from rlsched.commands.args import (
+    check_out_file,
+    command,
+    nonnegative_float,
+    positive_int,
+    write_atomic,
+)
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
 from rlsched.policies import make_policy
@@ -26,38 +34,65 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="qwen-image-h200", help="cost profile (envs/profiles/NAME.yaml) or path")
     p.add_argument("--model", default="", help="model entry of the profile (default: its first)")
     p.add_argument("--out", default="deploy.yaml", help="where to write the deploy config")
-    p.add_argument("--stage-id", type=int, default=0, help="the diffusion stage of the pipeline")
-    p.add_argument("--max-num-seqs", type=int, default=4, help="largest batch (vLLM-Omni max_num_seqs)")
-    p.add_argument("--max-wait-ms", type=float, default=0.0,
+    p.add_argument("--stage-id", type=int, default=0,
+                   help="the diffusion stage of the pipeline: one of --base-config's stages (without it only 0, "
+                        "the one stage of a generic diffusion model, can be checked and is accepted)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=4, help="largest batch (vLLM-Omni max_num_seqs)")
+    p.add_argument("--max-wait-ms", type=nonnegative_float, default=0.0,
                    help="request_batch_max_wait_ms: engine admission wait before each wave (0: the policy "
                         "alone decides, as in the simulator)")
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
+    # the plugin's settings are range-checked by PluginConfig itself (extras.rlsched.NAME: finite, > 0)
     p.add_argument("--default-slo-scale", type=float, help="SLO scale of the default class")
     p.add_argument("--decision-budget-ms", type=float, default=5.0,
-                   help="a slower decision is discarded and FIFO schedules that call")
+                   help="a slower decision is discarded and FIFO schedules that call (<= --decision-deadline-ms)")
     p.add_argument("--decision-deadline-ms", type=float, default=100.0,
                    help="schedule() never waits longer for a decision; a policy that overran is not called again")
     p.add_argument("--metrics-port", type=int, default=0, help="1..65535: serve rlsched_* metrics on this port")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="plugin seconds per wall second (>1 only for time-scaled replays with "
                         "CostProfileExecutor; 1 when serving)")
-    p.add_argument("--base-config", help="inherit a shipped deploy YAML (vLLM-Omni base_config)")
+    p.add_argument("--base-config",
+                   help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
+                        "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.metrics_port <= 65535:
         raise ConfigError("--metrics-port", f"must be a TCP port 1..65535 (0: off), not {args.metrics_port}")
+    if args.stage_id < 0:
+        raise ConfigError("--stage-id", f"must be >= 0, not {args.stage_id}")
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError("--out", f"{out} is a folder; name the file to write")
+    if not out.parent.is_dir():  # a typo should not create folders
+        raise ConfigError("--out", f"folder {out.parent} does not exist")
+    check_out_file(out, "--out")
     settings = PluginConfig(
         policy=args.policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
         decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port,
         time_scale=args.time_scale)
+    if settings.decision_budget_ms > settings.decision_deadline_ms:
+        raise ConfigError("--decision-budget-ms", f"{settings.decision_budget_ms:g} exceeds --decision-deadline-ms "
+                                                  f"{settings.decision_deadline_ms:g}: a decision is cut off at the "
+                                                  "deadline, so the budget must be <= it")
     _check(settings)
-    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution,
-                        args.base_config)
-    _write(Path(args.out), _HEADER + yaml.safe_dump(doc, sort_keys=False))
+    base = None
+    if args.base_config:
+        base, stages = resolve_base_config(args.base_config, out)
+        if args.stage_id not in stages:
+            raise ConfigError("--stage-id", f"{args.stage_id} is not a stage of --base-config {args.base_config} "
+                                            f"(its stages: {', '.join(map(str, stages)) or 'none'}); vLLM-Omni would "
+                                            "drop this stage and no plugin would run")
+    elif args.stage_id != 0:
+        raise ConfigError("--stage-id", f"{args.stage_id} without --base-config: a generic diffusion model has "
+                                        "the one stage 0, and for a pipeline only its deploy YAML says which stages "
+                                        "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
+    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base)
+    _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
     overrides = json.dumps({str(args.stage_id): stage}, separators=(",", ":"))
     print(f"wrote {args.out}\n\nregistered pipelines (a deploy YAML applies):\n"
@@ -96,15 +131,76 @@ def _check(settings: PluginConfig) -> None:
 
 
 def _write(out: Path, text: str) -> None:
-    """Write the config; a missing folder is an error naming it (a typo should not create folders)."""
-    if not out.parent.is_dir():
-        raise ConfigError("--out", f"folder {out.parent} does not exist")
-    if out.is_dir():
-        raise ConfigError("--out", f"{out} is a folder; name the file to write")
+    """Write the config (checked by ``run`` first) whole or not at all."""
     try:
-        out.write_text(text)
+        write_atomic(out, text)
     except OSError as exc:
         raise ConfigError("--out", f"cannot write {out}: {exc.strerror}") from None
+
+
+def vllm_omni_deploy_dir() -> Path | None:
+    """vLLM-Omni's shipped deploy YAMLs (``vllm_omni/deploy``) when it is installed here; found
+    without importing it (that would import vLLM and torch)."""
+    try:
+        spec = importlib.util.find_spec("vllm_omni")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        folder = Path(location) / "deploy"
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def resolve_base_config(name: str, out: Path) -> tuple[str, list[int]]:
+    """What to write as ``base_config`` and the stage ids of the inherited config.
+
+    vLLM-Omni reads ``base_config`` relative to the deploy YAML's own folder (and follows the
+    base's own ``base_config`` the same way), so ``name`` is looked up there first, as written;
+    then as a path from here, and as one of vLLM-Omni's shipped files (both written as absolute
+    paths, which vLLM-Omni reads as they are). One that is found nowhere, does not parse, or
+    holds no ``stages`` list with integer ``stage_id``s is a ``ConfigError`` naming ``--base-config``."""
+    beside, here = out.parent / name, Path(name)
+    shipped = vllm_omni_deploy_dir()
+    if beside.is_file():
+        written, path = name, beside
+    elif here.is_file():
+        written, path = os.path.abspath(here), here
+    elif shipped is not None and (shipped / name).is_file():
+        written, path = str(shipped / name), shipped / name
+    else:
+        looked = [str(beside)] + ([str(here)] if here != beside else []) + (
+            [str(shipped / name)] if shipped is not None else ["vLLM-Omni's deploy folder (not installed here)"])
+        raise ConfigError("--base-config", f"{name}: no such file (looked in: {', '.join(looked)}); vLLM-Omni "
+                                           "reads base_config relative to the deploy YAML's folder")
+    return written, _stage_ids(path, set())
+
+
+def _stage_ids(path: Path, seen: set[Path]) -> list[int]:
+    """Stage ids of a deploy YAML and of the ``base_config`` chain under it (as vLLM-Omni merges them)."""
+    real = path.resolve()
+    if real in seen:
+        raise ConfigError("--base-config", f"{path}: base_config loops back to itself")
+    seen.add(real)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError("--base-config", f"{path}: cannot read it as YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError("--base-config", f"{path}: expected a mapping with 'stages', got {type(doc).__name__}")
+    stages = doc.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(st, dict) and isinstance(st.get("stage_id"), int)
+                                               and not isinstance(st.get("stage_id"), bool) for st in stages):
+        raise ConfigError("--base-config", f"{path}: 'stages' must be a list of mappings with an integer stage_id")
+    ids = [st["stage_id"] for st in stages]
+    parent = doc.get("base_config")
+    if parent is not None:
+        if not isinstance(parent, str) or not (path.parent / parent).is_file():
+            raise ConfigError("--base-config", f"{path}: its base_config {parent!r} is not a file beside it")
+        ids += _stage_ids(path.parent / parent, seen)
+    return sorted(set(ids))
 
 
 _HEADER = ("# vLLM-Omni deploy config written by `rlsched deploy`: the diffusion stage runs an\n"

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from rlsched.argtypes import int_list
-from rlsched.commands.args import command, print_json
-from rlsched.evaluation import EVAL_SEED_BASE, run_grid, write_report
+from rlsched.commands.args import check_out_dir, command, positive_float, print_json, write_atomic
+from rlsched.evaluation import EVAL_SEED_BASE, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
+from rlsched.sim.metrics import json_safe
 from rlsched.sim.workload import positive
+
+PARTIAL = "partial.json"
+"""Written into --out when a grid stops early: the rows of the runs that finished."""
 
 
 @command("eval", "Evaluate policies × scenarios × loads on held-out seeds; write markdown, JSON and plots.")
@@ -22,8 +28,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
     p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25,1.5", help="loads to evaluate")
-    p.add_argument("--duration", type=float, help="arrival window per run (default: each scenario's)")
-    p.add_argument("--out", default="results/latest", help="folder for results.md, results.json, plots")
+    p.add_argument("--duration", type=positive_float, help="arrival window per run in s (default: each scenario's)")
+    p.add_argument("--out", default="results/latest",
+                   help=f"folder for results.md, results.json, plots (checked before the first run; if a run "
+                        f"fails or Ctrl-C stops the grid, the runs that finished are written to OUT/{PARTIAL})")
     add_parallel_args(p)
     p.add_argument("--allow-training-seeds", action="store_true", help="permit seeds < 1000 (not for reporting)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -35,14 +43,34 @@ def run(args: argparse.Namespace) -> int:
     if min(seeds) < EVAL_SEED_BASE and not args.allow_training_seeds:
         raise SystemExit(f"rlsched eval: seeds below {EVAL_SEED_BASE} are training seeds; "
                          "pass --allow-training-seeds to use them anyway")
-    grid = run_grid(args.scenarios.split(","), args.policies.split(","), seeds,
-                    [positive(x, "--rate-scales") for x in args.rate_scales.split(",")], args.duration, args.workers,
-                    progress=not args.json, ray=args.ray)
-    out = Path(args.out)
+    loads = [positive(x, "--rate-scales") for x in args.rate_scales.split(",")]
+    out = check_out_dir(args.out, "--out")
+    scenarios, policies = args.scenarios.split(","), args.policies.split(",")
+    grid = Grid([], {}, {}, 1.0)
+    total = len(scenarios) * len(policies) * len(seeds) * len(loads)
+    try:
+        run_grid(scenarios, policies, seeds, loads, args.duration, args.workers, progress=not args.json,
+                 ray=args.ray, grid=grid)
+    except BaseException as exc:
+        if grid.rows:
+            _write_partial(out, grid, total, exc)
+        raise
     summary = write_report(grid, out)
+    (out / PARTIAL).unlink(missing_ok=True)  # an earlier stopped grid's rows: superseded
     if args.json:
         print_json(summary)
     else:
         print((out / "results.md").read_text())
         print(f"wrote {out}/results.md, results.json and plots")
     return 0
+
+
+def _write_partial(out: Path, grid: Grid, total: int, exc: BaseException) -> None:
+    """The finished runs' rows (the same rows results.json is aggregated from), so a failure in
+    the last scenario does not cost the others."""
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / PARTIAL, json.dumps(json_safe({"finished": len(grid.rows), "total": total, "stopped_by": why,
+                                                      "rows": grid.rows}), indent=1))
+    print(f"rlsched: note: {len(grid.rows)} of {total} runs finished before the grid stopped; their rows are in "
+          f"{out / PARTIAL}", file=sys.stderr)

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rlsched.argtypes import seed_arg
-from rlsched.commands.args import command, print_json
+from rlsched.commands.args import (
+    check_out_dir,
+    check_out_file,
+    command,
+    int_at_least,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    print_json,
+)
+from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
 
 
@@ -16,13 +27,13 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
                    help="request-mode scenarios, comma-separated")
     p.add_argument("--static", default="agents/tuned/{scenario}.json",
                    help="tuned action file of the heuristic ({scenario} is replaced)")
-    p.add_argument("--episodes", type=int, default=8, help="labelled episodes per scenario")
+    p.add_argument("--episodes", type=positive_int, default=8, help="labelled episodes per scenario")
     p.add_argument("--seed", type=seed_arg, default=0, help="first training seed (consecutive, < 900)")
     p.add_argument("--rate-scales", default="0.5,1.5", help="load range LOW,HIGH; episodes spread evenly over it")
-    p.add_argument("--future", type=float, default=600.0,
+    p.add_argument("--future", type=nonnegative_float, default=600.0,
                    help="hindsight horizon in s (the fork sees the real arrivals this far ahead; 0: realizable)")
-    p.add_argument("--every", type=int, default=2, help="label one decision point with a choice in this many")
-    p.add_argument("--duration", type=float, default=7200.0, help="arrival window per episode (s)")
+    p.add_argument("--every", type=positive_int, default=2, help="label one decision point with a choice in this many")
+    p.add_argument("--duration", type=positive_float, default=7200.0, help="arrival window per episode (s)")
     p.add_argument("--policy", help="DAgger: a frozen scorer (pick checkpoint folder) visits the states "
                                     "instead of the heuristic")
     add_parallel_args(p, workers=2)
@@ -35,7 +46,14 @@ def run_label(args: argparse.Namespace) -> int:
     from rlsched.agents.labels import generate, label_tasks, save_labels
     from rlsched.sim.workload import positive
 
-    low, high = (positive(x, "--rate-scales") for x in args.rate_scales.split(","))
+    loads = [positive(x, "--rate-scales") for x in args.rate_scales.split(",")]
+    if len(loads) != 2 or loads[0] > loads[1]:
+        raise ConfigError("--rate-scales", f"expected LOW,HIGH with LOW <= HIGH, not {args.rate_scales!r}")
+    low, high = loads
+    out = check_out_file(args.out, "--out", make_parents=True)
+    if out.suffix != ".npz":  # numpy would add it, and the file written would not be --out
+        raise ConfigError("--out", f"{out}: the labels file must end in .npz")
+    _check_static(args.scenarios.split(","), args.static)
     scorer = None
     if args.policy:
         from rlsched.learned.pick import load_scorer
@@ -44,10 +62,28 @@ def run_label(args: argparse.Namespace) -> int:
     tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),
                         args.future, args.every, args.duration, scorer)
     parts = generate(tasks, args.workers, not args.no_progress, args.ray)
-    out = save_labels(Path(args.out), parts, {"scenarios": args.scenarios, "episodes": args.episodes,
-                                                "seed": args.seed, "future_s": args.future})
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.npz")
+    try:
+        save_labels(tmp, parts, {"scenarios": args.scenarios, "episodes": args.episodes,
+                                 "seed": args.seed, "future_s": args.future})
+        os.replace(tmp, out)  # whole or not at all
+    finally:
+        tmp.unlink(missing_ok=True)
     print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})
     return 0
+
+
+def _check_static(scenarios: list[str], static: str) -> None:
+    """Every scenario's tuned file loads before the first episode (not at its own episode)."""
+    from rlsched.policies.static import load_static
+    from rlsched.sim import load_scenario
+
+    for sc in dict.fromkeys(scenarios):
+        load_scenario(sc)
+        try:
+            load_static(static.format(scenario=sc))
+        except ConfigError as exc:
+            raise ConfigError("--static", f"scenario {sc!r}: {exc}") from None
 
 
 @command("learn", "Train the candidate-batch policy end to end: labels, imitation, DAgger, MaskablePPO, "
@@ -56,7 +92,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default="agents/pick.yaml", help="recipe preset (YAML)")
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
-    p.add_argument("--timesteps", type=int, help="PPO steps (default: the preset's; 0 skips PPO)")
+    p.add_argument("--timesteps", type=int_at_least(0), help="PPO steps (default: the preset's; 0 skips PPO)")
     add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_learn)
@@ -65,6 +101,9 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 def run_learn(args: argparse.Namespace) -> int:
     from rlsched.agents.pick_train import learn, load_pick_config
 
+    check_out_dir(args.run_dir, "--run-dir")
+    if args.out:
+        check_out_dir(args.out, "--out")
     cfg = load_pick_config(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rlsched import loadgen
 from rlsched.argtypes import seed_arg
-from rlsched.commands.args import command, print_json
+from rlsched.commands.args import check_out_file, command, finite_float, int_at_least, positive_float, print_json
 from rlsched.errors import ConfigError
 from rlsched.sim import load_scenario
+
+MAX_WORKERS = 4096
+"""Concurrent connections above this are a typo (each is a thread and a socket)."""
+RECORD_FIELDS = ("id", "priority", "slo_s", "sent_s", "done_s", "latency_s", "status", "images", "slo_met", "error")
 
 
 @command("loadgen", "Send a scenario's (or a trace's) seeded requests to a vLLM-Omni server and report metrics.")
@@ -21,44 +28,86 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario (envs/NAME.yaml) or path: arrivals, shapes, SLOs")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV) instead")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
-    p.add_argument("--duration", type=float, help="arrival window in the scenario's seconds (default: the scenario's)")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--rate-scale", type=positive_float, default=1.0, help="multiply the arrival rate by X")
+    p.add_argument("--duration", type=positive_float,
+                   help="arrival window in the scenario's seconds (default: the scenario's)")
+    p.add_argument("--time-scale", type=positive_float, default=1.0,
                    help="send X times faster than the workload's clock (match the server's rlsched time_scale)")
-    p.add_argument("--max-requests", type=int, default=1000, help="send at most this many requests")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one reply")
-    p.add_argument("--workers", type=int, default=64, help="concurrent connections at most")
+    p.add_argument("--max-requests", type=int_at_least(1), default=1000, help="send at most this many requests")
+    p.add_argument("--timeout", type=positive_float, default=300.0,
+                   help="seconds one request may take in all, from connecting to the reply's last byte "
+                        "(a deadline, not a per-read timeout)")
+    p.add_argument("--max-reply-mb", type=finite_float(0.0, maximum=2**20),
+                   default=loadgen.DEFAULT_MAX_REPLY_BYTES / 2**20,
+                   help="a larger reply fails its request unread (MiB)")
+    p.add_argument("--workers", type=int_at_least(1, MAX_WORKERS), default=64,
+                   help=f"concurrent connections at most (1..{MAX_WORKERS})")
     p.add_argument("--model", help="the `model` field of each request (default: the server's)")
     p.add_argument("--stage-metrics", action="store_true",
                    help="ask the server for per-request stage metrics (queueing vs processing)")
-    p.add_argument("--records", metavar="PATH", help="write one CSV row per request")
+    p.add_argument("--records", metavar="PATH",
+                   help="write one CSV row per request, each as its reply ends (a stopped run keeps its rows)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_requests < 1:
-        raise ConfigError("--max-requests", "must be >= 1")
-    if not args.time_scale > 0 or not args.timeout > 0:
-        raise ConfigError("--time-scale/--timeout", "must be > 0")
+    try:
+        loadgen.images_url(args.url)
+    except ValueError as exc:
+        raise ConfigError("url", str(exc)) from None
+    records = check_out_file(args.records, "--records") if args.records else None
     scenario = load_scenario(args.scenario)
     reqs = scenario.requests(args.seed, args.rate_scale, args.duration, args.trace)
     planned = loadgen.plan(reqs, args.time_scale, args.model, args.max_requests, args.stage_metrics)
-    results = loadgen.run(args.url, planned, args.timeout, args.workers)
+    interrupted: loadgen.Interrupted | None = None
+    with _records(records, args.time_scale) as write:
+        try:
+            results = loadgen.run(args.url, planned, args.timeout, args.workers, on_result=write,
+                                  max_reply_bytes=int(args.max_reply_mb * 2**20))
+        except loadgen.Interrupted as exc:
+            interrupted, results = exc, exc.results
     summary = loadgen.summarize(results, args.time_scale)
-    if args.records:
-        write_records(results, args.records, args.time_scale)
+    if interrupted is not None:
+        summary.update(interrupted=True, in_flight=interrupted.in_flight, unsent=interrupted.unsent)
     if args.json:
         print_json(summary)
     else:
         print(format_summary(summary))
+    if interrupted is not None:
+        print(f"rlsched: interrupted: the summary covers the {len(results)} requests that finished; "
+              f"{interrupted.in_flight} in flight and {interrupted.unsent} not sent are left out"
+              + (f"; records in {records}" if records else ""), file=sys.stderr)
+        return 130  # the shell's status for Ctrl-C
     return 0 if summary["errors"] == 0 else 1
+
+
+@contextlib.contextmanager
+def _records(path: Path | None, time_scale: float) -> Iterator[Any]:
+    """A per-result writer of the records CSV, line-buffered: each row is on disk as soon as its
+    request ends, so Ctrl-C or a crash keeps every row written so far."""
+    if path is None:
+        yield None
+        return
+    with path.open("w", newline="", buffering=1) as fh:
+        w = csv.writer(fh)
+        w.writerow(RECORD_FIELDS)
+        yield lambda r: _write_row(w, fh, r, time_scale)
+
+
+def _write_row(w: Any, fh: TextIO, r: loadgen.Result, time_scale: float) -> None:
+    met = r.ok and r.latency_s * time_scale <= r.slo_s
+    w.writerow([r.index, r.priority, r.slo_s, f"{r.sent_s:.6f}", f"{r.done_s:.6f}", f"{r.latency_s:.6f}",
+                r.status, r.images, int(met), r.error])
+    fh.flush()
 
 
 def format_summary(s: dict[str, Any]) -> str:
     unit = f" (x{s['time_scale']:g}: profile s)" if s["time_scale"] != 1 else ""
+    stopped = (f" (interrupted: {s['in_flight']} in flight and {s['unsent']} not sent left out)"
+               if s.get("interrupted") else "")
     lines = [f"requests {s['requests']}, completed {s['completed']}, errors {s['errors']} "
-             f"in {s['duration_s']:.2f} s",
+             f"in {s['duration_s']:.2f} s{stopped}",
              f"throughput: {s['rps']:.3f} req/s, {s['ips']:.3f} images/s (wall)",
              "latency (wall s): " + ", ".join(f"p{q} {s[f'latency_p{q}_s']:.3f}" for q in (50, 90, 99))]
     if s["time_scale"] != 1:
@@ -77,16 +126,8 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def write_records(results: list[loadgen.Result], path: str, time_scale: float) -> None:
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise ConfigError("--records", f"folder {out.parent} does not exist")
-    with out.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "priority", "slo_s", "sent_s", "done_s", "latency_s", "status", "images", "slo_met",
-                    "error"])
+    """All of ``results`` at once (``run`` writes them as they come)."""
+    out = check_out_file(path, "--records")
+    with _records(out, time_scale) as write:
         for r in results:
-            met = r.ok and r.latency_s * time_scale <= r.slo_s
-            w.writerow([r.index, r.priority, r.slo_s, f"{r.sent_s:.6f}", f"{r.done_s:.6f}", f"{r.latency_s:.6f}",
-                        r.status, r.images, int(met), r.error])
-
-
+            write(r)

@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlsched.commands.args import command, print_json
+from rlsched.argtypes import seed_arg
+from rlsched.commands.args import check_out_file, command, positive_int, print_json, write_atomic
 from rlsched.errors import ConfigError
 
 
@@ -29,11 +30,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--batch-sizes", default="1,2", help="comma-separated batch sizes")
     m.add_argument("--resolutions", default="64x64,128x128", help="comma-separated WIDTHxHEIGHT (video: WxHxFRAMES)")
     m.add_argument("--cfg", action="store_true", help="run CFG as two sequential forwards per step (as vLLM-Omni)")
-    m.add_argument("--repeats", type=int, default=3, help="timed repeats per point (after one warm-up)")
+    m.add_argument("--repeats", type=positive_int, default=3, help="timed repeats per point (after one warm-up)")
     m.add_argument("--no-decode", action="store_true", help="skip timing the VAE decode")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32")
     m.add_argument("--compile", action="store_true", help="torch.compile the transformer (recorded in the stack)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    m.add_argument("--seed", type=seed_arg, default=0, help="seed of the random weights and inputs (integer >= 0)")
     m.add_argument("--out", type=Path, required=True, help="measurement CSV to write")
     m.set_defaults(handler=run_measure)
     q = sub.add_parser("predict", help="predicted standalone latency and per-GPU memory of a request,"
@@ -57,10 +58,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from rlsched.profiling.fit import fit_profile, render_profile
 
+    if args.out:
+        check_out_file(args.out, "--out")
     result = fit_profile(args.measurements)
     text = render_profile(result, _shown(args.measurements))
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_atomic(args.out, text)
     elif not args.json:
         print(text, end="")
     rows = [{"line": r.row.line, "model": r.row.model, "gpu": r.row.gpu, "stack": r.row.stack,
@@ -124,6 +127,9 @@ def run_measure(args: argparse.Namespace) -> int:
         batches = [int(b) for b in args.batch_sizes.split(",")]
     except ValueError:
         raise ConfigError("--batch-sizes", f"not a list of integers: {args.batch_sizes!r}") from None
+    if min(batches) < 1:
+        raise ConfigError("--batch-sizes", f"each batch size must be >= 1, not {min(batches)}")
+    check_out_file(args.out, "--out")
     spec = MeasureSpec(args.arch, batches, args.resolutions, args.cfg, args.repeats, not args.no_decode,
                        args.dtype, args.compile, args.seed)
     rows = measure(spec, args.out)

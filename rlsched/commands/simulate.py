@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from rlsched.argtypes import seed_arg
-from rlsched.commands.args import command, print_json
+from rlsched.commands.args import check_out_file, command, print_json
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
@@ -22,10 +24,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", metavar="P1,P2,...", help="run these policies on the same workload")
     p.add_argument("--mode", choices=("request", "step"), help="override the scenario's execution mode")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
+    # --duration and --rate-scale are range-checked where the workload is drawn (duration_s, rate_scale)
     p.add_argument("--duration", type=float, help="arrival window in seconds (default: the scenario's)")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X (> 0)")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
-    p.add_argument("--records", metavar="PATH", help="write one CSV row per request (single policy)")
+    p.add_argument("--records", metavar="PATH",
+                   help="write one CSV row per request; with --compare one file per policy, the policy "
+                        "inserted before the suffix (r.csv: r.fifo.csv, r.sjf.csv, ...)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table instead of a rich one")
     p.add_argument("--json", action="store_true", help="print JSON (a list with --compare)")
     p.set_defaults(handler=run)
@@ -33,16 +38,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
-    policies = args.compare.split(",") if args.compare else [args.policy]
+    policies = [p.strip() for p in args.compare.split(",")] if args.compare else [args.policy]
+    records = records_paths(args.records, policies, bool(args.compare)) if args.records else {}
     rows: list[dict[str, Any]] = []
     shown: set[str] = set()
-    for policy in policies:
-        spec = RunSpec(args.scenario, policy.strip(), args.seed, args.rate_scale, args.duration,
+    for i, policy in enumerate(policies):
+        spec = RunSpec(args.scenario, policy, args.seed, args.rate_scale, args.duration,
                        args.mode, args.trace)
         sim, metrics = _simulate(spec, scenario, shown)
-        if args.records and not args.compare:
-            write_records(sim, args.records)
+        if records:
+            write_records(sim, records[i])
         rows.append(metrics)
+    if args.compare and records:
+        print("rlsched: wrote records " + ", ".join(str(p) for p in records.values()), file=sys.stderr)
     if args.json:
         print_json(rows if args.compare else rows[0])
     elif args.markdown:
@@ -53,6 +61,27 @@ def run(args: argparse.Namespace) -> int:
                  f"{r['requests_total']} requests")
         show(metrics_table(rows, title))
     return 0
+
+
+def records_paths(path: str, policies: list[str], compare: bool) -> dict[int, Path]:
+    """Where each policy's records go, checked before the first simulation: ``path`` itself for
+    one policy; with ``--compare``, ``STEM.POLICY.SUFFIX`` per policy (the spec made file-safe,
+    e.g. ``r.static-agents-tuned-default.json.csv``; a spec given twice gets ``-2``)."""
+    base = check_out_file(path, "--records")
+    if not compare:
+        return {0: base}
+    out: dict[int, Path] = {}
+    taken: set[str] = set()
+    for i, policy in enumerate(policies):
+        slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", policy).strip("-.") or "policy"
+        name, n = slug, 1
+        while name in taken:
+            n += 1
+            name = f"{slug}-{n}"
+        taken.add(name)
+        out[i] = base.with_name(f"{base.stem}.{name}{base.suffix}")
+        check_out_file(out[i], "--records")
+    return out
 
 
 def _simulate(spec: RunSpec, scenario: Scenario, shown: set[str]) -> tuple[Simulator, dict[str, Any]]:

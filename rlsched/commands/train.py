@@ -6,16 +6,20 @@ import argparse
 from pathlib import Path
 
 from rlsched.argtypes import seed_arg
-from rlsched.commands.args import command
+from rlsched.commands.args import check_out_dir, command, int_at_least, positive_int
+
+MAX_ENVS = 1024
+"""--n-envs above this is a typo, not a rollout (each environment holds a whole simulator)."""
 
 
 @command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", help="scenario name(s), comma-separated (default: the agent preset's)")
     p.add_argument("--agent", default="agents/ppo.yaml", help="agent preset (YAML)")
-    p.add_argument("--timesteps", type=int, help="total environment steps (default: the preset's)")
+    p.add_argument("--timesteps", type=positive_int, help="total environment steps, >= 1 (default: the preset's)")
     p.add_argument("--run-dir", required=True, help="folder for config, checkpoints and TensorBoard logs")
-    p.add_argument("--n-envs", type=int, help="parallel environments (default: the preset's)")
+    p.add_argument("--n-envs", type=int_at_least(1, MAX_ENVS),
+                   help=f"parallel environments, 1..{MAX_ENVS} (default: the preset's)")
     p.add_argument("--seed", type=seed_arg, default=0, help="training seed (workload seeds drawn below 1000)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -24,12 +28,14 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from rlsched.agents.config import load_agent_config
-    from rlsched.agents.train import train
+    from rlsched.agents.train import check_config, train
 
     overrides = {"timesteps": args.timesteps, "n_envs": args.n_envs}
     if args.scenario:
         overrides["scenarios"] = args.scenario.split(",")
     cfg = load_agent_config(args.agent, **overrides)
+    check_config(cfg)
+    check_out_dir(args.run_dir, "--run-dir")
     last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
     print(f"trained: {last}\nTensorBoard: tensorboard --logdir {args.run_dir}/tb\n"
           f"export:   rlsched export {args.run_dir} --out checkpoints/NAME")
@@ -49,6 +55,6 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     from rlsched.agents.export import export_run
 
-    out = export_run(Path(args.run_dir), Path(args.out), args.source)
+    out = export_run(Path(args.run_dir), check_out_dir(args.out, "--out"), args.source)
     print(f"wrote {out}/policy.safetensors and {out}/policy.json; use --policy rl:{out}")
     return 0

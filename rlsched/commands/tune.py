@@ -7,27 +7,34 @@ import json
 from pathlib import Path
 
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
-from rlsched.commands.args import command, print_json
+from rlsched.argtypes import int_list, seed_arg
+from rlsched.commands.args import check_out_file, command, positive_float, positive_int, print_json, write_atomic
 from rlsched.evaluation import VALIDATION_SEED_BASE
 from rlsched.parallel import add_parallel_args
 from rlsched.policies.projected import encode_params
+from rlsched.sim.workload import positive
+
+DEFAULT_OUT = "runs/tuned/{scenario}.json"
+"""Where a tune writes without --out: never a shipped file (``agents/tuned/*.json`` are the
+40-trial tunes the results use; a 2-trial try-out used to replace them silently)."""
 
 
 @command("tune", "Search a fixed action for the `static` policy on training seeds (< 900), with Optuna.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
-    p.add_argument("--trials", type=int, default=40,
+    p.add_argument("--trials", type=positive_int, default=40,
                    help="total trials of the study (a resumed study runs only the missing ones)")
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
     p.add_argument("--rate-scales", default="1.0", help="comma-separated loads (x nominal rate) to average over")
-    p.add_argument("--duration", type=float, help="arrival window per run (default: the scenario's)")
-    p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler's own draws")
+    p.add_argument("--duration", type=positive_float, help="arrival window per run in s (default: the scenario's)")
+    p.add_argument("--search-seed", type=seed_arg, default=0, help="seed of the sampler's own draws (integer >= 0)")
     p.add_argument("--init", help="tuned JSON whose action is tried third (e.g. the previous tune)")
-    p.add_argument("--out", help="JSON file to write (default: agents/tuned/SCENARIO.json)")
+    p.add_argument("--out", help=f"JSON file to write (default: {DEFAULT_OUT.replace('{scenario}', 'SCENARIO')}, "
+                                 "never the shipped agents/tuned/SCENARIO.json: name that with --out to replace it)")
     p.add_argument("--storage", help="Optuna storage URL of the study (default: sqlite:///OUT.optuna.db beside "
                                      "--out); an existing study of the same name is resumed")
     p.add_argument("--study-name", help="study name in --storage (default: tune-SCENARIO)")
-    p.add_argument("--batch", type=int, default=1,
+    p.add_argument("--batch", type=positive_int, default=1,
                    help="trials asked at once and simulated together (more parallel work for a cluster; "
                         "changes the search path, unlike --workers/--ray)")
     add_parallel_args(p)
@@ -51,11 +58,12 @@ def default_storage(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    spec = TuneSpec(args.scenario, tuple(int(s) for s in args.seeds.split(",")),
-                    tuple(float(x) for x in args.rate_scales.split(",")),
+    spec = TuneSpec(args.scenario, tuple(int_list(args.seeds, "--seeds")),
+                    tuple(positive(x, "--rate-scales") for x in args.rate_scales.split(",")),
                     args.duration, args.trials, args.search_seed, init=_init_action(args.init), batch=args.batch)
-    out = Path(args.out or f"agents/tuned/{Path(spec.scenario).stem}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # the output is checked (and its folder made) before the first trial, not after the last
+    out = check_out_file(args.out or DEFAULT_OUT.format(scenario=Path(spec.scenario).stem), "--out",
+                         make_parents=True)
     storage = args.storage or default_storage(out)
     require_optuna().logging.set_verbosity(require_optuna().logging.WARNING)  # the progress bar reports trials
     with Progress(disable=args.json) as bar:
@@ -64,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             job, completed=done, description=f"tuning (best {100 * best:.1f} %)"), args.workers, args.ray,
             storage, args.study_name)
     payload = to_json(spec, result, storage)
-    out.write_text(json.dumps(payload, indent=1) + "\n")
+    write_atomic(out, json.dumps(payload, indent=1) + "\n")
     if args.json:
         print_json(payload)
     else:

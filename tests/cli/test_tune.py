@@ -114,3 +114,95 @@ def test_cli_keeps_the_study_beside_out_and_a_rerun_resumes_it(tmp_path: Path) -
     assert again["score"] >= first["score"]
     study = optuna.load_study(study_name="tune-default", storage=f"sqlite:///{tmp_path / 'tuned/default.optuna.db'}")
     assert len(study.trials) == 4  # one more trial, not a second study of four
+
+
+# ------------------------------------------------------------------ issue 18: work lost, storage errors
+
+
+def _tune_cli(*args: str) -> list[str]:
+    return ["tune", "--scenario", "default", "--seeds", "0", "--duration", "120", "--trials", "1", "--json", *args]
+
+
+def test_default_out_is_never_the_shipped_tuned_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Bug: ``tune --scenario default --trials 2`` without --out replaced the shipped 40-trial
+    ``agents/tuned/default.json``."""
+    from rlsched.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shipped = tmp_path / "agents" / "tuned" / "default.json"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text('{"shipped": true}')
+    assert main(_tune_cli()) == 0
+    assert shipped.read_text() == '{"shipped": true}'
+    written = tmp_path / "runs" / "tuned" / "default.json"
+    assert len(__import__("json").loads(written.read_text())["action"]) == 9
+    assert (tmp_path / "runs" / "tuned" / "default.optuna.db").exists()
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    assert "runs/tuned/SCENARIO.json" in capsys.readouterr().out
+
+
+def test_out_that_is_a_folder_is_refused_before_the_first_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Bug: ``tune --out EXISTING_DIR`` ran every trial, then failed writing the result."""
+    import rlsched.agents.tune as tune
+    from rlsched.cli import main
+
+    def trial(*args: object, **kwargs: object) -> list[float]:
+        raise AssertionError("a trial ran before the --out check")
+
+    monkeypatch.setattr(tune, "score_vectors", trial)
+    assert main(_tune_cli("--out", str(tmp_path))) == 2
+    assert f"--out: {tmp_path} is a folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(_tune_cli("--out", str(tmp_path / "file" / "t.json"))) == 2
+    assert f"--out: {tmp_path / 'file'} is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("storage", "message"), [
+    ("bogus://x", "--storage: cannot use 'bogus://x': NoSuchModuleError"),
+    ("sqlite:////nonexistent-folder/x.db", "folder /nonexistent-folder does not exist"),
+    ("postgresql://u@127.0.0.1:1/x", "--storage: cannot open 'postgresql://u@127.0.0.1:1/x': ImportError"),
+])
+def test_a_storage_that_does_not_open_is_a_config_error(storage: str, message: str) -> None:
+    """Bug: SQLAlchemy tracebacks (NoSuchModuleError, OperationalError) instead of an error naming --storage."""
+    with pytest.raises(ConfigError) as exc:
+        search(SPEC, storage=storage)
+    assert message in f"{exc.value.where}: {exc.value}"
+
+
+def test_two_tunes_of_one_study_at_once_are_refused(tmp_path: Path) -> None:
+    """Bug: a second tune on the same study ran alongside the first (more trials than asked, each
+    failing the other's running trials, or "database is locked" tracebacks)."""
+    from rlsched.agents.tune import study_lock
+
+    storage = _storage(tmp_path)
+    with study_lock(storage), pytest.raises(ConfigError, match="--storage: .* is in use by another `rlsched tune`"):
+        search(SPEC, storage=storage)
+    assert len(search(TuneSpec(**{**SPEC.__dict__, "trials": 2}), storage=storage).scores) == 2  # lock released
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("--search-seed", "-1"), "argument --search-seed: must be an integer >= 0"),
+    (("--batch", "0"), "argument --batch: must be an integer >= 1"),
+    (("--trials", "-3"), "argument --trials: must be an integer >= 1"),
+    (("--duration", "nan"), "argument --duration: must be a finite number > 0"),
+])
+def test_numeric_flags_are_range_checked(args: tuple[str, str], flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bug: ``--search-seed -1`` was a numpy traceback after the study opened; ``--duration nan`` ran."""
+    from rlsched.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", *args])
+    assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_seeds_and_loads_are_checked_with_their_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bug: ``--seeds abc`` / ``--rate-scales x`` were ValueError tracebacks."""
+    from rlsched.cli import main
+
+    assert main(_tune_cli("--seeds", "abc")) == 2
+    assert "--seeds: expected comma-separated integers" in capsys.readouterr().err
+    assert main(_tune_cli("--rate-scales", "1,x")) == 2
+    assert "--rate-scales" in capsys.readouterr().err
