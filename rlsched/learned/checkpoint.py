@@ -21,10 +21,13 @@ import numpy as np
 
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.resources import data_dir
+from rlsched.sim.yamlio import parse_json, read_json
 
 FORMAT_VERSION = 1
 WEIGHTS, META = "policy.safetensors", "policy.json"
 _DTYPES = {"F32": np.float32, "F64": np.float64}
+MAX_HEADER_BYTES = 100 << 20
+"""Largest safetensors JSON header (the format's own limit)."""
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
@@ -61,10 +64,10 @@ def _header(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview]:
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8:
         raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} past the end of the file)")
-    try:
-        header = json.loads(data[8:8 + n])
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: not a valid safetensors file (header: {exc})") from None
+    if n > MAX_HEADER_BYTES:
+        raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} over "
+                              f"{MAX_HEADER_BYTES >> 20} MiB)")
+    header = parse_json(bytes(data[8:8 + n]), f"{path}: not a valid safetensors file (header)", CheckpointError)
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a valid safetensors file (header is not a JSON object)")
     return header, memoryview(data)[8 + n:]
@@ -173,10 +176,8 @@ def load_checkpoint(folder: str | Path, expect_schema: str | None = None) -> Fro
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
+    """``policy.json``: a JSON object of at most 16 MiB and 64 levels (``rlsched.sim.yamlio.read_json``)."""
+    meta = read_json(path, CheckpointError)
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(meta).__name__}")
     return meta
@@ -201,9 +202,10 @@ def read_dim(where: str, meta: dict[str, Any], key: str) -> int:
     return value
 
 
-def read_layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
-            action_dim: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """Each layer's weight/bias exist, are finite, and chain from obs_dim to action_dim."""
+def read_layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int, action_dim: int,
+                in_name: str = "obs_dim", out_name: str = "action_dim") -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Each layer's weight/bias exist, are finite, and chain from obs_dim to action_dim (``in_name``
+    and ``out_name``: what the metadata calls those two widths, for the messages)."""
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise CheckpointError(f"{where}: layers must be a non-empty list of tensor names, not {names!r}")
     width, out = obs_dim, []
@@ -215,7 +217,7 @@ def read_layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
         if w.ndim != 2 or b.shape != (w.shape[0],):
             raise CheckpointError(f"{field}: weight {w.shape} and bias {b.shape} do not form a layer")
         if w.shape[1] != width:
-            source = "obs_dim" if i == 0 else f"layers[{i - 1}]"
+            source = in_name if i == 0 else f"layers[{i - 1}]"
             raise CheckpointError(f"{field}: takes {w.shape[1]} inputs, {source} gives {width}")
         for part, arr in (("weight", w), ("bias", b)):
             if not np.isfinite(arr).all():
@@ -224,7 +226,7 @@ def read_layers(where: str, t: dict[str, np.ndarray], names: Any, obs_dim: int,
         width = w.shape[0]
         out.append((w, b))
     if width != action_dim:
-        raise CheckpointError(f"{where}: layers[{len(names) - 1}] gives {width} outputs, action_dim is {action_dim}")
+        raise CheckpointError(f"{where}: layers[{len(names) - 1}] gives {width} outputs, {out_name} is {action_dim}")
     return tuple(out)
 
 

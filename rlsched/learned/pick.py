@@ -167,18 +167,39 @@ def load_scorer(folder: str | Path) -> FrozenScorer:
     g_dim, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
     if g_dim != GLOBAL_DIM:
         raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {GLOBAL_DIM}; retrain")
-    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out)
-    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], F + g_out, t["hidden.1.weight"].shape[0]
-                    if "hidden.1.weight" in t else 0)
-    (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1)
+    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out, "global_dim", "global_out")
+    last = t.get("hidden.1.weight")  # its width is the scorer's; read_layers checks the rest
+    width = last.shape[0] if last is not None and last.ndim == 2 else 0
+    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], F + g_out, width, f"{F} candidate fields + global_out",
+                         "hidden.1.weight's rows")
+    (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1, "hidden.1", "one score")
     bias = t.get("proposal_bias")
     if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
         raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
-    action = np.asarray(meta.get("base_action", []), dtype=np.float64)
-    if action.shape != (ACTION_DIM,) or not np.isfinite(action).all():
-        raise CheckpointError(f"{where}: base_action must hold {ACTION_DIM} finite numbers")
+    _base_action(where, meta.get("base_action"))
     check_projection(where, meta.get("projection", {}))
     return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
+
+
+def _base_action(where: str, value: Any) -> np.ndarray:
+    """``base_action``: a flat list of ``ACTION_DIM`` finite numbers in the action space [-1, 1]
+    (strings, nested or ragged lists are refused here, never a ValueError from numpy)."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                              for v in value):
+        raise CheckpointError(f"{where}: base_action must be a list of {ACTION_DIM} numbers, not "
+                              f"{_short(value)}")
+    action = np.asarray(value, dtype=np.float64)
+    if action.shape != (ACTION_DIM,) or not np.isfinite(action).all():
+        raise CheckpointError(f"{where}: base_action must hold {ACTION_DIM} finite numbers, not {_short(value)}")
+    if (np.abs(action) > 1).any():
+        i = int(np.argmax(np.abs(action) > 1))
+        raise CheckpointError(f"{where}: base_action[{i}] = {action[i]:g} is outside the action space [-1, 1]")
+    return action
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # ------------------------------------------------------------------ the policy

@@ -31,8 +31,8 @@ from typing import Any
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.resources import data_dir
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.schema import StackSpec, validate_stack
-from rlsched.sim.yamlio import read_yaml
+from rlsched.sim.schema import LineOf, ModelSpec, StackSpec, validate_profile
+from rlsched.sim.yamlio import read_yaml_lines
 
 PROFILE_DIR = data_dir("envs") / "profiles"
 
@@ -359,54 +359,32 @@ class CostModel:
 
 
 def load_profile(name_or_path: str | Path) -> CostModel:
-    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file."""
+    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file (errors name file, line and key)."""
     path = Path(name_or_path)
     if not path.suffix:
         path = PROFILE_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(str(path), "profile file not found")
-    data = read_yaml(path)
-    return profile_from_dict(data, str(path))
+    data, line_of = read_yaml_lines(path)
+    return profile_from_dict(data, str(path), line_of)
 
 
-def profile_from_dict(data: Any, where: str) -> CostModel:
+def profile_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> CostModel:
+    """A ``CostModel`` from parsed YAML, validated against ``rlsched.sim.schema.ProfileFile``: every
+    coefficient finite and in range, unknown keys refused (errors name ``where``, the line when
+    ``line_of`` maps key paths to lines, the key and the reason)."""
     data, sp_blocks = _take_sp(data, where)
-    try:
-        gpu = data["gpu"]
-        stack = validate_stack(data["stack"], where)
-        seq = stack.cfg == "sequential"
-        models = {name: _model(name, dict(spec), f"{where}: models.{name}", seq)
-                  for name, spec in data["models"].items()}
-        sources = tuple(data["sources"])
-        cost = CostModel(data["name"], gpu["name"], float(gpu["memory_gb"]), models, sources, stack,
-                         float(gpu.get("peak_bf16_tflops", 0.0)))
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(where, f"missing or malformed field {exc}") from None
-    if not sources:
-        raise ConfigError(where, "a profile must name its sources")
-    if cost.weights_gb >= cost.gpu_memory_gb:
-        raise ConfigError(where, "model weights do not fit in GPU memory")
-    return _with_sp(cost, sp_blocks)
+    spec = validate_profile(data, where, line_of)
+    seq = spec.stack.cfg == "sequential"
+    models = {name: _model(name, m, seq) for name, m in spec.models.items()}
+    return _with_sp(CostModel(spec.name, spec.gpu.name, spec.gpu.memory_gb, models, spec.sources, spec.stack,
+                              spec.gpu.peak_bf16_tflops), sp_blocks)
 
 
-def _model(name: str, spec: dict[str, Any], where: str, sequential_cfg: bool = False) -> ModelCost:
-    step = spec.pop("step")
-    flops = spec.pop("flops", {}) or {}
-    try:
-        model = ModelCost(name=name, floor_s=step["floor_s"], a_s=step["a_s"],
-                          b_s_per_mtok=step["b_s_per_mtok"], c_s_per_gtok2=step["c_s_per_gtok2"],
-                          sequential_cfg=sequential_cfg, **flops, **spec)
-    except TypeError as exc:
-        raise ConfigError(where, str(exc)) from None
-    if model.memory_form not in ("sum", "max"):
-        raise ConfigError(where, f"memory_form must be 'sum' or 'max', not {model.memory_form!r}")
-    if model.token_rule not in ("latent", "sequence"):
-        raise ConfigError(where, f"token_rule must be 'latent' or 'sequence', not {model.token_rule!r}")
-    for fname in ("floor_s", "b_s_per_mtok", "weights_gb", "encode_s"):
-        value = getattr(model, fname)
-        if not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
-            raise ConfigError(where, f"{fname} must be a number >= 0, not {value!r}")
-    return model
+def _model(name: str, spec: ModelSpec, sequential_cfg: bool = False) -> ModelCost:
+    flops = spec.flops.model_dump() if spec.flops is not None else {}
+    return ModelCost(name=name, sequential_cfg=sequential_cfg, **spec.step.model_dump(), **flops,
+                     **spec.model_dump(exclude={"step", "flops"}))
 
 
 def _take_sp(data: Any, where: str) -> tuple[Any, dict[str, SPCost]]:

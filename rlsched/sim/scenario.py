@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from rlsched.errors import ConfigError, InvalidRequest, TraceRowsSkipped
+from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceRowsSkipped
 from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import Request
 from rlsched.sim.schema import LineOf, validate_scenario
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.yamlio import key_lines, read_yaml
+from rlsched.sim.yamlio import read_yaml_lines
 
 ENVS_DIR = data_dir("envs")
 
@@ -101,17 +101,43 @@ class Scenario:
         return _build(self, times, shapes, rng, cost)
 
     def _arrival_times(self, rng: np.random.Generator, scale: float, duration: float) -> np.ndarray:
+        """Every process's request count is checked against ``MAX_EXPECTED_ARRIVALS`` (and an
+        ``onoff`` process's sojourns against ``wl.MAX_PERIODS``) before anything is drawn."""
         spec = dict(self.arrival)
         process = spec.pop("process", "poisson")
+        try:
+            return self._draw_arrivals(rng, process, spec, scale, duration)
+        except TraceFormatError:
+            raise
+        except ConfigError as exc:  # a workload check names its key ("arrival.cv"): add the file
+            if exc.where.startswith("arrival") and self.path:
+                raise ConfigError(f"{self.path}: {exc.where}", str(exc)[len(exc.where) + 2:]) from None
+            raise
+
+    def _draw_arrivals(self, rng: np.random.Generator, process: str, spec: dict[str, Any], scale: float,
+                       duration: float) -> np.ndarray:
         if process == "servegen":
-            return wl.servegen(rng, _resolve(spec["path"]), duration, spec.get("rate_scale", 1.0) * scale)
+            path, rate_scale = _resolve(spec["path"]), spec.get("rate_scale", 1.0) * scale
+            _check_expected(wl.servegen_expected(path, duration, rate_scale), f"{self.path}: arrival.rate_scale",
+                            f"the ServeGen trace at rate scale {rate_scale:g} over duration_s {duration:g} s")
+            return wl.servegen(rng, path, duration, rate_scale)
         if process == "trace":
             # The scenario file declares this window over a longer trace (trace-azure): not a silent cut.
             times = wl.azure_arrivals(_resolve(spec["path"])) / (spec.get("time_scale", 1.0) * scale)
             return times[times < duration]
         if process not in wl.ARRIVAL_PROCESSES:
             raise ConfigError(f"{self.path}: arrival.process", f"unknown process {process!r}")
-        spec["rate_rps"] = _checked_rate(spec["rate_rps"] * scale, duration, self.path)
+        rate = spec["rate_rps"] * scale
+        peak = rate * (1 + spec.get("amplitude", 0.5)) if process == "diurnal" else rate  # diurnal thins its peak
+        by = f" (rate_rps {spec['rate_rps']:g} x rate scale {scale:g})" if scale != 1 else ""
+        _check_expected(peak * duration, f"{self.path}: arrival.rate_rps",
+                        f"rate {peak:g}/s{by} over duration_s {duration:g} s")
+        if process == "onoff":
+            try:
+                wl.check_periods(duration, spec.get("on_s", 60.0), spec.get("off_s", 120.0))
+            except ConfigError as exc:
+                raise ConfigError(f"{self.path}: arrival.on_s", str(exc)[len(exc.where) + 2:]) from None
+        spec["rate_rps"] = rate
         if process in ("gamma", "weibull"):
             spec["dist"] = process
         try:
@@ -150,15 +176,14 @@ class Scenario:
                 raise wl.TraceFormatError(str(path), line, str(exc)) from None
 
 
-MAX_EXPECTED_ARRIVALS = 20_000_000
+MAX_EXPECTED_ARRIVALS = wl.MAX_ARRIVALS
 """More arrivals than this in one run is a typo in the rate or window, not a workload (and would exhaust memory)."""
 
 
-def _checked_rate(rate_rps: float, duration: float, where: str) -> float:
-    if rate_rps * duration > MAX_EXPECTED_ARRIVALS:
-        raise ConfigError(f"{where}: arrival.rate_rps", f"rate {rate_rps:g}/s over {duration:g} s expects "
-                          f"{rate_rps * duration:.3g} requests (more than {MAX_EXPECTED_ARRIVALS:,})")
-    return rate_rps
+def _check_expected(expected: float, where: str, what: str) -> None:
+    """Refuse a run expecting more than ``MAX_EXPECTED_ARRIVALS`` requests (or a non-finite count)."""
+    if not expected <= MAX_EXPECTED_ARRIVALS:
+        raise ConfigError(where, f"{what} expects {expected:.3g} requests (more than {MAX_EXPECTED_ARRIVALS:,})")
 
 
 def standalone_s(cost: CostModel, shape: ShapeSpec) -> float:
@@ -192,7 +217,12 @@ def _build(sc: Scenario, times: np.ndarray, shapes: list[ShapeSpec], rng: np.ran
                 raise (at_row(i, exc) if at_row else exc) from None
         name = names[cls[i]]
         pid = int(prefix[i] % s.prefix_groups) if s.prefix_groups else -1
-        out.append(_request(i, t, s, name, sc.classes[name].slo_scale * work[s], pid))
+        slo = sc.classes[name].slo_scale * work[s]
+        if not 0 < slo < math.inf:  # 1e-300 x a short request underflows, 1e6 x a long one may overflow
+            raise ConfigError(f"{sc.path}: classes.{name}.slo_scale",
+                              f"{sc.classes[name].slo_scale:g} x the standalone time {work[s]:g} s of "
+                              f"{s.height}x{s.width}x{s.num_frames} is an SLO of {slo:g} s (must be finite and > 0)")
+        out.append(_request(i, t, s, name, slo, pid))
     return out
 
 
@@ -323,8 +353,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         path = ENVS_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise ConfigError(str(name_or_path), f"scenario not found (shipped: {', '.join(scenario_names())})")
-    data = read_yaml(path)
-    return scenario_from_dict(data, str(path), key_lines(path.read_bytes().decode("utf-8-sig")))
+    data, line_of = read_yaml_lines(path)
+    return scenario_from_dict(data, str(path), line_of)
 
 
 def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> Scenario:

@@ -1,9 +1,14 @@
-"""The declared schema of scenario files (``envs/*.yaml``).
+"""The declared schemas of scenario files (``envs/*.yaml``) and cost profiles (``envs/profiles/*.yaml``).
 
 Pydantic models rather than hand-written checks, so every error names the file,
-the key (``arrival.rate_rps``, ``mix[2].height``) and the reason, and unknown keys
-are refused instead of ignored (a typo such as ``rate_rsp`` would otherwise run
-the default workload silently).
+the line, the key (``arrival.rate_rps``, ``mix[2].height``, ``models.qwen-image.step.a_s``)
+and the reason, and unknown keys are refused instead of ignored (a typo such as
+``rate_rsp`` would otherwise run the default workload silently).
+
+Every number has a range: non-finite values are refused, and so are values past
+the bounds below, which lie far beyond any real deployment and keep every derived
+time, count and memory figure finite (issue 18: range-checked at 0, tiny, huge and
+non-finite).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlsched.errors import ConfigError
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
@@ -25,16 +30,42 @@ Modality = Literal["image", "video", "audio", "text"]
 assert set(Priority.__args__) == set(PRIORITY_CLASSES) and set(Modality.__args__) == set(MODALITIES)  # type: ignore[attr-defined]
 
 
+MAX_DURATION_S = 1e9
+"""Longest arrival window (about 32 years)."""
+MAX_SIDE_PX, MAX_FRAMES, MAX_STEPS = 1_000_000, 1_000_000, 100_000
+"""Largest height or width, frame count and denoise-step count of a mix entry."""
+MAX_NUM_SEQS = 65_536
+MAX_MS = 3_600_000.0
+"""An hour in milliseconds: the longest engine overhead or batching wait."""
+MIN_PERIOD_S = 1e-3
+"""Shortest on/off sojourn or diurnal period (a millisecond)."""
+MIN_CV, MAX_CV = 1e-3, 100.0
+"""Range of a renewal process's coefficient of variation (ServeGen windows are clamped at 1e-3 too)."""
+MAX_SLO_SCALE = 1e6
+MAX_PREFIX_GROUPS = 1 << 30
+"""Prompt-prefix ids are drawn from [0, 2^30)."""
+SCALE_RANGE = (1e-9, 1e9)
+"""Range of a rate or time multiplier (``rate_scale``, ``time_scale``)."""
+
+Period = Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_DURATION_S, allow_inf_nan=False)]
+Millis = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False)]
+Scale = Annotated[float, Field(ge=SCALE_RANGE[0], le=SCALE_RANGE[1], allow_inf_nan=False)]
+Duration = Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+Cv = Annotated[float, Field(ge=MIN_CV, le=MAX_CV, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Side = Annotated[int, Field(ge=1, le=MAX_SIDE_PX)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ServingSpec(_Strict):
     mode: Literal["request", "step"] = "request"
-    max_num_seqs: PositiveInt = 1
-    request_batch_max_wait_ms: NonNegative = 0.0
-    engine_overhead_ms: NonNegative = 0.0
-    engine_overhead_ms_per_mpx: NonNegative = 0.0
+    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_NUM_SEQS)] = 1
+    request_batch_max_wait_ms: Millis = 0.0
+    engine_overhead_ms: Millis = 0.0
+    engine_overhead_ms_per_mpx: Millis = 0.0
 
 
 class PoissonSpec(_Strict):
@@ -45,35 +76,35 @@ class PoissonSpec(_Strict):
 class RenewalSpec(_Strict):
     process: Literal["gamma", "weibull"]
     rate_rps: Positive
-    cv: Positive = 1.0
+    cv: Cv = 1.0
 
 
 class OnOffSpec(_Strict):
     process: Literal["onoff"]
     rate_rps: Positive
-    on_s: Positive = 60.0
-    off_s: Positive = 120.0
-    burst_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 4.0
+    on_s: Period = 60.0
+    off_s: Period = 120.0
+    burst_factor: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = 4.0
 
 
 class DiurnalSpec(_Strict):
     process: Literal["diurnal"]
     rate_rps: Positive
-    period_s: Positive = 86400.0
-    amplitude: Annotated[float, Field(ge=0, le=1)] = 0.5
-    phase_s: Finite = 0.0
+    period_s: Period = 86400.0
+    amplitude: Fraction = 0.5
+    phase_s: Annotated[float, Field(ge=-MAX_DURATION_S, le=MAX_DURATION_S, allow_inf_nan=False)] = 0.0
 
 
 class ServeGenSpec(_Strict):
     process: Literal["servegen"]
     path: str
-    rate_scale: Positive = 1.0
+    rate_scale: Scale = 1.0
 
 
 class TraceArrivalSpec(_Strict):
     process: Literal["trace"]
     path: str
-    time_scale: Positive = 1.0
+    time_scale: Scale = 1.0
 
 
 ArrivalSpec = Annotated[PoissonSpec | RenewalSpec | OnOffSpec | DiurnalSpec | ServeGenSpec | TraceArrivalSpec,
@@ -84,19 +115,20 @@ ARRIVAL_TAGS = ("poisson", "gamma", "weibull", "onoff", "diurnal", "servegen", "
 
 class ClassSpecModel(_Strict):
     share: Positive
-    slo_scale: Positive
+    """Relative (normalised by the largest share first, so any finite positive numbers work)."""
+    slo_scale: Annotated[float, Field(gt=0, le=MAX_SLO_SCALE, allow_inf_nan=False)]
 
 
 class ShapeSpecModel(_Strict):
     model: str
     modality: Modality
-    height: PositiveInt
-    width: PositiveInt
-    num_frames: PositiveInt = 1
-    steps: PositiveInt = 50
+    height: Side
+    width: Side
+    num_frames: Annotated[int, Field(ge=1, le=MAX_FRAMES)] = 1
+    steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 50
     cfg: bool = True
     weight: Positive = 1.0
-    prefix_groups: Annotated[int, Field(ge=0)] = 0
+    prefix_groups: Annotated[int, Field(ge=0, le=MAX_PREFIX_GROUPS)] = 0
 
 
 class ShapesFromSpec(_Strict):
@@ -112,7 +144,7 @@ class ScenarioFile(_Strict):
     name: str
     profile: str
     serving: ServingSpec = ServingSpec()
-    duration_s: Positive
+    duration_s: Duration
     arrival: ArrivalSpec
     classes: Annotated[dict[Priority, ClassSpecModel], Field(min_length=1)]
     mix: tuple[ShapeSpecModel, ...] = ()
@@ -163,6 +195,100 @@ def validate_stack(data: Any, where: str) -> StackSpec:
         err = exc.errors()[0]
         key = ".".join(str(x) for x in ("stack", *err["loc"]))
         raise ConfigError(where, f"{key}: {err['msg']}") from None
+
+# ------------------------------------------------------------------ cost profiles
+
+MAX_STEP_S = 3600.0
+"""Longest fixed per-step time (``floor_s``, ``a_s``)."""
+MAX_REQUEST_S = 86400.0
+"""Longest per-request encode, or decode per megapixel-frame."""
+MAX_COEFF = 1e6
+"""Largest per-token and per-megapixel coefficient (seconds or GB)."""
+MAX_GPU_GB = 1e6
+
+
+def _coeff(hi: float) -> Any:
+    return Field(ge=0, le=hi, allow_inf_nan=False)
+
+
+class StepCoeffs(_Strict):
+    """A denoise step costs ``max(k·floor_s, k·a_s + b·Σtokens + c·Σtokens²)`` (``rlsched.sim.cost``)."""
+
+    floor_s: Annotated[float, _coeff(MAX_STEP_S)]
+    a_s: Annotated[float, _coeff(MAX_STEP_S)]
+    b_s_per_mtok: Annotated[float, _coeff(MAX_COEFF)]
+    c_s_per_gtok2: Annotated[float, _coeff(MAX_COEFF)]
+
+    @model_validator(mode="after")
+    def _takes_time(self) -> StepCoeffs:
+        if not (self.floor_s or self.a_s or self.b_s_per_mtok or self.c_s_per_gtok2):
+            raise ValueError("a step must take time: floor_s, a_s, b_s_per_mtok and c_s_per_gtok2 are all 0")
+        return self
+
+
+class FlopsSpec(_Strict):
+    linear_gflop_per_token: Annotated[float, _coeff(1e9)] = 0.0
+    attn_flop_per_token2: Annotated[float, _coeff(1e15)] = 0.0
+
+
+class ModelSpec(_Strict):
+    """One model of a profile; see ``rlsched.sim.cost.ModelCost`` for what each key means (its ``sp``
+    block is taken out and checked by ``rlsched.sim.cost`` before this schema sees the model)."""
+
+    modality: Modality
+    step: StepCoeffs
+    encode_s: Annotated[float, _coeff(MAX_REQUEST_S)]
+    decode_s_per_mpx: Annotated[float, _coeff(MAX_REQUEST_S)]
+    weights_gb: Annotated[float, _coeff(MAX_GPU_GB)]
+    act_gb_per_ktok: Annotated[float, _coeff(MAX_COEFF)]
+    vae_gb_per_mpx: Annotated[float, _coeff(MAX_COEFF)]
+    token_rule: Literal["latent", "sequence"] = "latent"
+    patch_px: Annotated[int, Field(ge=1, le=4096)] = 16
+    temporal_stride: Annotated[int, Field(ge=1, le=1024)] = 4
+    cfg_passes: Annotated[int, Field(ge=1, le=16)] = 2
+    memory_form: Literal["sum", "max"] = "sum"
+    flops: FlopsSpec | None = None
+
+
+class GpuSpec(_Strict):
+    name: str
+    memory_gb: Annotated[float, Field(gt=0, le=MAX_GPU_GB, allow_inf_nan=False)]
+    peak_bf16_tflops: Annotated[float, _coeff(1e6)] = 0.0
+
+
+class ProfileFile(_Strict):
+    """A whole cost profile (``envs/profiles/NAME.yaml``, written by ``rlsched profile fit``)."""
+
+    name: str
+    gpu: GpuSpec
+    stack: StackSpec
+    sources: tuple[str, ...]
+    models: Annotated[dict[str, ModelSpec], Field(min_length=1)]
+
+    @field_validator("sources")
+    @classmethod
+    def _has_sources(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("a profile must name its sources")
+        return value
+
+    @model_validator(mode="after")
+    def _weights_fit(self) -> ProfileFile:
+        weights = sum(m.weights_gb for m in self.models.values())
+        if weights >= self.gpu.memory_gb:
+            raise ValueError(f"model weights ({weights:g} GB) do not fit in GPU memory ({self.gpu.memory_gb:g} GB)")
+        return self
+
+
+def validate_profile(data: Any, where: str, line_of: LineOf | None = None) -> ProfileFile:
+    """``data`` checked as a cost profile; a ``ConfigError`` naming file, line (with ``line_of``), key and reason."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        raise schema_error(exc, where, line_of) from None
+
 
 def validate_scenario(data: Any, where: str, line_of: LineOf | None = None) -> ScenarioFile:
     """``data`` checked against the schema; a ``ConfigError`` naming file, line (with ``line_of``),
@@ -215,7 +341,10 @@ def _reason(err: Any) -> str:
         return f"unknown key (value {_short(err['input'])})"
     if kind == "union_tag_invalid":
         return f"unknown process {_short(err['input'].get('process'))} (one of {', '.join(ARRIVAL_TAGS)})"
-    return f"{err['msg'].removeprefix('Value error, ')}, got {_short(err['input'])}"
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "value_error" and isinstance(err["input"], dict):
+        return msg  # a check across keys: the whole mapping says nothing more
+    return f"{msg}, got {_short(err['input'])}"
 
 
 def _short(value: Any) -> str:

@@ -18,8 +18,18 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError
+from rlsched.sim.schema import MAX_CV, MIN_CV
 
 # ------------------------------------------------------------------ arrivals
+
+MAX_ARRIVALS = 20_000_000
+"""More arrivals than this in one run is a typo in the rate or window, not a workload (and would
+exhaust memory): a scenario refuses it from rate x duration before anything is allocated."""
+MAX_DRAWN = 2 * MAX_ARRIVALS
+"""Most arrival times a renewal process may draw while covering its window (a very bursty process
+can need several draws); past it the process is refused instead of growing without bound."""
+MAX_PERIODS = 100_000
+"""Most on/off sojourns an ``onoff`` process may alternate through in one window."""
 
 
 def poisson(rng: np.random.Generator, rate_rps: float, duration_s: float) -> np.ndarray:
@@ -35,12 +45,24 @@ def renewal(rng: np.random.Generator, rate_rps: float, duration_s: float,
     """
     if rate_rps <= 0 or duration_s <= 0:
         return np.empty(0)
-    n = int(rate_rps * duration_s * 1.5 + 10 * math.sqrt(rate_rps * duration_s) + 20)
-    gaps = _gaps(rng, dist, cv, n) / rate_rps
+    expected = rate_rps * duration_s
+    if not expected <= MAX_ARRIVALS:
+        raise ConfigError("arrival.rate_rps", f"rate {rate_rps:g}/s over {duration_s:g} s expects {expected:.3g} "
+                          f"requests (more than {MAX_ARRIVALS:,})")
+    n = int(expected * 1.5 + 10 * math.sqrt(expected) + 20)
+    with np.errstate(over="ignore"):  # a rate of 1e-320/s: gaps past float's range are past any window
+        gaps = _gaps(rng, dist, cv, n) / rate_rps
     times = np.cumsum(gaps)
-    while times[-1] < duration_s:  # rare: extend until the window is covered
-        more = np.cumsum(_gaps(rng, dist, cv, n) / rate_rps) + times[-1]
-        times = np.concatenate([times, more])
+    if times[-1] >= duration_s:
+        return times[times < duration_s]
+    chunks, drawn = [times], n  # rare: extend until the window is covered (one concatenation, at the end)
+    while chunks[-1][-1] < duration_s:
+        drawn += n
+        if drawn > MAX_DRAWN:
+            raise ConfigError("arrival.cv", f"a {dist} process with cv {cv:g} drew {drawn:,} gaps without covering "
+                              f"{duration_s:g} s (more than {MAX_DRAWN:,})")
+        chunks.append(np.cumsum(_gaps(rng, dist, cv, n) / rate_rps) + chunks[-1][-1])
+    times = np.concatenate(chunks)
     return times[times < duration_s]
 
 
@@ -71,8 +93,10 @@ def on_off(rng: np.random.Generator, rate_rps: float, duration_s: float,
            on_s: float = 60.0, off_s: float = 120.0, burst_factor: float = 4.0) -> np.ndarray:
     """Two-state MMPP: exponential sojourns, rate ×``burst_factor`` while on.
 
-    The off-state rate is set so the long-run mean stays ``rate_rps``.
+    The off-state rate is set so the long-run mean stays ``rate_rps``. More than about
+    ``MAX_PERIODS`` sojourns in the window (``on_s: 1e-7`` over hours) is refused.
     """
+    check_periods(duration_s, on_s, off_s)
     p_on = on_s / (on_s + off_s)
     low = rate_rps / (p_on * burst_factor + (1 - p_on))
     t, on, out = 0.0, False, []
@@ -82,6 +106,17 @@ def on_off(rng: np.random.Generator, rate_rps: float, duration_s: float,
         out.append(t + poisson(rng, low * (burst_factor if on else 1.0), end - t))
         t, on = end, not on
     return np.concatenate(out) if out else np.empty(0)
+
+
+def check_periods(duration_s: float, on_s: float, off_s: float) -> None:
+    """``ConfigError('arrival.on_s', ...)`` unless the sojourns are > 0 and about ``MAX_PERIODS`` of them
+    at most fit in ``duration_s``."""
+    if not (on_s > 0 and off_s > 0):
+        raise ConfigError("arrival.on_s", f"on_s and off_s must be > 0, not {on_s!r} and {off_s!r}")
+    periods = 2 * duration_s / (on_s + off_s)
+    if not periods <= MAX_PERIODS:
+        raise ConfigError("arrival.on_s", f"on_s {on_s:g} s and off_s {off_s:g} s make about {periods:.3g} "
+                          f"on/off sojourns in {duration_s:g} s (more than {MAX_PERIODS:,}); lengthen them")
 
 
 def diurnal(rng: np.random.Generator, rate_rps: float, duration_s: float,
@@ -97,17 +132,37 @@ def diurnal(rng: np.random.Generator, rate_rps: float, duration_s: float,
 
 def servegen(rng: np.random.Generator, path: str | Path, duration_s: float,
              rate_scale: float = 1.0) -> np.ndarray:
-    """ServeGen per-window client process: each 600 s window draws its own renewal gaps."""
+    """ServeGen per-window client process: each 600 s window draws its own renewal gaps.
+
+    A rate scale that would draw more than ``MAX_ARRIVALS`` is refused before anything is drawn."""
+    expected = servegen_expected(path, duration_s, rate_scale)
+    if not expected <= MAX_ARRIVALS:
+        raise ConfigError("arrival.rate_scale", f"ServeGen rates x{rate_scale:g} over {duration_s:g} s expect "
+                          f"{expected:.3g} requests (more than {MAX_ARRIVALS:,})")
     rows = _read_servegen(Path(path))
     out = []
-    for i, (start, rate, cv, dist) in enumerate(rows):
+    for i, span in _servegen_windows(rows, duration_s):
+        start, rate, cv, dist = rows[i]
+        if rate > 0 and dist:
+            out.append(start + renewal(rng, rate * rate_scale, span, cv=max(cv, MIN_CV), dist=dist))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def _servegen_windows(rows: list[tuple[float, float, float, str]],
+                      duration_s: float) -> Iterator[tuple[int, float]]:
+    """``(row index, span)`` of each window that starts inside ``[0, duration_s)``."""
+    for i, (start, _, _, _) in enumerate(rows):
         if start >= duration_s:
             break
         end = rows[i + 1][0] if i + 1 < len(rows) else start + 600.0
-        span = min(end, duration_s) - start
-        if rate > 0 and dist:
-            out.append(start + renewal(rng, rate * rate_scale, span, cv=max(cv, 1e-3), dist=dist))
-    return np.concatenate(out) if out else np.empty(0)
+        yield i, min(end, duration_s) - start
+
+
+def servegen_expected(path: str | Path, duration_s: float, rate_scale: float = 1.0) -> float:
+    """Expected arrivals of ``servegen(path, duration_s, rate_scale)``: Σ rate·scale·span over its windows."""
+    rows = _read_servegen(Path(path))
+    return math.fsum(rows[i][1] * rate_scale * span for i, span in _servegen_windows(rows, duration_s)
+                     if span > 0 and rows[i][3])
 
 
 def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
@@ -121,6 +176,8 @@ def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
             raise TraceFormatError(str(path), lineno, f"expected start_s,rate,cv,dist,... got {row!r}") from None
         if not all(math.isfinite(x) and x >= 0 for x in (start, rate, cv)):
             raise TraceFormatError(str(path), lineno, f"start_s, rate and cv must be finite numbers >= 0: {row!r}")
+        if cv > MAX_CV:
+            raise TraceFormatError(str(path), lineno, f"cv {cv:g} is past {MAX_CV:g}: {row!r}")
         dist = row[3].strip().lower() if len(row) > 3 else ""
         if dist not in ("", "gamma", "weibull"):
             raise TraceFormatError(str(path), lineno, f"unknown distribution {row[3]!r}")
@@ -365,5 +422,16 @@ def positive(value: Any, field: str) -> float:
 
 
 def sample_index(rng: np.random.Generator, weights: Sequence[float], n: int) -> np.ndarray:
+    """``n`` indices drawn with probabilities proportional to ``weights`` (finite, >= 0, one > 0).
+
+    Weights whose sum overflows (two shares of 1e308) or is subnormal are divided by their
+    largest first, so any finite positive weights give the proportions they say."""
     p = np.asarray(weights, dtype=float)
-    return rng.choice(p.size, size=n, p=p / p.sum())
+    if p.size == 0 or not np.isfinite(p).all() or (p < 0).any() or not p.max() > 0:
+        raise ConfigError("weights", f"must be finite numbers >= 0, one of them > 0, not {list(weights)!r}")
+    with np.errstate(over="ignore"):
+        total = p.sum()
+    if not np.isfinite(total) or total < np.finfo(float).tiny:
+        p = p / p.max()
+        total = p.sum()
+    return rng.choice(p.size, size=n, p=p / total)
