@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlsched", "errors", "resources", "argtypes", "plotstyle"),
     ("sim", "projection"),
     ("telemetry", "profiling", "parallel", "loadgen", "policies"),
-    ("learned", "evaluation"),
+    ("learned", "evaluation", "planning"),
     ("envs", "integrations"),
     ("agents",),
     ("bench",),

@@ -1,0 +1,86 @@
+"""``rlsched plan``: the layout (replicas × sequence-parallel degree) N GPUs should serve a scenario with."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlsched.argtypes import int_list
+from rlsched.commands.args import command, print_json
+from rlsched.errors import ConfigError
+from rlsched.parallel import add_parallel_args
+
+
+@command("plan", "Simulate every replicas x SP-degree layout of N GPUs on training seeds; recommend one and "
+                 "write its vLLM-Omni stage keys.")
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default="default", help="scenario name or YAML path")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs the stage gets")
+    p.add_argument("--profile", default=None,
+                   help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
+                        "e.g. qwen-image-h200-vllm-omni")
+    p.add_argument("--policy", default="static:agents/tuned/default.json@rlsched",
+                   help="POLICY@ROUTER every layout is run with (@central: late binding)")
+    p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
+    p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
+                   help="loads, x the scenario's nominal rate per GPU x --gpus")
+    p.add_argument("--out", type=Path, default=Path("runs/plan"), help="folder for plan.json, plan.png, stage.yaml")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_parallel_args(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlsched.planning import layouts, plan, write_plot
+    from rlsched.sim import load_scenario
+    from rlsched.sim.cost import load_profile
+
+    try:
+        loads = [float(x) for x in args.loads.split(",")]
+    except ValueError:
+        raise ConfigError("--loads", f"expected comma-separated numbers, not {args.loads!r}") from None
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError("--out", f"{args.out} exists and is not a folder")
+    seeds = int_list(args.seeds, "--seeds")
+    profile = args.profile or load_scenario(args.scenario).profile
+    total = len(layouts(args.gpus, load_profile(profile))) * len(loads) * len(seeds)
+    with _bar(total, args.json) as advance:
+        result = plan(args.scenario, args.gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "plan.json").write_text(json.dumps(result, indent=1))
+    (args.out / "stage.yaml").write_text(result["stage_yaml"])
+    write_plot(result, args.out / "plan.png")
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"{result['scenario']} on {result['gpus']} GPUs ({result['profile']}), {result['policy']}, "
+          f"seeds {result['seeds']}: class-weighted SLO attainment %")
+    print(f"{'layout':>10} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
+    for r in result["rows"]:
+        print(f"{r['layout']:>10} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
+              + f"  {100 * r['mean']:6.1f}")
+    print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
+          f"stage keys in {args.out / 'stage.yaml'}, plot {args.out / 'plan.png'}")
+    return 0
+
+
+class _bar:
+    """A rich progress bar on stderr (none with --json)."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet = total, quiet
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if self.quiet:
+            return lambda: None
+        from rich.progress import Progress
+
+        self._progress = Progress(transient=True)
+        self._progress.start()
+        task = self._progress.add_task("layouts x loads x seeds", total=self.total)
+        return lambda: self._progress.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.quiet:
+            self._progress.stop()

@@ -1,0 +1,164 @@
+"""``rlsched plan``: which layout N GPUs should serve a scenario with.
+
+A layout is R replicas of d GPUs each (R × d = N), every replica split by sequence
+parallelism at degree d (the profile's ``sp`` method). vLLM-Omni 0.30 gives a stage one
+``parallel_config``, so all replicas of a stage share one layout: mixed layouts (some
+replicas wide, some narrow) would need two stages and a router between them, which the
+engine does not do for one model — they are not enumerated. Each layout is simulated
+as a ``Stage`` on paired training seeds (< 900; the same workloads for every layout) at
+each load (× the scenario's nominal rate per GPU × N) under one ``POLICY@ROUTER``. The
+recommendation is the layout with the highest mean class-weighted SLO attainment over
+the loads (ties: the narrower replicas, which lose less to communication).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.errors import ConfigError
+from rlsched.parallel import run_tasks
+from rlsched.policies import make_policy
+from rlsched.policies.routers import make_router, split_pair
+from rlsched.sim import load_scenario
+from rlsched.sim.cost import SPLayout, load_profile
+from rlsched.sim.layout import at_layout
+from rlsched.sim.metrics import summarize_stage
+from rlsched.sim.stage import ReplicaSpec, Stage
+
+DEGREES = (1, 2, 4, 8)
+TRAINING_SEED_LIMIT = 900
+"""Planning seeds must stay below the validation (900) and evaluation (1000) seeds."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    replicas: int
+    degree: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.replicas}x SP{self.degree}"
+
+
+def layouts(gpus: int, profile: Any) -> list[Layout]:
+    """Every R × d = ``gpus`` the profile's models can run (degree > 1 needs an ``sp`` block)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ConfigError("--gpus", f"must be an integer >= 1, not {gpus!r}")
+    out = []
+    for d in DEGREES:
+        if gpus % d:
+            continue
+        try:
+            at_layout(profile, d)
+        except ConfigError:
+            continue  # no sp coefficients for this degree: not a layout this profile can predict
+        out.append(Layout(gpus // d, d))
+    return out
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    scenario: str
+    profile: str
+    layout: Layout
+    spec: str
+    seed: int
+    load: float
+    gpus: int
+
+
+def run_one(task: PlanTask) -> float:
+    """Class-weighted SLO attainment of one layout, seed and load."""
+    sc = load_scenario(task.scenario)
+    cost = load_profile(task.profile)
+    wide = at_layout(cost, task.layout.degree)
+    policy, router = split_pair(task.spec)
+    reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus, cost=cost)
+    stage = Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving) for i in range(task.layout.replicas)],
+                  seed=task.seed)
+    policies = [make_policy(policy) for _ in range(task.layout.replicas)]
+    if router == "central":
+        stage.run([make_policy("fifo") for _ in policies], central=make_policy(policy))
+    else:
+        stage.run(policies, make_router(router))
+    return float(summarize_stage(stage)["weighted_slo_attainment"])
+
+
+def plan(scenario: str, gpus: int, spec: str, seeds: Sequence[int], loads: Sequence[float],
+         profile: str | None = None, workers: int = 1, ray: str | None = None,
+         progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Simulate every layout (see the module docstring); returns the table and the choice."""
+    bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
+    if bad:
+        raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
+    if not loads or any(not (math.isfinite(x) and x > 0) for x in loads):
+        raise ConfigError("--loads", f"must be finite numbers > 0, not {list(loads)}")
+    sc = load_scenario(scenario)
+    profile = profile or sc.profile
+    options = layouts(gpus, load_profile(profile))
+    split_pair(spec)  # a typo fails here, not after the first layout
+    tasks = [PlanTask(scenario, profile, lay, spec, s, x, gpus) for lay in options for x in loads for s in seeds]
+    values: list[float] = []
+    for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
+        values.append(v)
+        if progress is not None:
+            progress()
+    grid = np.asarray(values).reshape(len(options), len(loads), len(seeds))
+    rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree,
+             "by_load": {f"{x:g}": float(grid[i, j].mean()) for j, x in enumerate(loads)},
+             "mean": float(grid[i].mean())} for i, lay in enumerate(options)]
+    best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].degree))
+    worst = min(rows, key=lambda r: r["mean"])
+    return {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
+            "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
+            "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
+            "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile))}
+
+
+def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
+    """The vLLM-Omni stage keys for ``layout`` (as vLLM-Omni's own deploy files spell them:
+    ``num_replicas``/``devices`` on the stage, ``parallel_config`` under the engine args)."""
+    methods = {m.sp.method for m in profile.models.values() if m.sp is not None} or {"ulysses"}
+    sp = SPLayout.of(layout.degree, sorted(methods)[0])
+    return "\n".join([
+        "# vLLM-Omni 0.30 diffusion stage: merge into your stage (rlsched deploy writes the rest)",
+        f"num_replicas: {layout.replicas}",
+        f'devices: "{",".join(str(i) for i in range(gpus))}"',
+        "parallel_config:",
+        f"  sequence_parallel_size: {layout.degree}",
+        f"  ulysses_degree: {sp.ulysses}",
+        f"  ring_degree: {sp.ring}",
+        ""])
+
+
+def write_plot(result: dict[str, Any], path: Path) -> None:
+    """SLO attainment vs load, one line per layout."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlsched.plotstyle import styles_for
+
+    names = [r["layout"] for r in result["rows"]]
+    styles = styles_for(names)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for r in result["rows"]:
+        xs = [float(x) for x in r["by_load"]]
+        ax.plot(xs, [100 * v for v in r["by_load"].values()], label=r["layout"], **styles[r["layout"]].line())
+    ax.set(title=f"{result['scenario']} on {result['gpus']} GPUs, {result['policy']}",
+           xlabel="load (× nominal rate per GPU)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["Layout", "layouts", "plan", "stage_yaml", "write_plot"]

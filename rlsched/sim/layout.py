@@ -1,0 +1,59 @@
+"""A profile as one replica on several GPUs sees it: the cost model at a sequence-parallel layout.
+
+``at_layout(cost, layout)`` is the ``CostModel`` a replica of ``layout.degree`` GPUs
+runs on: every request's figures (step time, standalone time, per-GPU memory) and every
+batch's step come from the profile's ``sp`` coefficients (``ModelCost.step_time_sp``,
+``ModelCost.request_memory_gb``). Degree 1 returns the profile itself, so a one-GPU
+replica is exactly today's simulator. Everything downstream — the simulator, the
+policies' batching caps, the routers' predicted finishes — reads the replica's
+``CostModel`` and so sees its layout without knowing about it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlsched.sim.cost import CostModel, SPLayout
+from rlsched.sim.request import Request, RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutCost(CostModel):
+    """``CostModel`` of a replica on ``layout`` (see the module docstring)."""
+
+    layout: SPLayout = SPLayout()
+
+    def record(self, req: Request, deadline_s: float = math.inf) -> RequestRecord:
+        rec = CostModel.record(self, req, deadline_s)
+        m = self.model(req.model)
+        passes = m.passes(req)
+        step = m.step_time_sp(rec.tokens, rec.quad, passes, self.layout)
+        mpx = req.height * req.width * req.num_frames / 1e6
+        rec.step_s = step
+        rec.work_s = rec.encode_s + req.num_inference_steps * step + rec.decode_s
+        rec.mem_gb = m.request_memory_gb(rec.tokens, mpx, self.layout)
+        return rec
+
+    def batch_step_time(self, records: Sequence[RequestRecord]) -> float:
+        m = self.models[records[0].request.model]
+        passes = m.passes(records[0].request)
+        return m.step_time_sp(sum(r.tokens for r in records), sum(r.quad for r in records), passes, self.layout)
+
+
+def at_layout(cost: CostModel, layout: SPLayout | int | str) -> CostModel:
+    """``cost`` on ``layout`` (an ``SPLayout``, a degree in the profile's method, or ``"u2r2"``);
+    every model of the profile must support it. Degree 1: ``cost`` itself."""
+    methods = {m.sp.method for m in cost.models.values() if m.sp is not None} or {"ulysses"}
+    chosen = layout if isinstance(layout, SPLayout) else SPLayout.parse(str(layout), next(iter(sorted(methods))))
+    if chosen.degree == 1:
+        return cost
+    for m in cost.models.values():
+        m.sp_layout(chosen)  # refuses a layout the profile has no coefficients for
+    base = {f.name: getattr(cost, f.name) for f in dataclasses.fields(CostModel)}
+    return LayoutCost(**{**base, "name": f"{cost.name}@{chosen}"}, layout=chosen)
+
+
+__all__ = ["LayoutCost", "at_layout"]

@@ -1,0 +1,62 @@
+"""Layouts of N GPUs: the cost model at an SP degree, the enumeration, and ``rlsched plan``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rlsched.errors import ConfigError
+from rlsched.planning import layouts, plan
+from rlsched.sim import Request, load_profile
+from rlsched.sim.layout import at_layout
+
+WIDE = load_profile("qwen-image-h200-vllm-omni")
+
+
+def _req(size: int) -> Request:
+    return Request(0, 0.0, "qwen-image", "image", size, size, 1, 50, True, "batch", 1e9)
+
+
+def test_a_replica_on_d_gpus_sees_the_sp_cost_model() -> None:
+    assert at_layout(WIDE, 1) is WIDE  # one GPU: exactly today's model
+    for d in (2, 4, 8):
+        cost = at_layout(WIDE, d)
+        for size in (512, 1024, 2048):
+            rec = cost.record(_req(size))
+            assert rec.work_s == pytest.approx(WIDE.standalone_sp_s(_req(size), d))
+            assert cost.batch_memory_gb([rec, rec]) == pytest.approx(WIDE.batch_memory_gb_sp([rec, rec], d))
+            assert cost.batch_duration([rec]) == pytest.approx(rec.work_s)
+    # small shapes get slower with more GPUs, large ones faster (the published crossover)
+    assert at_layout(WIDE, 8).record(_req(512)).work_s > WIDE.record(_req(512)).work_s
+    assert at_layout(WIDE, 8).record(_req(2048)).work_s < WIDE.record(_req(2048)).work_s / 3
+
+
+def test_layouts_are_what_the_gpus_and_the_profile_allow() -> None:
+    assert [lay.name for lay in layouts(8, WIDE)] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]
+    assert [lay.name for lay in layouts(6, WIDE)] == ["6x SP1", "3x SP2"]
+    assert [lay.name for lay in layouts(8, load_profile("qwen-image-h200"))] == ["8x SP1"]  # no sp block
+    with pytest.raises(ConfigError, match="--gpus"):
+        layouts(0, WIDE)
+
+
+def test_plan_recommends_the_best_layout_on_training_seeds_only() -> None:
+    result = plan("default", 4, "static:agents/tuned/default.json@rlsched", [0], [1.0],
+                  profile="qwen-image-h200-vllm-omni")
+    means = {r["layout"]: r["mean"] for r in result["rows"]}
+    assert result["recommended"] == max(means, key=means.get)
+    assert "num_replicas:" in result["stage_yaml"] and "ulysses_degree:" in result["stage_yaml"]
+    with pytest.raises(ConfigError, match="training seeds"):
+        plan("default", 4, "fifo@round-robin", [1000], [1.0])
+
+
+def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
+    out = tmp_path / "plan"
+    res = subprocess.run([sys.executable, "-m", "rlsched", "plan", "--gpus", "2", "--profile",
+                          "qwen-image-h200-vllm-omni", "--seeds", "0", "--loads", "1.0", "--out", str(out),
+                          "--json"], capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(res.stdout)
+    assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x SP2"}
+    assert (out / "plan.png").stat().st_size > 0 and (out / "stage.yaml").read_text() == result["stage_yaml"]
