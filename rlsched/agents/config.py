@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.errors import ConfigError
-from rlsched.resources import data_dir
+from rlsched.resources import data_dir, shipped_path
 from rlsched.sim.yamlio import read_yaml
 
 AGENTS_DIR = data_dir("agents")
@@ -90,8 +90,7 @@ class AgentConfig:
 def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
     """Load ``agents/NAME.yaml`` (or a path); ``overrides`` replace top-level fields."""
     p = Path(path)
-    if not p.suffix:
-        p = AGENTS_DIR / f"{path}.yaml"
+    p = AGENTS_DIR / f"{path}.yaml" if not p.suffix else shipped_path(p)  # agents/x.yaml from any folder
     if not p.is_file():
         raise ConfigError(str(path), "agent preset not found")
     data = read_yaml(p) or {}

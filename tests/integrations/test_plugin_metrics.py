@@ -64,6 +64,7 @@ def rlsched(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def test_deploy_writes_a_stage_with_engine_backend_and_extras(tmp_path: Path) -> None:
     out = tmp_path / "deploy.yaml"
+    (tmp_path / "wan2_2_ti2v.yaml").write_text("stages:\n  - stage_id: 0\n")  # deploy checks the base exists
     res = rlsched("deploy", "--policy", "edf", "--max-num-seqs", "8", "--step-execution",
                   "--default-slo-scale", "4", "--base-config", "wan2_2_ti2v.yaml", "--out", str(out))
     doc = yaml.safe_load(out.read_text())
