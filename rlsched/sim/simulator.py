@@ -137,6 +137,7 @@ class Simulator:
         self.now = 0.0
         self.waiting: dict[int, RequestRecord] = {}
         """Waiting records in queue order (arrival order; preempted ones first)."""
+        self._dequeued = 0
         self.running: list[RequestRecord] = []
         self.gpu_end_s = INF
         self._timer_s = INF
@@ -289,10 +290,20 @@ class Simulator:
         for rec in batch:
             if self.waiting.pop(rec.request.id, None) is not None:
                 self.journal.append(DEQUEUED, rec)
+                self._dequeued += 1
             keep.pop(rec.request.id, None)
         if keep:
             self._preempt(list(keep.values()))
+        self._compact()
         return batch
+
+    def _compact(self) -> None:
+        """Rebuild ``waiting`` (same order) once more requests left it than it holds: a dict keeps
+        the slots of popped keys until it resizes, and iterating from the head (FIFO's head run)
+        walks every one of them — quadratic in a deep backlog. Amortised O(1) per dequeue."""
+        if self._dequeued > 1024 and self._dequeued > len(self.waiting):
+            self.waiting = dict(self.waiting)
+            self._dequeued = 0
 
     def _preempt(self, recs: list[RequestRecord]) -> None:
         for rec in recs:
@@ -310,8 +321,10 @@ class Simulator:
             if rec is None:
                 raise InvalidDecision(f"request {rid} is not waiting; only waiting requests can be rejected")
             self.journal.append(DEQUEUED, rec)
+            self._dequeued += 1
             rec.reject_reason = reason
             self._finish(rec, REJECTED)
+        self._compact()
 
     def _duration(self, batch: list[RequestRecord]) -> float:
         cfg = self.config

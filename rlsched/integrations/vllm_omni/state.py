@@ -152,11 +152,12 @@ class WaitingQueue(Mapping[int, RequestRecord]):
     arrivals in order. Two dicts, so an arrival, a start and a preemption cost O(1) —
     one dict would be rebuilt (O(n)) at every preemption."""
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_head", "_tail", "_popped")
 
     def __init__(self, records: Iterable[RequestRecord] = ()) -> None:
         self._head: dict[int, RequestRecord] = {}
         self._tail: dict[int, RequestRecord] = {r.request.id: r for r in records}
+        self._popped = 0
 
     def __getitem__(self, iid: int) -> RequestRecord:
         rec = self._head.get(iid)
@@ -187,7 +188,13 @@ class WaitingQueue(Mapping[int, RequestRecord]):
 
     def pop(self, iid: int) -> RequestRecord | None:
         rec = self._head.pop(iid, None)
-        return rec if rec is not None else self._tail.pop(iid, None)
+        if rec is not None:
+            return rec
+        rec = self._tail.pop(iid, None)
+        self._popped += rec is not None
+        if self._popped > 1024 and self._popped > len(self._tail):  # as Simulator._compact: a dict
+            self._tail, self._popped = dict(self._tail), 0  # keeps popped slots; iterating walks them
+        return rec
 
 
 class _Values:
