@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from rlsched.argtypes import int_at_least
 from rlsched.errors import ConfigError, MissingExtra
 
 T = TypeVar("T")
@@ -150,14 +151,7 @@ def _get(ray: Any, ref: Any) -> Any:
         raise
 
 
-def _workers_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {value}")
-    return value
+_workers_arg = int_at_least(1)
 
 
 def add_parallel_args(p: argparse.ArgumentParser, workers: int | None = 1) -> None:

@@ -290,19 +290,7 @@ class CostModel:
         (``steps_done`` per member; default: the records' own). ``overhead_ms`` is the engine's
         time per batch, ``overhead_ms_per_mpx`` its host time per output megapixel·frame of a
         finishing request (``ServingConfig``'s ``engine_overhead_ms*``)."""
-        step = self.batch_step_time(batch)
-        if not step_mode:
-            steps = batch[0].request.num_inference_steps
-            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
-                                      for r in batch) + overhead_ms / 1e3
-        extra = overhead_ms / 1e3
-        done = steps_done if steps_done is not None else [r.steps_done for r in batch]
-        for r, d in zip(batch, done):
-            if d == 0:
-                extra += r.encode_s
-            if d + 1 == r.request.num_inference_steps:
-                extra += r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
-        return step + extra
+        return _wave(batch, self.batch_step_time(batch), step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
 
     def batch_memory_gb(self, records: list[RequestRecord]) -> float:
         return self.weights_gb + sum(r.mem_gb for r in records)
@@ -336,18 +324,7 @@ class CostModel:
         if layout.degree == 1:
             return self.batch_duration(batch, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
         step = self.batch_step_time_sp(batch, layout)
-        if not step_mode:
-            steps = batch[0].request.num_inference_steps
-            return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
-                                      for r in batch) + overhead_ms / 1e3
-        extra = overhead_ms / 1e3
-        done = steps_done if steps_done is not None else [r.steps_done for r in batch]
-        for r, d in zip(batch, done):
-            if d == 0:
-                extra += r.encode_s
-            if d + 1 == r.request.num_inference_steps:
-                extra += r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
-        return step + extra
+        return _wave(batch, step, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
 
     def standalone_sp_s(self, req: Request, degree: int | str | SPLayout = 1) -> float:
         """Seconds one request takes alone on ``degree`` GPUs (degree 1: :meth:`standalone_s`)."""
@@ -432,6 +409,23 @@ def _sp(data: Any, where: str) -> SPCost:
     if f"{method}_comm_s_per_mtok" not in values:
         raise ConfigError(where, f"method {method!r} has no {method}_comm_s_per_mtok / {method}_sync_s_per_degree")
     return SPCost(method, **values)
+
+
+def _wave(batch: Sequence[RequestRecord], step: float, step_mode: bool, overhead_ms: float,
+          overhead_ms_per_mpx: float, steps_done: Sequence[int] | None) -> float:
+    """``CostModel.batch_duration`` around one denoise step of ``step`` seconds (any layout)."""
+    if not step_mode:
+        steps = batch[0].request.num_inference_steps
+        return steps * step + sum(r.encode_s + r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+                                  for r in batch) + overhead_ms / 1e3
+    extra = overhead_ms / 1e3
+    done = steps_done if steps_done is not None else [r.steps_done for r in batch]
+    for r, d in zip(batch, done):
+        if d == 0:
+            extra += r.encode_s
+        if d + 1 == r.request.num_inference_steps:
+            extra += r.decode_s + _output_mpx(r) * overhead_ms_per_mpx / 1e3
+    return step + extra
 
 
 def _output_mpx(rec: RequestRecord) -> float:
