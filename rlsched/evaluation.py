@@ -502,7 +502,7 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep
     fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
     same = _coinciding(curves, shown)
     if same:
-        fig.text(0.01, 0.005, "Lines that coincide (within 0.5 points at every scenario and load): " + "; ".join(same),
+        fig.text(0.01, 0.005, "Lines that coincide (within 1.5 points at every scenario and load): " + "; ".join(same),
                  fontsize=7, ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03 if same else 0, 1, 1))
     _savefig(fig, out / "slo_vs_load.png", dpi=100)
@@ -526,7 +526,7 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep
     return figures
 
 
-def _coinciding(curves: dict[str, list[float]], shown: dict[str, str], points: float = 0.5) -> list[str]:
+def _coinciding(curves: dict[str, list[float]], shown: dict[str, str], points: float = 1.5) -> list[str]:
     """Pairs of policies whose curves never differ by more than ``points``: a reader must be told
     one line hides another rather than see it vanish."""
     names = list(curves)

@@ -56,9 +56,10 @@ TABLE: dict[str, Style] = {
     "seed-priority": Style("#31a354", "h"),
     "seed-composite": Style("#006d2c", "8"),
     # the product: emphasised
-    "static": Style("#e6550d", "D", "-", 2.4, 5),
-    "rl": Style("#d62728", "s", "-", 2.0, 4),
-    "pick": Style("#7b2cbf", "*", "-", 2.4, 6),
+    # static is drawn widest and beneath: where a learned policy ties it, an orange band shows
+    "static": Style("#e6550d", "D", "-", 3.6, 3),
+    "rl": Style("#d62728", "s", "-", 1.8, 5),
+    "pick": Style("#7b2cbf", "*", "-", 1.8, 6),
     # teachers: purple, dotted
     "lookahead": Style("#9e9ac8", "P", ":", 1.6, 3),
     "hindsight": Style("#54278f", "X", ":", 1.6, 3),

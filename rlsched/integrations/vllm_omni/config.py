@@ -60,6 +60,12 @@ class PluginConfig:
     """Read NVML at most this often (a read costs tens of microseconds)."""
     metrics_port: int = 0
     """>0: serve this process's ``rlsched_*`` Prometheus metrics on this port."""
+    freeze_gc: bool = True
+    """After the engine's start-up warm-up, collect and freeze the garbage collector's heap
+    (``gc.freeze``, as vLLM's own engine core does after init: ``vllm.utils.gc_utils.freeze_gc_heap``).
+    Without it a full collection walks every object of the stage process — torch, the model,
+    the engine — and lands inside whichever code allocates next, often a decision under the
+    engine lock (15-20 ms pauses measured in ``rlsched bench plugin``)."""
     time_scale: float = 1.0
     """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
     (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the

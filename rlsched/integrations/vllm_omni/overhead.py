@@ -115,6 +115,7 @@ class StepRunner:
 def native_scheduler(step: bool) -> Any:
     sched = StepScheduler() if step else RequestScheduler()
     sched.initialize(od())
+    sched.end_warmup()  # serving starts as the engine starts it (a fresh view, the start-up heap frozen)
     return sched
 
 
@@ -123,6 +124,7 @@ def plugin_scheduler(policy: str, step: bool) -> Any:
     cls = RLStepScheduler if step else RLRequestScheduler
     sched = cls(policy, PluginConfig(policy=policy, telemetry=False), metrics=PluginMetrics(CollectorRegistry()))
     sched.initialize(od())
+    sched.end_warmup()  # serving starts as the engine starts it (a fresh view, the start-up heap frozen)
     return sched
 
 

@@ -32,6 +32,7 @@ admission wait (``request_batch_max_wait_ms``), which runs before ``schedule()``
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import time
@@ -55,6 +56,13 @@ from rlsched.sim.simulator import ServingConfig
 MAX_BACKOFF_CALLS = 64
 """Most ``schedule()`` calls FIFO serves after consecutive decision overruns before the policy
 is tried again (1, 2, 4, ... after the 1st, 2nd, 3rd overrun in a row)."""
+def freeze_gc_heap() -> None:
+    """Move every object alive now into the permanent generation (vLLM's ``freeze_gc_heap``):
+    later collections only walk what serving allocates."""
+    gc.collect()
+    gc.freeze()
+
+
 QUEUE_DEPTH_INTERVAL_S = 0.1
 """The ``rlsched_queue_depth`` gauges are refreshed at most this often (counting costs O(queue))."""
 _COMPLETED = DiffusionRequestStatus.FINISHED_COMPLETED
@@ -255,9 +263,12 @@ class _PolicyScheduling:
         self._warming_up = True
 
     def end_warmup(self) -> None:
-        """Serving starts: a fresh queue view (clock origin, ids, a learned policy's history)."""
+        """Serving starts: a fresh queue view (clock origin, ids, a learned policy's history),
+        and the start-up heap frozen out of the garbage collector's reach (``freeze_gc``)."""
         self._warming_up = False
         st = self.rl_state
+        if self.settings is not None and self.settings.freeze_gc:
+            freeze_gc_heap()
         if st is None or st.records:  # never drop a live request's record
             return
         self.rl_state = PluginState(st.cost, st.config, st.settings, self._clock, st._telemetry_source)
