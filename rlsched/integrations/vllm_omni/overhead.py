@@ -35,7 +35,7 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
-from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
+from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler, freeze_gc_heap
 
 SIZES = (512, 768, 1024, 1328)
 """Height = width of the requests: four compatibility keys, mixed in the queue."""
@@ -115,7 +115,7 @@ class StepRunner:
 def native_scheduler(step: bool) -> Any:
     sched = StepScheduler() if step else RequestScheduler()
     sched.initialize(od())
-    sched.end_warmup()  # serving starts as the engine starts it (a fresh view, the start-up heap frozen)
+    freeze_gc_heap()  # the same heap state as the plugin's cells
     return sched
 
 
