@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
@@ -71,37 +69,6 @@ def write_records(sim: Simulator, path: str | Path) -> None:
             out.writerow([q.id, _f(q.arrival_s), _f(rec.first_scheduled_s), _f(rec.finish_s), rec.status,
                           int(rec.slo_met), rec.batch_id, q.priority, q.modality, q.height, q.width,
                           q.num_frames, q.num_inference_steps, _f(q.slo_s), rec.preemptions])
-
-
-@contextlib.contextmanager
-def atomic_open(path: Path, mode: str = "w", **kwargs: Any) -> Any:
-    """``open(path, mode)`` on a temporary file in ``path``'s folder that replaces ``path`` only
-    when the block ends without an error (``os.replace``): a failure, a full disk or Ctrl-C
-    leaves the previous file whole, never a part of the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            yield fh
-        os.chmod(tmp, _new_file_mode(path))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_atomic(path: Path, text: str) -> None:
-    with atomic_open(path) as fh:
-        fh.write(text)
-
-
-def _new_file_mode(path: Path) -> int:
-    """The existing file's mode, else what ``open`` would give (``mkstemp`` makes 0o600)."""
-    with contextlib.suppress(OSError):
-        return path.stat().st_mode & 0o7777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _f(x: float) -> str:

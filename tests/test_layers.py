@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "rlsched"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rlsched", "errors", "resources", "argtypes", "plotstyle"),
+    ("rlsched", "errors", "resources", "argtypes", "plotstyle", "atomic"),
     ("sim", "projection"),
     ("telemetry", "profiling", "parallel", "loadgen", "policies"),
     ("learned", "evaluation", "planning"),

@@ -12,6 +12,7 @@ import numpy as np
 import yaml
 
 from rlsched.agents.config import AgentConfig
+from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
 
 LAST, BEST = "last", "best"
@@ -104,13 +105,6 @@ def check_config(cfg: AgentConfig) -> None:
             raise ConfigError(f"agent.{name}{flag}", f"must be an integer >= 1, not {value!r}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Temporary file in the same folder + ``os.replace``: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, progress: bool = True) -> Path:
     """Train (or resume) a run; returns the folder of the final checkpoint."""
     check_config(cfg)
@@ -143,8 +137,8 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
             from rlsched.agents.pretrain import clone
 
             mse = clone(model, venv, cfg, seed)
-            _write_atomic(run_dir / "pretrain.json", json.dumps({"behaviour_cloning_mse": mse}))
-    _write_atomic(run_dir / "config.yaml", yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
+            write_atomic(run_dir / "pretrain.json", json.dumps({"behaviour_cloning_mse": mse}))
+    write_atomic(run_dir / "config.yaml", yaml.safe_dump({"agent": cfg.to_dict(), "seed": seed}, sort_keys=False))
     evaluate = validation_eval(cfg)
     callbacks = CallbackList([
         HyperparamText(yaml.safe_dump(cfg.to_dict(), sort_keys=False)),
@@ -156,7 +150,7 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     model.learn(total_timesteps=max(cfg.timesteps - done, 0), callback=callbacks, progress_bar=progress,
                 reset_num_timesteps=not resume, tb_log_name="ppo")
     PeriodicCheckpoint.save(model, venv, last)
-    _write_atomic(run_dir / "train_time.json", json.dumps(
+    write_atomic(run_dir / "train_time.json", json.dumps(
         {"seconds": time.perf_counter() - start, "timesteps": int(model.num_timesteps)}))
     venv.close()
     return last

@@ -7,7 +7,6 @@ registry, so the command modules never import the CLI (no import circle).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import tempfile
@@ -22,6 +21,7 @@ from rlsched.argtypes import (  # noqa: F401  (the command modules' argument typ
     positive_float,
     positive_int,
 )
+from rlsched.atomic import file_mode, write_atomic  # noqa: F401  (re-exported for the commands)
 from rlsched.errors import ConfigError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -100,29 +100,3 @@ def check_out_dir(path: str | Path, flag: str) -> Path:
         raise ConfigError(flag, f"{out} is a file; name a folder")
     _probe_writable(out if out.is_dir() else _existing_ancestor(out, flag), flag)
     return out
-
-
-def file_mode(path: Path) -> int:
-    """The mode a new file gets (the existing file's, else 0o666 less the umask): ``mkstemp``
-    creates its files 0o600, which a plain ``open`` would not."""
-    with contextlib.suppress(OSError):
-        return path.stat().st_mode & 0o7777
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its folder and ``os.replace``:
-    readers see the old file or the new one, never a part."""
-    out = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, file_mode(out))
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
