@@ -33,6 +33,16 @@ class RunSpec:
     """Override the scenario's execution mode (request|step)."""
     trace: str | None = None
     """Replace the scenario's arrivals/shapes with a trace file."""
+    replicas: int = 1
+    """Replicas of the scenario's GPU (a multi-replica ``Stage``); arrivals scaled × replicas."""
+    sp_degree: int = 1
+    """GPUs per replica (sequence parallelism at the profile's ``sp`` coefficients)."""
+
+    @property
+    def staged(self) -> bool:
+        """Run as a multi-replica stage: more than one replica, more than one GPU each, or a
+        ``POLICY@ROUTER`` spec."""
+        return self.replicas > 1 or self.sp_degree > 1 or "@" in self.policy
 
 
 def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
@@ -45,12 +55,42 @@ def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
     return Simulator(reqs, cost, sc.serving)
 
 
-def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Simulator, dict[str, Any]]:
-    """Run one policy; returns the finished simulator and its metrics."""
+def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict[str, Any]]:
+    """Run one policy; returns the finished simulator (a ``Stage`` for a multi-replica spec) and
+    its metrics (with ``per_replica`` for a stage)."""
+    if spec.staged:
+        return _simulate_stage(spec, scenario)
     sim = prepare(spec, scenario).run(make_policy(spec.policy))
     metrics = summarize(sim)
     return sim, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
                  "rate_scale": spec.rate_scale, "mode": sim.config.mode, **metrics}
+
+
+def _simulate_stage(spec: RunSpec, scenario: Scenario | None) -> tuple[Any, dict[str, Any]]:
+    """``spec.replicas`` replicas of ``spec.sp_degree`` GPUs, ``POLICY@ROUTER`` (bare: round-robin,
+    as vLLM-Omni routes; ``@central``: late binding)."""
+    from rlsched.policies.routers import make_router, split_pair
+    from rlsched.sim.layout import at_layout
+    from rlsched.sim.metrics import summarize_stage
+    from rlsched.sim.stage import ReplicaSpec, Stage
+
+    if spec.replicas < 1 or spec.sp_degree < 1:
+        raise ConfigError("replicas", f"need >= 1 replica of >= 1 GPU, not {spec.replicas} x {spec.sp_degree}")
+    sc = scenario or load_scenario(spec.scenario)
+    if spec.mode:
+        sc = sc.with_serving(mode=spec.mode)
+    cost = sc.cost()
+    reqs = sc.requests(spec.seed, spec.rate_scale * spec.replicas, spec.duration_s, spec.trace, cost=cost)
+    wide = at_layout(cost, spec.sp_degree)
+    stage = Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving) for i in range(spec.replicas)], seed=spec.seed)
+    policy, router = split_pair(spec.policy)
+    if router == "central":
+        stage.run([make_policy("fifo") for _ in range(spec.replicas)], central=make_policy(policy))
+    else:
+        stage.run([make_policy(policy) for _ in range(spec.replicas)], make_router(router))
+    return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
+                   "rate_scale": spec.rate_scale, "mode": sc.serving.mode, "replicas": spec.replicas,
+                   "sp_degree": spec.sp_degree, **summarize_stage(stage)}
 
 
 RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id",
@@ -58,7 +98,7 @@ RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "
                  "slo_s", "preemptions")
 
 
-def write_records(sim: Simulator, path: str | Path) -> None:
+def write_records(sim: Any, path: str | Path) -> None:
     """One CSV row per request (unfinished ones too) so anyone can check what happened;
     written whole or not at all (``atomic_open``)."""
     with atomic_open(Path(path), newline="") as fh:

@@ -60,3 +60,15 @@ def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
     result = json.loads(res.stdout)
     assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x SP2"}
     assert (out / "plan.png").stat().st_size > 0 and (out / "stage.yaml").read_text() == result["stage_yaml"]
+
+
+def test_simulate_runs_a_multi_replica_stage_from_the_command_line() -> None:
+    res = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "--replicas", "2", "--duration", "600",
+                          "--compare", "fifo,edf@least-work,static:agents/tuned/default.json@central", "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    rows = json.loads(res.stdout)
+    assert [len(r["per_replica"]) for r in rows] == [2, 2, 2]
+    assert all(sum(p["requests"] for p in r["per_replica"]) == r["requests_total"] for r in rows)
+    one = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "--duration", "600", "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert "per_replica" not in json.loads(one.stdout)  # one GPU, no router: the simulator as before

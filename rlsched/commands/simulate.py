@@ -9,12 +9,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlsched.argtypes import seed_arg
+from rlsched.argtypes import positive_int, seed_arg
 from rlsched.commands.args import check_out_file, command, print_json
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
-from rlsched.sim import Scenario, Simulator, load_scenario
+from rlsched.sim import Scenario, load_scenario
 
 
 @command("simulate", "Simulate a scenario under one policy (or --compare several) and print metrics.")
@@ -28,6 +28,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="arrival window in seconds (default: the scenario's)")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X (> 0)")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
+    p.add_argument("--replicas", type=positive_int, default=1,
+                   help="replicas of the scenario's GPU (a multi-replica stage; arrivals scaled x replicas, "
+                        "so each replica gets the scenario's load); policies may be POLICY@ROUTER "
+                        "(round-robin, random, least-queue, least-work, affinity, rlsched; @central: late binding)")
+    p.add_argument("--sp", type=positive_int, default=1,
+                   help="GPUs per replica, sequence-parallel (needs a profile with an sp block)")
     p.add_argument("--records", metavar="PATH",
                    help="write one CSV row per request; with --compare one file per policy, the policy "
                         "inserted before the suffix (r.csv: r.fifo.csv, r.sjf.csv, ...)")
@@ -44,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     shown: set[str] = set()
     for i, policy in enumerate(policies):
         spec = RunSpec(args.scenario, policy, args.seed, args.rate_scale, args.duration,
-                       args.mode, args.trace)
+                       args.mode, args.trace, args.replicas, args.sp)
         sim, metrics = _simulate(spec, scenario, shown)
         if records:
             write_records(sim, records[i])
@@ -59,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         r = rows[0]
         title = (f"{scenario.name} ({r['mode']} mode, seed {args.seed}, rate x{args.rate_scale}): "
                  f"{r['requests_total']} requests")
+        if "per_replica" in r:
+            title += f" on {args.replicas} replicas x {args.sp} GPU(s)"
         show(metrics_table(rows, title))
     return 0
 
@@ -84,7 +92,7 @@ def records_paths(path: str, policies: list[str], compare: bool) -> dict[int, Pa
     return out
 
 
-def _simulate(spec: RunSpec, scenario: Scenario, shown: set[str]) -> tuple[Simulator, dict[str, Any]]:
+def _simulate(spec: RunSpec, scenario: Scenario, shown: set[str]) -> tuple[Any, dict[str, Any]]:
     """``simulate`` with skipped trace rows counted in the metrics and printed once (``shown``:
     messages already printed, as ``--compare`` replays the same trace once per policy)."""
     with warnings.catch_warnings(record=True) as caught:
