@@ -9,7 +9,6 @@ started in another folder serves the same file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -20,6 +19,7 @@ from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, split_options
 from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action, with_overrides
 from rlsched.resources import shipped_path
+from rlsched.sim.yamlio import read_json
 
 
 def load_static(path: str, options: Mapping[str, str] | None = None) -> ProjectedPolicy:
@@ -55,10 +55,7 @@ def read_tuned(path: str) -> dict[str, Any]:
     p = shipped_path(path)
     if not p.is_file():
         raise ConfigError(path, "tuned action file not found (write one with `rlsched tune`)")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
+    data = read_json(p)  # bounded size and nesting: a tuned file may come from anywhere
     if not isinstance(data, dict):
         raise ConfigError(path, "expected a JSON object")
     return data

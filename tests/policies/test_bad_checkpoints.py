@@ -194,3 +194,16 @@ def test_safetensors_header_over_the_format_limit(tmp_path: Path, monkeypatch: p
     path = _raw_safetensors(tmp_path / "x.safetensors", b'{"__metadata__": {"a": "' + b"b" * 100 + b'"}}')
     with pytest.raises(CheckpointError, match="header length .* over"):
         read_safetensors(path)
+
+
+def test_a_tuned_action_file_is_read_with_bounded_nesting(tmp_path) -> None:
+    """Caught: ``static:`` read tuned files with plain ``json.loads`` (deep nesting: RecursionError)."""
+    from rlsched.errors import ConfigError
+    from rlsched.policies.static import load_static
+
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "bad.json").write_text("{ nope")
+    with pytest.raises(ConfigError, match="deep.json: nested deeper than"):
+        load_static(str(tmp_path / "deep.json"))
+    with pytest.raises(ConfigError, match=r"bad.json: invalid JSON .*line 1"):
+        load_static(str(tmp_path / "bad.json"))
