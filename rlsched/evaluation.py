@@ -69,10 +69,10 @@ def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict
 def _simulate_stage(spec: RunSpec, scenario: Scenario | None) -> tuple[Any, dict[str, Any]]:
     """``spec.replicas`` replicas of ``spec.sp_degree`` GPUs, ``POLICY@ROUTER`` (bare: round-robin,
     as vLLM-Omni routes; ``@central``: late binding)."""
-    from rlsched.policies.routers import make_router, split_pair
+    from rlsched.policies.routers import run_spec
     from rlsched.sim.layout import at_layout
     from rlsched.sim.metrics import summarize_stage
-    from rlsched.sim.stage import ReplicaSpec, Stage
+    from rlsched.sim.stage import Stage
 
     if spec.replicas < 1 or spec.sp_degree < 1:
         raise ConfigError("replicas", f"need >= 1 replica of >= 1 GPU, not {spec.replicas} x {spec.sp_degree}")
@@ -82,12 +82,8 @@ def _simulate_stage(spec: RunSpec, scenario: Scenario | None) -> tuple[Any, dict
     cost = sc.cost()
     reqs = sc.requests(spec.seed, spec.rate_scale * spec.replicas, spec.duration_s, spec.trace, cost=cost)
     wide = at_layout(cost, spec.sp_degree)
-    stage = Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving) for i in range(spec.replicas)], seed=spec.seed)
-    policy, router = split_pair(spec.policy)
-    if router == "central":
-        stage.run([make_policy("fifo") for _ in range(spec.replicas)], central=make_policy(policy))
-    else:
-        stage.run([make_policy(policy) for _ in range(spec.replicas)], make_router(router))
+    stage = Stage.uniform(reqs, spec.replicas, wide, sc.serving, seed=spec.seed)
+    run_spec(stage, spec.policy)
     return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
                    "rate_scale": spec.rate_scale, "mode": sc.serving.mode, "replicas": spec.replicas,
                    "sp_degree": spec.sp_degree, **summarize_stage(stage)}

@@ -23,13 +23,12 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.parallel import run_tasks
-from rlsched.policies import make_policy
-from rlsched.policies.routers import make_router, split_pair
+from rlsched.policies.routers import run_spec, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.cost import SPLayout, load_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.metrics import summarize_stage
-from rlsched.sim.stage import ReplicaSpec, Stage
+from rlsched.sim.stage import Stage
 
 DEGREES = (1, 2, 4, 8)
 TRAINING_SEED_LIMIT = 900
@@ -78,15 +77,9 @@ def run_one(task: PlanTask) -> float:
     sc = load_scenario(task.scenario)
     cost = load_profile(task.profile)
     wide = at_layout(cost, task.layout.degree)
-    policy, router = split_pair(task.spec)
     reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus, cost=cost)
-    stage = Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving) for i in range(task.layout.replicas)],
-                  seed=task.seed)
-    policies = [make_policy(policy) for _ in range(task.layout.replicas)]
-    if router == "central":
-        stage.run([make_policy("fifo") for _ in policies], central=make_policy(policy))
-    else:
-        stage.run(policies, make_router(router))
+    stage = Stage.uniform(reqs, task.layout.replicas, wide, sc.serving, seed=task.seed)
+    run_spec(stage, task.spec)
     return float(summarize_stage(stage)["weighted_slo_attainment"])
 
 

@@ -18,11 +18,10 @@ import numpy as np
 
 from rlsched.evaluation import ci95_half_width
 from rlsched.parallel import add_parallel_args, run_tasks
-from rlsched.policies import make_policy
-from rlsched.policies.routers import make_router, split_pair
+from rlsched.policies.routers import run_spec
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import summarize_stage
-from rlsched.sim.stage import ReplicaSpec, Stage
+from rlsched.sim.stage import Stage
 
 STATIC = "static:agents/tuned/default.json"
 PLAIN = ("fifo@round-robin", "fifo@least-queue", "fifo@random", "edf@round-robin", "edf@least-work",
@@ -35,13 +34,9 @@ def run_one(task: tuple[str, str, int, float, int]) -> float:
     scenario, combo, seed, load, replicas = task
     sc = load_scenario(scenario)
     cost = sc.cost()
-    policy, router = split_pair(combo)
-    stage = Stage(sc.requests(seed, rate_scale=load * replicas, cost=cost),
-                  [ReplicaSpec(f"r{i}", cost, sc.serving) for i in range(replicas)], seed=seed)
-    if router == "central":
-        stage.run([make_policy("fifo") for _ in range(replicas)], central=make_policy(policy))
-    else:
-        stage.run([make_policy(policy) for _ in range(replicas)], make_router(router))
+    stage = Stage.uniform(sc.requests(seed, rate_scale=load * replicas, cost=cost), replicas, cost, sc.serving,
+                          seed=seed)
+    run_spec(stage, combo)
     return float(summarize_stage(stage)["weighted_slo_attainment"])
 
 

@@ -56,17 +56,16 @@ def stage_speed(args: argparse.Namespace) -> dict[str, Any]:
     """Simulated requests per second of an 8-replica stage (``default``'s profile and serving on
     every replica, 8x its nominal rate), fifo@round-robin, one core; the single simulator at the
     nominal rate in the same run. Target: >= 20,000 requests/s."""
-    from rlsched.policies.routers import make_router
-    from rlsched.sim.stage import ReplicaSpec, Stage
+    from rlsched.policies.routers import run_spec
+    from rlsched.sim.stage import Stage
 
     sc = load_scenario("default")
     cost = sc.cost()
-    replicas = [ReplicaSpec(f"r{i}", cost, sc.serving) for i in range(8)]
     reqs = sc.requests(seed=0, rate_scale=8.0, duration_s=sc.duration_s * 10, cost=cost)
     out: dict[str, Any] = {"scenario": "default", "replicas": 8, "requests": len(reqs)}
     for router in (args.policies or "round-robin,least-work,rlsched").split(","):
-        secs = median_time(lambda router=router: Stage(reqs, replicas).run(
-            [make_policy("fifo") for _ in replicas], make_router(router)), max(1, args.repeats // 2))
+        secs = median_time(lambda router=router: run_spec(Stage.uniform(reqs, 8, cost, sc.serving), f"fifo@{router}"),
+                           max(1, args.repeats // 2))
         out[f"fifo@{router}_requests_per_s"] = round(len(reqs) / secs)
     single = sc.requests(seed=0, rate_scale=1.0, duration_s=sc.duration_s * 80, cost=cost)
     secs = median_time(lambda: Simulator(single, cost, sc.serving).run(make_policy("fifo")), max(1, args.repeats // 2))

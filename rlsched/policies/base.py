@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from rlsched.errors import ConfigError
 from rlsched.sim.simulator import Decision
@@ -82,6 +82,7 @@ def parse_spec(spec: str) -> PolicySpec:
 
 
 Factory = Callable[[PolicySpec], SchedulingPolicy]
+T = TypeVar("T")
 
 ENTRY_POINTS: dict[str, str] = {
     "fifo": "rlsched.policies.baselines:fifo",
@@ -122,6 +123,16 @@ def make_policy(spec: str | PolicySpec) -> SchedulingPolicy:
         module, _, attr = factory.partition(":")
         factory = _REGISTRY[parsed.name] = getattr(importlib.import_module(module), attr)
     return factory(parsed)
+
+
+def without_arguments(build: Callable[[], T], kind: str = "policy") -> Callable[[PolicySpec], T]:
+    """The factory of a ``kind`` (policy, router) that takes neither an argument nor options."""
+    def factory(spec: PolicySpec) -> T:
+        no_options(spec)
+        if spec.arg:
+            raise ConfigError(f"{kind} {spec}", f"{spec.name} takes no argument")
+        return build()
+    return factory
 
 
 def no_options(spec: PolicySpec) -> None:

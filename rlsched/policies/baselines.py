@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 
 from rlsched.errors import ConfigError
-from rlsched.policies.base import PolicySpec, no_options
+from rlsched.policies.base import PolicySpec, no_options, without_arguments
 from rlsched.sim.queue_index import QueueIndex, by_arrival, by_key
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import WAIT, Decision
@@ -214,30 +214,10 @@ def _num(arg: str, default: float, spec: str = "drr") -> float:
     return value
 
 
-def _plain(spec: PolicySpec) -> None:
-    no_options(spec)
-    if spec.arg:
-        raise ConfigError(f"policy {spec}", f"{spec.name} takes no argument")
-
-
-def fifo(spec: PolicySpec) -> Fifo:
-    _plain(spec)
-    return Fifo()
-
-
-def sjf(spec: PolicySpec) -> Sjf:
-    _plain(spec)
-    return Sjf()
-
-
-def edf(spec: PolicySpec) -> Edf:
-    _plain(spec)
-    return Edf()
-
-
-def strict_priority(spec: PolicySpec) -> StrictPriority:
-    _plain(spec)
-    return StrictPriority()
+fifo = without_arguments(Fifo)
+sjf = without_arguments(Sjf)
+edf = without_arguments(Edf)
+strict_priority = without_arguments(StrictPriority)
 
 
 def drr(spec: PolicySpec) -> Drr:

@@ -69,7 +69,7 @@ def fits(state: QueueView, batch: tuple[int, ...]) -> bool:
     """Request mode: ``batch`` is a valid batch of waiting requests that fits the GPU's memory."""
     if batch_problem(state, batch) is not None or not all(i in state.waiting for i in batch):
         return False
-    return state.cost.batch_memory_gb([state.waiting[i] for i in batch]) <= state.cost.gpu_memory_gb
+    return state.cost.fits([state.waiting[i] for i in batch])
 
 
 

@@ -417,8 +417,7 @@ class ProjectedPolicy:
         (vLLM-Omni would run the oldest). A request no GPU of this profile can hold is never
         started while another can run; it is rejected (``cannot_fit``) where the state can
         reject, else started last — the engine fails it, as vLLM-Omni would."""
-        free = state.cost.gpu_memory_gb - state.cost.weights_gb
-        can_run = [r for r in recs if r.mem_gb <= free]
+        can_run = [r for r in recs if state.cost.fits([r])]
         if can_run:
             return Decision((min(can_run, key=_arrival).request.id,))
         if state.can_reject:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from rlsched.errors import ConfigError
-from rlsched.policies.base import PolicySpec, no_options, parse_spec
+from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Simulator
 from rlsched.sim.stage import INF, Router, Stage
@@ -43,6 +43,10 @@ class QueueWork:
     with its journal; and the work due before a deadline (sorted by deadline)."""
 
     def __init__(self) -> None:
+        self._clear()
+        self._cursor = 0
+
+    def _clear(self) -> None:
         self.work_s = 0.0
         self.keys: Counter[Hashable] = Counter()
         self._work: dict[int, tuple[float, float]] = {}
@@ -50,12 +54,11 @@ class QueueWork:
         self._by_deadline: list[tuple[float, int]] = []
         self._works: list[float] = []
         """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
-        self._cursor = 0
 
     def sync(self, state: QueueView) -> None:
         entries = state.journal.since(self._cursor)
         if entries is None:  # trimmed past us: recount from the queue
-            self.__init__()  # type: ignore[misc]
+            self._clear()
             for rec in state.waiting.values():
                 self._add(rec)
         else:
@@ -226,9 +229,11 @@ ROUTERS: dict[str, str] = {
 """Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
 
 
-def round_robin(spec: PolicySpec) -> RoundRobin:
-    _plain(spec)
-    return RoundRobin()
+round_robin = without_arguments(RoundRobin, "router")
+least_queue = without_arguments(LeastQueue, "router")
+least_work = without_arguments(LeastWork, "router")
+affinity = without_arguments(Affinity, "router")
+rlsched_router = without_arguments(RlschedRouter, "router")
 
 
 def random_router(spec: PolicySpec) -> RandomRouter:
@@ -236,32 +241,6 @@ def random_router(spec: PolicySpec) -> RandomRouter:
     if spec.arg and not spec.arg.isdigit():
         raise ConfigError(f"router {spec}", "random takes a seed, an integer >= 0")
     return RandomRouter(int(spec.arg) if spec.arg else None)
-
-
-def least_queue(spec: PolicySpec) -> LeastQueue:
-    _plain(spec)
-    return LeastQueue()
-
-
-def least_work(spec: PolicySpec) -> LeastWork:
-    _plain(spec)
-    return LeastWork()
-
-
-def affinity(spec: PolicySpec) -> Affinity:
-    _plain(spec)
-    return Affinity()
-
-
-def rlsched_router(spec: PolicySpec) -> RlschedRouter:
-    _plain(spec)
-    return RlschedRouter()
-
-
-def _plain(spec: PolicySpec) -> None:
-    no_options(spec)
-    if spec.arg:
-        raise ConfigError(f"router {spec}", f"{spec.name} takes no argument")
 
 
 def make_router(spec: str) -> Router:
@@ -287,5 +266,15 @@ def split_pair(spec: str) -> tuple[str, str]:
     return policy, router
 
 
+def run_spec(stage: Stage, spec: str) -> Stage:
+    """Run ``POLICY@ROUTER`` on ``stage``: that policy on every replica behind that router, or —
+    ``@central``, late binding — that policy picking batches from one queue for replicas that run
+    what they are handed (``fifo``). Returns the finished stage."""
+    policy, router = split_pair(spec)
+    if router == "central":
+        return stage.run([make_policy("fifo") for _ in stage.replicas], central=make_policy(policy))
+    return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router))
+
+
 __all__ = ["ROUTERS", "Affinity", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
-           "RoundRobin", "make_router", "split_pair"]
+           "RoundRobin", "make_router", "run_spec", "split_pair"]

@@ -295,6 +295,10 @@ class CostModel:
     def batch_memory_gb(self, records: list[RequestRecord]) -> float:
         return self.weights_gb + sum(r.mem_gb for r in records)
 
+    def fits(self, records: Sequence[RequestRecord]) -> bool:
+        """The batch fits the GPU's memory (the simulator fails it as OOM otherwise)."""
+        return self.batch_memory_gb(list(records)) <= self.gpu_memory_gb
+
     def standalone_s(self, req: Request) -> float:
         return self.record(req).work_s
 

@@ -28,19 +28,14 @@ class LayoutCost(CostModel):
 
     def record(self, req: Request, deadline_s: float = math.inf) -> RequestRecord:
         rec = CostModel.record(self, req, deadline_s)
-        m = self.model(req.model)
-        passes = m.passes(req)
-        step = m.step_time_sp(rec.tokens, rec.quad, passes, self.layout)
+        rec.step_s = self.batch_step_time([rec])
+        rec.work_s = rec.encode_s + req.num_inference_steps * rec.step_s + rec.decode_s
         mpx = req.height * req.width * req.num_frames / 1e6
-        rec.step_s = step
-        rec.work_s = rec.encode_s + req.num_inference_steps * step + rec.decode_s
-        rec.mem_gb = m.request_memory_gb(rec.tokens, mpx, self.layout)
+        rec.mem_gb = self.model(req.model).request_memory_gb(rec.tokens, mpx, self.layout)
         return rec
 
     def batch_step_time(self, records: Sequence[RequestRecord]) -> float:
-        m = self.models[records[0].request.model]
-        passes = m.passes(records[0].request)
-        return m.step_time_sp(sum(r.tokens for r in records), sum(r.quad for r in records), passes, self.layout)
+        return self.batch_step_time_sp(records, self.layout)
 
 
 def at_layout(cost: CostModel, layout: SPLayout | int | str) -> CostModel:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.simulator import PolicyLike, ServingConfig, Simulator
+from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
 
 INF = math.inf
 
@@ -79,6 +79,12 @@ class Stage:
         self.central: Simulator | None = None
         """Late binding: the central queue (a simulator that never runs a batch itself)."""
         self._next = 0
+
+    @classmethod
+    def uniform(cls, requests: Sequence[Request], replicas: int, cost: CostModel, serving: ServingConfig,
+                horizon_s: float = INF, seed: int = 0) -> Stage:
+        """``replicas`` replicas of one cost model (a profile, or a profile at a layout) and config."""
+        return cls(requests, [ReplicaSpec(f"r{i}", cost, serving) for i in range(replicas)], horizon_s, seed)
 
     # ------------------------------------------------------------------ runs
     def run(self, policies: Sequence[PolicyLike], router: Router | None = None,
@@ -179,9 +185,9 @@ class Stage:
                 break
             decision = central.decide(hub)
             if decision.reject:
-                hub.apply(type(decision)(reject=decision.reject, reason=decision.reason))
+                hub.apply(Decision(reject=decision.reject, reason=decision.reason))
             if not decision.batch:
-                hub.apply(type(decision)(wait_until=decision.wait_until))
+                hub.apply(Decision(wait_until=decision.wait_until))
                 break
             for rec in hub.release(decision.batch):
                 self.routed[rec.request.id] = r

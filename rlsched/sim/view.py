@@ -14,7 +14,7 @@ per-decision caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from rlsched.sim.request import RequestRecord
@@ -72,7 +72,7 @@ class Journal:
         """Entries kept (not ``end``)."""
         return len(self._entries)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries)
 
 

@@ -234,9 +234,8 @@ class _PolicyScheduling:
         the first waiting request the GPU can hold at all (a request no GPU of the profile can
         hold must not start ahead of ones that fit); None (plain FIFO) when the head fits or
         none does."""
-        free = st.cost.gpu_memory_gb - st.cost.weights_gb
         for n, rec in enumerate(st.waiting.values()):
-            if rec.mem_gb <= free:
+            if st.cost.fits([rec]):
                 return None if n == 0 else (rec.request.id,)  # the head fits: FIFO's own head run
         return None
 

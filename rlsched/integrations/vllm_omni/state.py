@@ -342,9 +342,7 @@ class PluginState:
             still = {id(r) for r in now_running}
             back = [recs[i] for i in preempted if i in recs and id(recs[i]) not in still]
             for rec in back:
-                rec.status = WAITING
-                self.journal.append(ENQUEUED, rec)
-                self.waiting_by_class[rec.request.priority] += 1
+                self._joined(rec)
             if back:
                 self.waiting.push_front(back)
             self.running = now_running
@@ -376,6 +374,11 @@ class PluginState:
 
     def _enqueue(self, rec: RequestRecord) -> None:
         self.waiting.append(rec)
+        self._joined(rec)
+
+    def _joined(self, rec: RequestRecord) -> None:
+        """``rec`` joined ``waiting`` (wherever it was placed): its status, the journal, the gauges."""
+        rec.status = WAITING
         self.journal.append(ENQUEUED, rec)
         self.waiting_by_class[rec.request.priority] += 1
 
@@ -419,9 +422,7 @@ class PluginState:
                 self._dequeue(rec)
             for rec in order:
                 if rec.request.id not in self.waiting:
-                    rec.status = WAITING
-                    self.journal.append(ENQUEUED, rec)
-                    self.waiting_by_class[rec.request.priority] += 1
+                    self._joined(rec)
             self.waiting = WaitingQueue(order)
 
     def _sync_steps(self, progress: Mapping[str, Any]) -> None:
