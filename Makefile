@@ -9,7 +9,7 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint bench bench-plugin results help
+.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas help
 
 help:
 	@echo "make run    - compare policies on the default scenario"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench  - speed benchmarks (plus bench-plugin when $(VLLM_VENV) is built)"
 	@echo "make bench-plugin - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv)"
 	@echo "make results - the README results table and plots (results/default)"
+	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas)"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -94,6 +95,19 @@ results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \
 	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
+
+# The multi-replica results (README "Beyond one GPU"): every router x replica policy on each
+# multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5. The tuned action each scenario's
+# static runs is its one-GPU counterpart's (none is tuned on a stage yet).
+STAGE_PLAIN := fifo@round-robin,fifo@least-queue,fifo@random,edf@least-queue,edf@least-work,edf@affinity,sjf@least-work
+results-replicas: $(VENV)/.installed
+	@for sc in qwen-image-8gpu qwen-image-hetero video-8gpu azure-8gpu; do \
+	  case $$sc in qwen-image-8gpu|qwen-image-hetero) t=default;; video-8gpu) t=video-mix;; azure-8gpu) t=trace-azure;; esac; \
+	  s=static:agents/tuned/$$t.json; \
+	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
+	    --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
+	    --policies "$$s@rlsched,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central" || exit 1; \
+	done
 
 # The end-to-end tier: a real `vllm serve MODEL_DIR --omni` (tiny local model, no download) with the
 # stage `rlsched deploy` writes, CostProfileExecutor instead of a GPU worker, requests over HTTP.

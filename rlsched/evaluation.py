@@ -15,6 +15,7 @@ from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
+from rlsched.policies.routers import check_spec
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import json_safe, summarize
 
@@ -46,8 +47,10 @@ class RunSpec:
 
 
 def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
-    """A fresh simulator holding the seeded workload of ``spec`` (not yet run)."""
+    """A fresh simulator holding the seeded workload of ``spec`` (not yet run): one GPU, so a
+    scenario that declares ``replicas`` is refused (``simulate`` runs it as a stage)."""
     sc = scenario or load_scenario(spec.scenario)
+    sc.require_one_gpu("a one-GPU simulator")
     if spec.mode:
         sc = sc.with_serving(mode=spec.mode)
     cost = sc.cost()
@@ -56,19 +59,21 @@ def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
 
 
 def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict[str, Any]]:
-    """Run one policy; returns the finished simulator (a ``Stage`` for a multi-replica spec) and
-    its metrics (with ``per_replica`` for a stage)."""
-    if spec.staged:
-        return _simulate_stage(spec, scenario)
-    sim = prepare(spec, scenario).run(make_policy(spec.policy))
+    """Run one policy; returns the finished simulator (a ``Stage`` for a multi-replica spec or
+    scenario) and its metrics (with ``per_replica`` for a stage)."""
+    sc = scenario or load_scenario(spec.scenario)
+    if spec.staged or sc.replicas:
+        return _simulate_stage(spec, sc)
+    sim = prepare(spec, sc).run(make_policy(spec.policy))
     metrics = summarize(sim)
     return sim, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
                  "rate_scale": spec.rate_scale, "mode": sim.config.mode, **metrics}
 
 
-def _simulate_stage(spec: RunSpec, scenario: Scenario | None) -> tuple[Any, dict[str, Any]]:
-    """``spec.replicas`` replicas of ``spec.sp_degree`` GPUs, ``POLICY@ROUTER`` (bare: round-robin,
-    as vLLM-Omni routes; ``@central``: late binding)."""
+def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
+    """The scenario's own replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a
+    one-GPU scenario (arrivals scaled × replicas), under ``POLICY@ROUTER`` (bare: round-robin, as
+    vLLM-Omni routes; ``@central``: late binding)."""
     from rlsched.policies.routers import run_spec
     from rlsched.sim.layout import at_layout
     from rlsched.sim.metrics import summarize_stage
@@ -76,17 +81,24 @@ def _simulate_stage(spec: RunSpec, scenario: Scenario | None) -> tuple[Any, dict
 
     if spec.replicas < 1 or spec.sp_degree < 1:
         raise ConfigError("replicas", f"need >= 1 replica of >= 1 GPU, not {spec.replicas} x {spec.sp_degree}")
-    sc = scenario or load_scenario(spec.scenario)
+    if sc.replicas and (spec.replicas, spec.sp_degree) != (1, 1):
+        raise ConfigError("--replicas", f"scenario {sc.name!r} declares its own replicas ({sc.gpus} GPUs); "
+                                        "--replicas/--sp apply to one-GPU scenarios")
     if spec.mode:
         sc = sc.with_serving(mode=spec.mode)
     cost = sc.cost()
-    reqs = sc.requests(spec.seed, spec.rate_scale * spec.replicas, spec.duration_s, spec.trace, cost=cost)
-    wide = at_layout(cost, spec.sp_degree)
-    stage = Stage.uniform(reqs, spec.replicas, wide, sc.serving, seed=spec.seed)
+    scale = spec.rate_scale * (1 if sc.replicas else spec.replicas)
+    reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
+    if sc.replicas:
+        stage = Stage(reqs, sc.replica_specs(cost), seed=spec.seed)
+    else:
+        stage = Stage.uniform(reqs, spec.replicas, at_layout(cost, spec.sp_degree), sc.serving, seed=spec.seed)
     run_spec(stage, spec.policy)
+    layout = {"gpus": sc.gpus} if sc.replicas else {"gpus": spec.replicas * spec.sp_degree,
+                                                     "sp_degree": spec.sp_degree}
     return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
-                   "rate_scale": spec.rate_scale, "mode": sc.serving.mode, "replicas": spec.replicas,
-                   "sp_degree": spec.sp_degree, **summarize_stage(stage)}
+                   "rate_scale": spec.rate_scale, "mode": sc.serving.mode, "replicas": len(stage.replicas),
+                   **layout, **summarize_stage(stage)}
 
 
 RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id",
@@ -194,9 +206,10 @@ class Grid:
     reference_load: float
 
 
-def _one(task: tuple[str, str, int, float, float | None, float]) -> tuple[dict[str, Any], dict, list[int]]:
-    scenario, policy, seed, rs, duration, ref = task
-    sim, metrics = simulate(RunSpec(scenario, spec_for(policy, scenario), seed, rs, duration))
+def _one(task: tuple[str, str, int, float, float | None, float, int, int]) -> tuple[dict[str, Any], dict, list[int]]:
+    scenario, policy, seed, rs, duration, ref, replicas, sp = task
+    sim, metrics = simulate(RunSpec(scenario, spec_for(policy, scenario), seed, rs, duration,
+                                    replicas=replicas, sp_degree=sp))
     metrics["policy"] = policy  # the template, so per-scenario specs group as one policy
     ratios: dict[str, list[float]] = {}
     sizes: list[int] = []
@@ -232,7 +245,7 @@ def check_grid(scenarios: list[str], policies: list[str]) -> None:
                 continue
             built.add(spec)
             try:
-                make_policy(spec)
+                check_spec(spec)
             except RlschedError as exc:
                 where = f" (scenario {Path(sc).stem!r})" if spec != pol else ""
                 problems.append(f"{spec!r}{where}: {exc}")
@@ -242,19 +255,26 @@ def check_grid(scenarios: list[str], policies: list[str]) -> None:
 
 def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads: list[float],
              duration: float | None = None, workers: int = 1, progress: bool = True,
-             ray: str | None = None, grid: Grid | None = None) -> Grid:
+             ray: str | None = None, grid: Grid | None = None, replicas: int = 1, sp_degree: int = 1) -> Grid:
     """Run every (scenario, policy, seed, load); same seed → same workload for all policies.
 
     ``workers`` and ``ray`` choose where the runs happen (``rlsched.parallel.run_tasks``);
     the rows are the same, in the same order, wherever they ran. Every scenario and policy
     spec is checked first (``check_grid``). ``grid``: an empty ``Grid`` to fill in place, so
-    a caller keeps the runs that finished when a later one fails or is interrupted."""
+    a caller keeps the runs that finished when a later one fails or is interrupted.
+    ``replicas`` × ``sp_degree``: run one-GPU scenarios as a stage of that many replicas
+    (arrivals × replicas); scenarios that declare ``replicas`` run their own (and refuse these)."""
     from rich.progress import Progress
 
     check_grid(scenarios, policies)
+    if (replicas, sp_degree) != (1, 1):
+        own = [sc for sc in dict.fromkeys(scenarios) if load_scenario(sc).replicas]
+        if own:
+            raise ConfigError("--replicas", f"{', '.join(own)} declare their own replicas; --replicas/--sp "
+                                            "apply to one-GPU scenarios")
     ref = min(loads, key=lambda x: abs(x - 1.0))
-    tasks = [(sc, pol, seed, rs, duration, ref) for sc in scenarios for rs in loads for seed in seeds
-             for pol in policies]
+    tasks = [(sc, pol, seed, rs, duration, ref, replicas, sp_degree) for sc in scenarios for rs in loads
+             for seed in seeds for pol in policies]
     if grid is None:
         grid = Grid([], {}, {}, ref)
     grid.reference_load = ref
@@ -270,20 +290,24 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
 
 
 def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0.8)) -> dict[str, Any]:
-    """``target`` vs fifo and vs the best other policy, at loads where fifo attains ``band``."""
+    """``target`` vs fifo and vs the best other policy, at loads where fifo attains ``band``
+    (fifo: ``fifo``, else ``fifo@round-robin`` — vLLM-Omni's own on a multi-replica stage)."""
     key = "weighted_slo_attainment"
     by = {(c.scenario, c.policy, c.rate_scale): c for c in cells}
+    base = "fifo" if any(c.policy == "fifo" for c in cells) else BASELINE_STAGED
     out: dict[str, Any] = {"target": target, "per_scenario": {}}
+    if base != "fifo":
+        out["baseline"] = base
     ratios_fifo, ratios_best = [], []
     for sc in sorted({c.scenario for c in cells}):
-        loads = [c.rate_scale for c in cells if c.scenario == sc and c.policy == "fifo"
+        loads = [c.rate_scale for c in cells if c.scenario == sc and c.policy == base
                  and band[0] <= c.mean["slo_attainment"] <= band[1]]
         rows = []
         for rs in sorted(loads):
-            tgt, fifo = by[(sc, target, rs)].mean[key], by[(sc, "fifo", rs)].mean[key]
+            tgt, fifo = by[(sc, target, rs)].mean[key], by[(sc, base, rs)].mean[key]
             others = {c.policy: c.mean[key] for c in cells
                       if c.scenario == sc and c.rate_scale == rs and c.policy not in (target,)}
-            best_pol = max((p for p in others if p != "fifo"), key=lambda p: others[p], default="fifo")
+            best_pol = max((p for p in others if p != base), key=lambda p: others[p], default=base)
             rows.append({"rate_scale": rs, "target": tgt, "fifo": fifo, "best": best_pol,
                          "best_value": others[best_pol], "vs_fifo": tgt / fifo if fifo else math.nan,
                          "vs_best": tgt / others[best_pol] if others[best_pol] else math.nan})
@@ -299,6 +323,21 @@ LEARNED = ("pick", "rl", "static")
 """Policy prefixes reported against the heuristics, in headline order."""
 PLAIN_HEURISTICS = ("fifo", "sjf", "edf", "priority", "drr")
 """The heuristics a user could switch on without rlsched's projection or tuning."""
+PLAIN_ROUTERS = ("round-robin", "random", "least-queue", "least-work", "affinity")
+"""vLLM-Omni's routers and the plain heuristic routers (not rlsched's, not late binding)."""
+BASELINE_STAGED = "fifo@round-robin"
+"""vLLM-Omni 0.30 out of the box on a multi-replica stage."""
+
+
+def plain_combinations(policies: list[str]) -> tuple[str, ...]:
+    """The ``PLAIN_HEURISTIC@PLAIN_ROUTER`` specs among ``policies`` (what a user could switch on
+    without rlsched): the rivals of a multi-replica grid."""
+    out = []
+    for p in policies:
+        policy, at, router = p.rpartition("@")
+        if at and policy in PLAIN_HEURISTICS and router in PLAIN_ROUTERS:
+            out.append(p)
+    return tuple(out)
 
 
 def paired(rows: list[dict[str, Any]], target: str, against: tuple[str, ...] = PLAIN_HEURISTICS,
@@ -330,6 +369,23 @@ def paired(rows: list[dict[str, Any]], target: str, against: tuple[str, ...] = P
     return out
 
 
+def worst_vs_any(cells: list[Cell], target: str) -> dict[str, Any]:
+    """The cell where ``target`` is lowest relative to the best other policy (mean over seeds)."""
+    key = "weighted_slo_attainment"
+    worst: dict[str, Any] = {}
+    for c in cells:
+        if c.policy != target:
+            continue
+        rivals = [o for o in cells if o.scenario == c.scenario and o.rate_scale == c.rate_scale and o.policy != target]
+        best = max(rivals, key=lambda o: o.mean[key], default=None)
+        if best is None or not best.mean[key]:
+            continue
+        ratio = c.mean[key] / best.mean[key]
+        if not worst or ratio < worst["ratio"]:
+            worst = {"scenario": c.scenario, "rate_scale": c.rate_scale, "ratio": ratio, "best": best.policy}
+    return worst
+
+
 def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     """results.md, results.json and plots under ``out``; returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -341,15 +397,20 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         "cells": [dataclasses.asdict(c) for c in cells],
         "seeds": sorted({r["seed"] for r in grid.rows}),
     }
+    staged = any("@" in p for p in names)
     if target:
         summary["headline"] = headline(cells, target)
-        summary["paired"] = {p: paired(grid.rows, p) for p in names if p.startswith(LEARNED)}
+        rivals = plain_combinations(names) if staged else PLAIN_HEURISTICS
+        if staged:
+            summary["plain"] = list(rivals)
+            summary["worst_vs_any"] = worst_vs_any(cells, target)
+        summary["paired"] = {p: paired(grid.rows, p, rivals) for p in names if p.startswith(LEARNED)}
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names
                                        if p.startswith(LEARNED[:2]) and static}
     write_atomic(out / "results.json", json.dumps(json_safe(summary), indent=1))
     shown = labels(names)
-    write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown)
+    write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown, summary.get("worst_vs_any"))
                  + _paired_markdown(summary, shown))
     _plots(grid, cells, out, shown)
     return summary
@@ -357,6 +418,9 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
 
 def label(policy: str) -> str:
     """Short display name: ``static:agents/tuned/{scenario}.json`` → ``static (tuned)``."""
+    inner, at, router = policy.rpartition("@")
+    if at and inner:
+        return f"{label(inner)}@{router}"
     name, _, arg = policy.partition(":")
     if name == "static" and arg:
         return "static (tuned)"
@@ -416,8 +480,9 @@ def _pm(cell: Cell, key: str, pct: bool = True) -> str:
     return f"{scale * m:.1f}{half}"
 
 
-def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, str]) -> str:
-    """``shown``: each policy spec's display name (``labels``)."""
+def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, str],
+              worst: dict[str, Any] | None = None) -> str:
+    """``shown``: each policy spec's display name (``labels``); ``worst``: ``worst_vs_any``."""
     lines = ["Class-weighted SLO attainment (%), mean ± 95 % interval over seeds.", ""]
     for sc in sorted({c.scenario for c in cells}):
         loads = sorted({c.rate_scale for c in cells if c.scenario == sc})
@@ -429,15 +494,20 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, s
                          + " |")
         lines.append("")
     if head:
-        lines += [f"### {shown[head['target']]} at loads where FIFO meets 40–80 % of SLOs", "",
-                  "| scenario | load | target | fifo | best other | ×fifo | ×best |", "|---|---|---|---|---|---|---|"]
+        base = head.get("baseline")
+        lines += [f"### {shown[head['target']]} at loads where {base or 'FIFO'} meets 40–80 % of SLOs", "",
+                  f"| scenario | load | target | {base or 'fifo'} | best other | ×{base or 'fifo'} | ×best |",
+                  "|---|---|---|---|---|---|---|"]
         for sc, rows in head["per_scenario"].items():
             for r in rows:
                 lines.append(f"| {sc} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | {100 * r['fifo']:.1f} | "
                              f"{shown[r['best']]} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | "
                              f"{r['vs_best']:.2f} |")
-        lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs fifo, ×{head['mean_vs_best']:.2f} vs the best other "
-                  "policy.", ""]
+        lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs {base or 'fifo'}, ×{head['mean_vs_best']:.2f} vs the "
+                  "best other policy.", ""]
+    if worst:
+        lines += [f"Lowest ratio of {shown[head['target']]} to the best other policy in any cell: ×{worst['ratio']:.3f} "
+                  f"({worst['scenario']} ×{worst['rate_scale']:g}, vs {shown[worst['best']]}).", ""]
     return "\n".join(lines)
 
 
@@ -445,8 +515,9 @@ def _paired_markdown(summary: dict[str, Any], shown: dict[str, str]) -> str:
     """Every load: each projection policy ÷ the best plain heuristic (and each learned policy ÷
     the tuned ``static``), with the paired difference."""
     lines = []
-    tables = [(pol, rows, f"the best plain heuristic ({', '.join(PLAIN_HEURISTICS)})")
-              for pol, rows in summary.get("paired", {}).items()]
+    plain = (f"the best plain router × heuristic ({', '.join(shown[p] for p in summary['plain'])})"
+             if "plain" in summary else f"the best plain heuristic ({', '.join(PLAIN_HEURISTICS)})")
+    tables = [(pol, rows, plain) for pol, rows in summary.get("paired", {}).items()]
     statics = [name for spec, name in shown.items() if spec.startswith("static")]
     vs_static = ("static (tuned), the strengthened heuristic" if len(statics) < 2
                  else f"the best of {', '.join(statics)}, the strengthened heuristic")

@@ -6,9 +6,12 @@ parallelism at degree d (the profile's ``sp`` method). vLLM-Omni 0.30 gives a st
 replicas wide, some narrow) would need two stages and a router between them, which the
 engine does not do for one model — they are not enumerated. Each layout is simulated
 as a ``Stage`` on paired training seeds (< 900; the same workloads for every layout) at
-each load (× the scenario's nominal rate per GPU × N) under one ``POLICY@ROUTER``. The
-recommendation is the layout with the highest mean class-weighted SLO attainment over
-the loads (ties: the narrower replicas, which lose less to communication).
+each load (× the scenario's nominal rate per GPU × N; a multi-replica scenario's rate is
+its whole stage's, so × N / its GPUs) under one ``POLICY@ROUTER``. The recommendation is
+the layout with the highest mean class-weighted SLO attainment over the loads (ties: the
+narrower replicas, which lose less to communication). ``check_seeds`` (evaluation seeds)
+re-runs every layout on workloads the choice never saw and reports what the
+recommendation loses to the best layout in hindsight.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError
+from rlsched.evaluation import EVAL_SEED_BASE
 from rlsched.parallel import run_tasks
 from rlsched.policies.routers import run_spec, split_pair
 from rlsched.sim import load_scenario
@@ -77,41 +81,66 @@ def run_one(task: PlanTask) -> float:
     sc = load_scenario(task.scenario)
     cost = load_profile(task.profile)
     wide = at_layout(cost, task.layout.degree)
-    reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus, cost=cost)
+    reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus / sc.gpus, cost=cost)
     stage = Stage.uniform(reqs, task.layout.replicas, wide, sc.serving, seed=task.seed)
     run_spec(stage, task.spec)
     return float(summarize_stage(stage)["weighted_slo_attainment"])
 
 
-def plan(scenario: str, gpus: int, spec: str, seeds: Sequence[int], loads: Sequence[float],
+def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
-         progress: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Simulate every layout (see the module docstring); returns the table and the choice."""
+         progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = ()) -> dict[str, Any]:
+    """Simulate every layout (see the module docstring); returns the table and the choice.
+    ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1)."""
     bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
     if bad:
         raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
+    low = [s for s in check_seeds if s < EVAL_SEED_BASE]
+    if low:
+        raise ConfigError("--check-seeds", f"the re-check uses evaluation seeds (>= {EVAL_SEED_BASE}), not {low}")
     if not loads or any(not (math.isfinite(x) and x > 0) for x in loads):
         raise ConfigError("--loads", f"must be finite numbers > 0, not {list(loads)}")
     sc = load_scenario(scenario)
-    profile = profile or sc.profile
+    if len({(g.profile, g.sp_degree) for g in sc.replicas}) > 1:
+        raise ConfigError("--scenario", f"{sc.name!r} declares a heterogeneous pool; plan enumerates layouts of "
+                                        "one profile (evaluate the pool as it is with rlsched eval)")
+    gpus = sc.gpus if gpus is None else gpus
+    group = sc.replicas[0].profile if sc.replicas else ""
+    profile = profile or group or sc.profile
     options = layouts(gpus, load_profile(profile))
     split_pair(spec)  # a typo fails here, not after the first layout
-    tasks = [PlanTask(scenario, profile, lay, spec, s, x, gpus) for lay in options for x in loads for s in seeds]
-    values: list[float] = []
-    for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
-        values.append(v)
-        if progress is not None:
-            progress()
-    grid = np.asarray(values).reshape(len(options), len(loads), len(seeds))
+
+    def simulate(seed_list: Sequence[int]) -> np.ndarray:
+        tasks = [PlanTask(scenario, profile, lay, spec, s, x, gpus) for lay in options for x in loads
+                 for s in seed_list]
+        values: list[float] = []
+        for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
+            values.append(v)
+            if progress is not None:
+                progress()
+        return np.asarray(values).reshape(len(options), len(loads), len(seed_list))
+
+    grid = simulate(seeds)
     rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree,
              "by_load": {f"{x:g}": float(grid[i, j].mean()) for j, x in enumerate(loads)},
              "mean": float(grid[i].mean())} for i, lay in enumerate(options)]
     best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].degree))
     worst = min(rows, key=lambda r: r["mean"])
-    return {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
-            "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
-            "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
-            "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile))}
+    out = {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
+           "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
+           "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
+           "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile))}
+    if check_seeds:
+        check = simulate(check_seeds)
+        for i, row in enumerate(rows):
+            row["check_by_load"] = {f"{x:g}": float(check[i, j].mean()) for j, x in enumerate(loads)}
+            row["check_mean"] = float(check[i].mean())
+        hindsight = max(rows, key=lambda r: r["check_mean"])
+        out.update(check_seeds=list(check_seeds), hindsight_best=hindsight["layout"],
+                   recommended_loses_points=round(100 * (hindsight["check_mean"] - rows[best]["check_mean"]), 2),
+                   check_worst_loses_points=round(100 * (hindsight["check_mean"]
+                                                         - min(r["check_mean"] for r in rows)), 2))
+    return out
 
 
 def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:

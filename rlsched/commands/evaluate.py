@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from rlsched.argtypes import int_list
-from rlsched.commands.args import check_out_dir, command, positive_float, print_json, write_atomic
+from rlsched.commands.args import check_out_dir, command, positive_float, positive_int, print_json, write_atomic
 from rlsched.evaluation import EVAL_SEED_BASE, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.metrics import json_safe
@@ -32,6 +32,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results/latest",
                    help=f"folder for results.md, results.json, plots (checked before the first run; if a run "
                         f"fails or Ctrl-C stops the grid, the runs that finished are written to OUT/{PARTIAL})")
+    p.add_argument("--replicas", type=positive_int, default=1,
+                   help="run one-GPU scenarios as a stage of this many replicas (arrivals x replicas; "
+                        "bare policies route round-robin, POLICY@ROUTER picks the router); not with "
+                        "scenarios that declare their own replicas")
+    p.add_argument("--sp", type=positive_int, default=1, help="GPUs per replica with --replicas (sequence parallel)")
     add_parallel_args(p)
     p.add_argument("--allow-training-seeds", action="store_true", help="permit seeds < 1000 (not for reporting)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     total = len(scenarios) * len(policies) * len(seeds) * len(loads)
     try:
         run_grid(scenarios, policies, seeds, loads, args.duration, args.workers, progress=not args.json,
-                 ray=args.ray, grid=grid)
+                 ray=args.ray, grid=grid, replicas=args.replicas, sp_degree=args.sp)
     except BaseException as exc:
         if grid.rows:
             _write_partial(out, grid, total, exc)

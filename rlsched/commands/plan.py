@@ -16,7 +16,8 @@ from rlsched.parallel import add_parallel_args
                  "write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs the stage gets")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1)")
     p.add_argument("--profile", default=None,
                    help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
                         "e.g. qwen-image-h200-vllm-omni")
@@ -25,6 +26,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
     p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
                    help="loads, x the scenario's nominal rate per GPU x --gpus")
+    p.add_argument("--check-seeds", default="",
+                   help="evaluation seeds (>= 1000) to re-run every layout on after choosing: what the "
+                        "recommendation loses to the best layout in hindsight")
     p.add_argument("--out", type=Path, default=Path("runs/plan"), help="folder for plan.json, plan.png, stage.yaml")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)
@@ -43,10 +47,14 @@ def run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError("--out", f"{args.out} exists and is not a folder")
     seeds = int_list(args.seeds, "--seeds")
-    profile = args.profile or load_scenario(args.scenario).profile
-    total = len(layouts(args.gpus, load_profile(profile))) * len(loads) * len(seeds)
+    check = int_list(args.check_seeds, "--check-seeds") if args.check_seeds else []
+    sc = load_scenario(args.scenario)
+    profile = args.profile or (sc.replicas[0].profile if sc.replicas else "") or sc.profile
+    gpus = sc.gpus if args.gpus is None else args.gpus
+    total = len(layouts(gpus, load_profile(profile))) * len(loads) * (len(seeds) + len(check))
     with _bar(total, args.json) as advance:
-        result = plan(args.scenario, args.gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance)
+        result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
+                      check)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
@@ -62,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
               + f"  {100 * r['mean']:6.1f}")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, plot {args.out / 'plan.png'}")
+    if check:
+        print(f"re-checked on seeds {check}: " + ", ".join(f"{r['layout']} {100 * r['check_mean']:.1f}"
+                                                          for r in result["rows"])
+              + f"; best in hindsight {result['hindsight_best']}, the recommendation loses "
+                f"{result['recommended_loses_points']} points, the worst layout {result['check_worst_loses_points']}")
     return 0
 
 

@@ -87,6 +87,7 @@ class EpisodeSampler:
     def load(self, name: str) -> tuple[Scenario, CostModel]:
         if name not in self._scenarios:
             sc = load_scenario(name)
+            sc.require_one_gpu("the environment")
             self._scenarios[name] = (sc, sc.cost())
         return self._scenarios[name]
 

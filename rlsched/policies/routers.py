@@ -266,15 +266,24 @@ def split_pair(spec: str) -> tuple[str, str]:
     return policy, router
 
 
+def check_spec(spec: str) -> None:
+    """Build ``POLICY[@ROUTER]``'s parts once (reads any file they name), so a typo or a missing
+    checkpoint fails before a grid runs."""
+    policy, router = split_pair(spec)
+    make_policy(policy)
+    if router != "central":
+        make_router(router)
+
+
 def run_spec(stage: Stage, spec: str) -> Stage:
     """Run ``POLICY@ROUTER`` on ``stage``: that policy on every replica behind that router, or —
     ``@central``, late binding — that policy picking batches from one queue for replicas that run
     what they are handed (``fifo``). Returns the finished stage."""
     policy, router = split_pair(spec)
     if router == "central":
-        return stage.run([make_policy("fifo") for _ in stage.replicas], central=make_policy(policy))
+        return stage.run([make_policy("fifo") for _ in stage.replicas], central=lambda: make_policy(policy))
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router))
 
 
-__all__ = ["ROUTERS", "Affinity", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
+__all__ = ["ROUTERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
            "RoundRobin", "make_router", "run_spec", "split_pair"]

@@ -141,7 +141,7 @@ class _Pooled:
         self.oom_batches = sum(s.oom_batches for s in sims)
         self.busy_s = sum(s.busy_s for s in sims) / len(sims)
         self.mem_gb_s = sum(s.mem_gb_s for s in sims) / len(sims)
-        self.batch_sizes = [b for s in sims for b in s.batch_sizes]
+        self.batch_sizes = stage.batch_sizes
         self.batches = sum(s.batches for s in sims)
         self.cost = _MeanGpu(sum(s.cost.weights_gb for s in sims) / len(sims),
                              sum(s.cost.gpu_memory_gb for s in sims) / len(sims))

@@ -21,9 +21,11 @@ from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceR
 from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.layout import at_layout
 from rlsched.sim.request import Request
 from rlsched.sim.schema import LineOf, validate_scenario
 from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.stage import ReplicaSpec
 from rlsched.sim.yamlio import read_yaml_lines
 
 ENVS_DIR = data_dir("envs")
@@ -57,8 +59,19 @@ class ShapeSpec:
 
 
 @dataclass(frozen=True)
+class ReplicaGroup:
+    """``count`` replicas of ``sp_degree`` GPUs each on ``profile`` (``""``: the scenario's)."""
+
+    count: int = 1
+    sp_degree: int = 1
+    profile: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class Scenario:
-    """Everything that defines a workload on one GPU; one YAML file."""
+    """Everything that defines a workload on one GPU, or on a stage of replicas (``replicas``);
+    one YAML file."""
 
     name: str
     profile: str
@@ -72,11 +85,48 @@ class Scenario:
     mix: tuple[ShapeSpec, ...] = ()
     shapes_from: dict[str, Any] = field(default_factory=dict)
     """Optional ``{path, model, cfg}``: sample shapes from a Hetu-DiT trace instead of ``mix``."""
+    replicas: tuple[ReplicaGroup, ...] = ()
+    """A multi-replica stage (empty: one GPU). Then ``arrival`` is what reaches the whole stage,
+    and SLOs stay ``slo_scale`` × the standalone time on ``profile`` at one GPU (the reference
+    a user's SLO is written against, whichever replica serves the request)."""
     description: str = ""
     path: str = ""
 
     def cost(self) -> CostModel:
         return load_profile(self.profile)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the scenario serves on (1 without ``replicas``)."""
+        return sum(g.count * g.sp_degree for g in self.replicas) or 1
+
+    def require_one_gpu(self, what: str) -> None:
+        """``ConfigError`` when this scenario declares replicas and ``what`` models one GPU."""
+        if self.replicas:
+            raise ConfigError(self.path or self.name, f"declares {len(self.replicas)} replica group(s) "
+                                                      f"({self.gpus} GPUs); {what} models one GPU (rlsched "
+                                                      "simulate, eval and plan run the stage)")
+
+    def replica_specs(self, cost: CostModel | None = None) -> list[ReplicaSpec]:
+        """The stage's replicas, in file order: each group's profile at its SP degree (one cost
+        object per group, so replicas of a group share it). ``cost``: the scenario's profile,
+        if already loaded. Every shape must run alone on every group (else ``ConfigError``
+        naming ``replicas[i]``)."""
+        base = cost or self.cost()
+        out: list[ReplicaSpec] = []
+        for i, g in enumerate(self.replicas):
+            where = f"{self.path}: replicas[{i}]"
+            try:
+                wide = at_layout(load_profile(g.profile) if g.profile else base, g.sp_degree)
+            except ConfigError as exc:
+                raise ConfigError(where, str(exc)) from None
+            try:
+                self._check_shapes(wide)
+            except (ConfigError, TraceFormatError) as exc:
+                raise ConfigError(where, f"a shape cannot run on this group: {exc}") from None
+            name = g.name or f"{g.profile or self.profile}@sp{g.sp_degree}"
+            out += [ReplicaSpec(f"{name}-{j}", wide, self.serving) for j in range(g.count)]
+        return out
 
     def with_serving(self, **changes: Any) -> Scenario:
         return dataclasses.replace(self, serving=dataclasses.replace(self.serving, **changes))
@@ -367,4 +417,5 @@ def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> 
         classes={c: ClassSpec(**v.model_dump()) for c, v in spec.classes.items()},
         mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix),
         shapes_from=spec.shapes_from.model_dump() if spec.shapes_from else {},
+        replicas=tuple(ReplicaGroup(g.count, g.sp_degree, g.profile or "", g.name or "") for g in spec.replicas),
         description=spec.description, path=where)

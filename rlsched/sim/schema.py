@@ -138,6 +138,20 @@ class ShapesFromSpec(_Strict):
     cfg: bool = False
 
 
+MAX_REPLICAS = 1024
+"""Most replicas of one group (far beyond any one stage's GPUs)."""
+
+
+class ReplicaGroupSpec(_Strict):
+    """``count`` replicas of ``sp_degree`` GPUs each, on ``profile`` (default: the scenario's)."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
+    sp_degree: Literal[1, 2, 4, 8] = 1
+    profile: str | None = None
+    name: str | None = None
+    """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
+
+
 class ScenarioFile(_Strict):
     """A whole scenario file; see ``rlsched.sim.scenario.Scenario`` for what each key means."""
 
@@ -149,6 +163,7 @@ class ScenarioFile(_Strict):
     classes: Annotated[dict[Priority, ClassSpecModel], Field(min_length=1)]
     mix: tuple[ShapeSpecModel, ...] = ()
     shapes_from: ShapesFromSpec | None = None
+    replicas: tuple[ReplicaGroupSpec, ...] = ()
     description: str = ""
 
     @model_validator(mode="before")

@@ -11,8 +11,10 @@ or the distributed mode's ``LoadBalancer``. Two ways requests reach replicas:
 * **late binding** (``central``): requests wait in one central queue; whenever a
   replica is idle with nothing queued, a central policy picks a batch from the central
   queue and the stage hands it to that replica (lowest index first), whose own policy
-  then runs it. Every replica must share one profile and serving configuration (the
-  central policy's costs are those of any replica).
+  then runs it. The central policy decides in the freed replica's costs: the stage keeps
+  one view of the central queue per distinct replica kind (cost model and serving
+  config), each with its own instance of the central policy, all holding the same
+  waiting requests; a batch handed out leaves every view. A homogeneous stage has one.
 
 The event loop merges the replicas' events with the arrivals in time order; at one
 instant every replica's own events (batch ends, timers) fire first, then the arrivals
@@ -76,8 +78,11 @@ class Stage:
         self.now = 0.0
         self.routed: dict[int, int] = {}
         """Request id -> the replica it was routed (or, late binding, handed) to."""
-        self.central: Simulator | None = None
-        """Late binding: the central queue (a simulator that never runs a batch itself)."""
+        self.hubs: list[Simulator] = []
+        """Late binding: the central queue, one view (a simulator that never runs a batch itself)
+        per replica kind, in order of each kind's first replica."""
+        self._kind: list[int] = []
+        """Late binding: replica index -> its kind's index in ``hubs``."""
         self._next = 0
 
     @classmethod
@@ -88,22 +93,24 @@ class Stage:
 
     # ------------------------------------------------------------------ runs
     def run(self, policies: Sequence[PolicyLike], router: Router | None = None,
-            central: PolicyLike | None = None) -> Stage:
+            central: Callable[[], PolicyLike] | None = None) -> Stage:
         """Run to the end (or the horizon): early binding with ``router``, or late binding with
-        the ``central`` policy picking batches from one queue. Returns self."""
+        policies made by ``central`` (one per replica kind) picking batches from one queue.
+        Returns self."""
         if len(policies) != len(self.replicas):
             raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
         if (router is None) == (central is None):
             raise ConfigError("stage", "give a router (early binding) or a central policy (late binding)")
         for sim, policy in zip(self.replicas, policies):
             policy.reset(sim)
+        hubs: list[PolicyLike] = []
         if central is not None:
-            self._open_central(central)
+            hubs = self._open_central(central)
         else:
             router.reset(self)  # type: ignore[union-attr]
         deliver = self._route if router is not None else self._hold
         sims = self._all()
-        hub = len(self.replicas)  # the central queue's index in sims, when there is one
+        hub = len(self.replicas)  # the central views' first index in sims, when there are any
         times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
         arrivals, n = self._arrivals, len(self._arrivals)
         while True:
@@ -119,10 +126,10 @@ class Stage:
             while self._next < n and arrivals[self._next].arrival_s == t:
                 touched.append(deliver(arrivals[self._next], router))
                 self._next += 1
-            if central is not None:
-                touched += self._dispatch(central)
+            if hubs:
+                touched += self._dispatch(hubs)
             for r in sorted(set(touched)):
-                if r == hub:
+                if r >= hub:
                     continue
                 sim, policy = sims[r], policies[r]
                 while sim.needs_decision:
@@ -134,7 +141,7 @@ class Stage:
         return self
 
     def _all(self) -> list[Simulator]:
-        return self.replicas if self.central is None else [*self.replicas, self.central]
+        return [*self.replicas, *self.hubs]
 
     def _route(self, req: Request, router: Any) -> int:
         r = router.route(req, self)
@@ -146,63 +153,89 @@ class Stage:
         return r
 
     # ----------------------------------------------------------- late binding
-    def _open_central(self, central: PolicyLike) -> None:
-        first = self.specs[0]
-        if any(s.cost is not first.cost or s.serving != first.serving for s in self.specs[1:]):
-            raise ConfigError("stage", "late binding (central) needs replicas of one profile and serving config")
-        self.central = Simulator([], first.cost, first.serving, self.horizon_s)
-        central.reset(self.central)
+    @property
+    def central(self) -> Simulator | None:
+        """The central queue (its first view); None under early binding."""
+        return self.hubs[0] if self.hubs else None
+
+    def _open_central(self, make: Callable[[], PolicyLike]) -> list[PolicyLike]:
+        kinds: dict[tuple[int, ServingConfig], int] = {}
+        for spec in self.specs:
+            self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
+        firsts = [next(s for s, k in zip(self.specs, self._kind) if k == i) for i in range(len(kinds))]
+        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s) for s in firsts]
+        policies = []
+        for view in self.hubs:
+            policy = make()
+            policy.reset(view)
+            policies.append(policy)
         forward: Callable[[RequestRecord], None] = self._forward_finish
-        for sim in self.replicas:  # the central policy's history sees every finish
+        for sim in self.replicas:  # the central policies' history sees every finish
             sim.on_finish.append(forward)
+        return policies
 
     def _forward_finish(self, rec: RequestRecord) -> None:
-        assert self.central is not None
-        for callback in self.central.on_finish:
-            callback(rec)
+        for view in self.hubs:
+            for callback in view.on_finish:
+                callback(rec)
 
     def _hold(self, req: Request, router: Any) -> int:
-        assert self.central is not None
-        self.central.receive(req, self.now)
+        for view in self.hubs:
+            view.receive(req, self.now)
         return len(self.replicas)
 
-    def _dispatch(self, central: PolicyLike) -> list[int]:
-        """Hand the central policy's batches to idle replicas with nothing queued, lowest first;
-        returns the simulators touched (the replicas served, and the central queue)."""
-        hub = self.central
-        assert hub is not None
-        touched = [len(self.replicas)]
-        woken = False
+    def _dispatch(self, policies: list[PolicyLike]) -> list[int]:
+        """Hand the central policies' batches to idle replicas with nothing queued, lowest first
+        (each decided in that replica's kind's view); returns the simulators touched (the
+        replicas served, and the central views)."""
+        touched = list(range(len(self.replicas), len(self.replicas) + len(self.hubs)))
+        woken = [False] * len(self.hubs)
         for r, sim in enumerate(self.replicas):
-            if not hub.waiting:
+            if not self.hubs[0].waiting:
                 break
             if sim.gpu_end_s != INF or sim.waiting or sim.running:
                 continue
-            if not woken:  # a replica is free: the central policy decides again (as after any event)
-                hub.now, woken = self.now, True
-                hub.wake()
-            if not hub.needs_decision:
-                break
-            decision = central.decide(hub)
+            k = self._kind[r]
+            view = self.hubs[k]
+            if not woken[k]:  # a replica is free: its kind's policy decides again (as after any event)
+                view.now, woken[k] = self.now, True
+                view.wake()
+            if not view.needs_decision:
+                continue
+            decision = policies[k].decide(view)
             if decision.reject:
-                hub.apply(Decision(reject=decision.reject, reason=decision.reason))
+                view.apply(Decision(reject=decision.reject, reason=decision.reason))
+                self._drop_elsewhere(k, decision.reject)
             if not decision.batch:
-                hub.apply(Decision(wait_until=decision.wait_until))
-                break
-            for rec in hub.release(decision.batch):
+                view.apply(Decision(wait_until=decision.wait_until))
+                continue
+            for rec in view.release(decision.batch):
                 self.routed[rec.request.id] = r
                 sim.receive(rec.request, self.now)
+            self._drop_elsewhere(k, decision.batch)
             touched.append(r)
         return touched
+
+    def _drop_elsewhere(self, k: int, ids: Sequence[int]) -> None:
+        """Requests that left view ``k`` (handed out or rejected) leave every other view."""
+        for j, other in enumerate(self.hubs):
+            if j != k:
+                other.release(ids)
 
     # ----------------------------------------------------------------- views
     @property
     def records(self) -> dict[int, RequestRecord]:
-        """Every request's record (each in the replica it ran on; late binding: or still central)."""
+        """Every request's record (each in the replica it ran on; late binding: or still central,
+        from the first view, or rejected, from the view that rejected it)."""
         out: dict[int, RequestRecord] = {}
-        for sim in self._all():
+        for sim in [*self.replicas, *reversed(self.hubs)]:
             out.update(sim.records)
         return out
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """Every batch's size, replica by replica."""
+        return [b for sim in self.replicas for b in sim.batch_sizes]
 
     @property
     def arrivals_left(self) -> int:

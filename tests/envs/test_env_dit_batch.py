@@ -14,8 +14,11 @@ from rlsched.envs.episodes import TRAIN_SEEDS
 from rlsched.errors import ConfigError
 from rlsched.learned.observation import OBS_DIM
 from rlsched.policies.projected import ACTION_DIM
-from rlsched.sim import scenario_names
+from rlsched.sim import load_scenario, scenario_names
 from rlsched.sim.metrics import summarize
+
+ONE_GPU = [n for n in scenario_names() if not load_scenario(n).replicas]
+"""Scenarios of one GPU (the multi-replica ones run as stages: tests/sim/test_scenario_replicas.py)."""
 
 SHORT = {"window_s": 900.0}
 
@@ -77,7 +80,7 @@ def test_same_seed_same_trajectory() -> None:
 
 
 @pytest.mark.parametrize("mode", ["request", "step"])
-@pytest.mark.parametrize("scenario", scenario_names())
+@pytest.mark.parametrize("scenario", ONE_GPU)
 def test_observations_finite_and_in_bounds(scenario: str, mode: str) -> None:
     env = gym.make(ENV_ID, scenario=scenario, mode=mode, rate_scale=(1.0, 2.0), window_s=(600.0, 3600.0))
     obs, rewards = rollout(env, seed=3, steps=150)

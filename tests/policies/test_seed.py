@@ -19,6 +19,9 @@ from rlsched.sim import load_scenario, scenario_names
 from rlsched.sim.request import COMPLETED, FAILED_OOM
 from tests.conftest import make_request
 
+ONE_GPU = [n for n in scenario_names() if not load_scenario(n).replicas]
+"""Scenarios of one GPU (the multi-replica ones run as stages: tests/sim/test_scenario_replicas.py)."""
+
 SEEDS = ("seed-memory", "seed-priority", "seed-composite")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +31,7 @@ def _short(name: str) -> float:
     return load_scenario(name).duration_s / 12
 
 
-@pytest.mark.parametrize("scenario", scenario_names())
+@pytest.mark.parametrize("scenario", ONE_GPU)
 @pytest.mark.parametrize("policy", (*SEEDS, "static"))
 def test_serves_every_request_of_every_scenario(policy: str, scenario: str) -> None:
     sim = prepare(RunSpec(scenario, policy, seed=3, rate_scale=2.0, duration_s=_short(scenario)))

@@ -96,17 +96,52 @@ class _First:
         return 0 if request.id < 3 else self.inner.route(request, stage)
 
 
-def test_late_binding_serves_every_request_once_and_needs_one_profile() -> None:
+def test_late_binding_serves_every_request_once() -> None:
     reqs = workload(150, rate=1.2)
     stage = Stage(reqs, replicas(3)).run([make_policy("fifo") for _ in range(3)],
-                                         central=make_policy("static:agents/tuned/default.json"))
+                                         central=lambda: make_policy("static:agents/tuned/default.json"))
     recs = stage.records
     assert set(recs) == {q.id for q in reqs} and all(r.status == "completed" for r in recs.values())
     assert set(stage.routed) == set(recs) and set(stage.routed.values()) == {0, 1, 2}
-    other = load_profile("flux1-dev-h100")
-    mixed = [*replicas(1), ReplicaSpec("other", other, ServingConfig("request", 4))]
-    with pytest.raises(ConfigError, match="one profile"):
-        Stage(reqs, mixed).run([make_policy("fifo")] * 2, central=make_policy("fifo"))
+    assert len(stage.hubs) == 1  # one kind of replica: one view of the central queue
+
+
+class Recording:
+    """A central policy that records which view decides (FIFO batches of one)."""
+
+    def __init__(self, log: list) -> None:
+        self.log, self.inner = log, make_policy("fifo")
+
+    def reset(self, view) -> None:
+        self.inner.reset(view)
+
+    def decide(self, view):
+        self.log.append(view.cost.name)
+        return self.inner.decide(view)
+
+
+def test_heterogeneous_late_binding_decides_in_the_freed_replicas_costs() -> None:
+    """Two kinds of replica (one GPU; two GPUs at SP2): two views of one central queue, each
+    decided by its own policy in its own costs; every request ends once; none runs twice."""
+    from rlsched.sim.layout import at_layout
+
+    wide = at_layout(load_profile("qwen-image-h200-vllm-omni"), 2)
+    mixed = [*replicas(2), ReplicaSpec("wide", wide, ServingConfig("request", 4))]
+    reqs = workload(200, rate=1.5)
+    log: list[str] = []
+    finished: Counter[int] = Counter()
+    stage = Stage(reqs, mixed)
+    for sim in stage.replicas:
+        sim.on_finish.append(lambda rec: finished.update([rec.request.id]))
+    stage.run([make_policy("fifo") for _ in mixed], central=lambda: Recording(log))
+    assert [h.cost.name for h in stage.hubs] == [COST.name, wide.name]
+    assert set(log) == {COST.name, wide.name}
+    assert set(finished) == {q.id for q in reqs} and set(finished.values()) == {1}
+    assert set(stage.routed.values()) == {0, 1, 2}
+    wide_served = [i for i, r in stage.routed.items() if r == 2]
+    rec = stage.records[wide_served[0]]
+    assert rec.work_s == pytest.approx(wide.record(rec.request).work_s)  # run in the wide replica's costs
+    assert all(not h.waiting for h in stage.hubs)
 
 
 def test_a_router_choosing_no_replica_is_an_invalid_decision() -> None:
