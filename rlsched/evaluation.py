@@ -503,11 +503,12 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, s
                 lines.append(f"| {sc} | ×{r['rate_scale']:g} | {100 * r['target']:.1f} | {100 * r['fifo']:.1f} | "
                              f"{shown[r['best']]} {100 * r['best_value']:.1f} | {r['vs_fifo']:.2f} | "
                              f"{r['vs_best']:.2f} |")
-        lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs {base or 'fifo'}, ×{head['mean_vs_best']:.2f} vs the "
-                  "best other policy.", ""]
+        lines += ["", f"Mean ratio: ×{head['mean_vs_fifo']:.2f} vs {base or 'fifo'}, "
+                      f"×{head['mean_vs_best']:.2f} vs the best other policy.", ""]
     if worst:
-        lines += [f"Lowest ratio of {shown[head['target']]} to the best other policy in any cell: ×{worst['ratio']:.3f} "
-                  f"({worst['scenario']} ×{worst['rate_scale']:g}, vs {shown[worst['best']]}).", ""]
+        lines += [f"Lowest ratio of {shown[head['target']]} to the best other policy in any cell: "
+                  f"×{worst['ratio']:.3f} ({worst['scenario']} ×{worst['rate_scale']:g}, vs {shown[worst['best']]}).",
+                  ""]
     return "\n".join(lines)
 
 
