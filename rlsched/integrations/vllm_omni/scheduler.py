@@ -18,7 +18,8 @@ rewrite its loop. Each call:
    interrupted decision may have left its structures half-updated) and serves again;
 3. step mode: preempts (``preempt_request``) running requests the batch leaves out;
 4. moves the chosen waiting requests, in the policy's order, to the head of
-   ``_waiting`` (the rest keep their order) and caps ``max_num_running_reqs`` at
+   ``_waiting`` (the rest keep their order; ``order.QueueOrder`` finds each in O(log n), so
+   this does not grow with the queue) and caps ``max_num_running_reqs`` at
    ``running + chosen`` for this call only; then ``super().schedule()`` admits exactly
    them. vLLM-Omni's invariants hold because its own loop does the admission: one
    compatibility key per batch, at most ``max_num_seqs``, every live id in exactly one
@@ -47,6 +48,7 @@ from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import DeadlineRunner, DecisionTimeout
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
+from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
@@ -103,10 +105,13 @@ class _PolicyScheduling:
         self.admission_mismatches = 0
         """Calls where vLLM-Omni's batch differed from the policy's choice (an upstream change)."""
         self._warming_up = False
+        self._order = QueueOrder()
+        """Where each id sits in ``_waiting`` (kept at every insertion; ``_arrange`` reads it)."""
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
         super().initialize(od_config, **kwargs)  # type: ignore[misc]
+        self._order.clear()  # vLLM-Omni's initialize empties _waiting
         self.settings = settings = self.settings or PluginConfig.from_od_config(od_config)
         if self._clock_arg is None and settings.time_scale != 1.0:
             scale = settings.time_scale
@@ -132,6 +137,7 @@ class _PolicyScheduling:
 
     def add_request(self, request: Any) -> str:
         rid: str = super().add_request(request)  # type: ignore[misc]
+        self._order.appended(rid)
         if self.rl_state is not None:
             try:
                 key = self.get_request_state(rid).sampling_params_key  # type: ignore[attr-defined]
@@ -144,8 +150,15 @@ class _PolicyScheduling:
                 pass
         return rid
 
+    def preempt_request(self, request_id: str) -> bool:
+        done: bool = super().preempt_request(request_id)  # type: ignore[misc]
+        if done:  # vLLM-Omni put it at the head of _waiting
+            self._order.pushed_front(request_id)
+        return done
+
     def pop_request_state(self, request_id: str) -> Any:
         state = super().pop_request_state(request_id)  # type: ignore[misc]
+        self._order.forget(request_id)
         st = self.rl_state
         if st is None or state is None:
             return state
@@ -306,7 +319,7 @@ class _PolicyScheduling:
             keep = set(names)
             # reversed: preempt_request appends left, so the running order survives at the head
             for rid in [r for r in reversed(self._running) if r not in keep]:
-                if self.preempt_request(rid):  # type: ignore[attr-defined]
+                if self.preempt_request(rid):
                     st.note_preempted(rid)
                     self.preemptions += 1
                     self.metrics.preemptions.inc()
@@ -314,9 +327,7 @@ class _PolicyScheduling:
         new = [n for n in names if n not in running]
         waiting = self._waiting
         if list(itertools.islice(waiting, len(new))) != new:  # already at the head: FIFO-like choices
-            for rid in new:
-                waiting.remove(rid)  # at most max_num_seqs removals, each a C-level scan
-            waiting.extendleft(reversed(new))
+            self._order.move_to_head(waiting, new)  # O(batch · log queue), not a scan per request
         return max(1, len(self._running) + len(new))
 
 
