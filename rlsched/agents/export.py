@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rlsched.agents.reproducible import PROVENANCE
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.learned.checkpoint import META, WEIGHTS, save_checkpoint
 from rlsched.policies.projected import ACTION_DIM, ProjectionConfig
@@ -71,9 +71,20 @@ def export_run(run_dir: Path, out: Path, source: str = "best") -> Path:
         "projection": dataclasses.asdict(ProjectionConfig(**agent["env"]["projection"])),
         "scenarios": agent["env"]["scenarios"], "training_config": cfg,
         "trained_timesteps": _timesteps(src), "run_timesteps": _timesteps(run_dir), "source": src.name,
-        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        PROVENANCE: _provenance(run_dir),
     }
     return _save_atomic(out, tensors, meta)
+
+
+def _provenance(run_dir: Path) -> dict[str, Any]:
+    """This export's commit and command, and the run's own ``train`` entries (unhashed: the same
+    run exported twice, or the same recipe trained twice, gives one content hash)."""
+    from rlsched.agents.reproducible import provenance
+    from rlsched.agents.train import PROVENANCE_FILE
+
+    path = run_dir / PROVENANCE_FILE
+    training = json.loads(path.read_text()) if path.is_file() else "unknown (run dir from before provenance)"
+    return {**provenance(), "training": training}
 
 
 def _save_atomic(out: Path, tensors: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:

@@ -1,21 +1,22 @@
 """The candidate policy's recipe, one command: labels → imitation → DAgger → MaskablePPO → validation → export.
 
 1. Label states the heuristic visits with the look-ahead teacher (``rlsched.agents.labels``).
-2. Imitate: cross-entropy of the network's masked scores to softmax(Q / tau).
+2. Imitate: regress score(candidate) − score(proposal) on the label advantage.
 3. DAgger: label states the imitated policy visits itself, aggregate, imitate again.
 4. Fine-tune with sb3-contrib's ``MaskablePPO`` on ``rlsched/DiTPick-v0`` (reward: SLO credit
    minus a shadow heuristic's on the same workload), TensorBoard in ``RUN/tb``.
-5. Validate every stage's policy paired against the heuristic on validation seeds (900+)
-   and export the best as a frozen scorer (``kind: pick``); the heuristic itself is a
-   valid outcome (``proposal_margin`` = inf is never chosen silently: the report says so).
+5. Validate every stage's policy paired against the heuristic on validation seeds (900+),
+   choose a stage by ``choose_stage`` (the simplest, unless a later one wins by more than the
+   paired 95 % interval) and export it as a frozen scorer (``kind: pick``).
 
 Workload seeds: labels and PPO below 900, validation 900-999, evaluation (``rlsched eval``) >= 1000.
+The recipe is deterministic for its ``seed`` (``rlsched.agents.reproducible``): the same config
+gives the same labels, weights and checkpoint content hash, however many workers ran it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -118,10 +119,8 @@ def _label(cfg: PickConfig, run: Path, name: str, episodes: int, seed0: int, sco
     lc = cfg.labels
     tasks = label_tasks(list(cfg.scenarios), cfg.static, episodes, seed0, cfg.rate_scale, lc.future_s, lc.every,
                         lc.duration_s, scorer)
-    t0 = time.perf_counter()
     parts = generate(tasks, cfg.workers, progress, cfg.ray)
-    meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1],
-            "future_s": lc.future_s, "seconds": time.perf_counter() - t0}
+    meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1], "future_s": lc.future_s}
     return save_labels(run / "labels" / f"{name}.npz", parts, meta)
 
 
@@ -140,18 +139,34 @@ def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
 
 def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Paired mean difference (points) vs the heuristic per stage, per scenario and overall."""
-    from rlsched.evaluation import ci95_half_width
+    return summarize_validation(cfg, validation_differences(cfg, scorers))
+
+
+def validation_differences(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per stage, its paired difference to the heuristic (points) in every validation cell
+    (scenario × load × seed, in that order), gathered in task order whichever worker ran a cell."""
     from rlsched.parallel import run_tasks
 
     v = cfg.validation
-    cells = [(sc, s, rs) for sc in cfg.scenarios for rs in v.rate_scales for s in v.seeds]
     names: list[str | None] = [None, *scorers]  # None: the heuristic itself
     tasks = [(sc, cfg.static.format(scenario=sc), s, rs, v.duration_s, scorers[n] if n else None)
-             for sc, s, rs in cells for n in names]
-    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(len(cells), len(names))
+             for sc, s, rs in _cells(cfg) for n in names]
+    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(-1, len(names))
+    return {name: 100 * (res[:, i] - res[:, 0]) for i, name in enumerate(scorers, start=1)}
+
+
+def _cells(cfg: PickConfig) -> list[tuple[str, int, float]]:
+    v = cfg.validation
+    return [(sc, s, rs) for sc in cfg.scenarios for rs in v.rate_scales for s in v.seeds]
+
+
+def summarize_validation(cfg: PickConfig, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean and 95 % interval of each stage's paired difference, its mean per scenario, its worst cell."""
+    from rlsched.evaluation import ci95_half_width
+
+    v, cells = cfg.validation, _cells(cfg)
     out: dict[str, dict[str, float]] = {}
-    for i, name in enumerate(scorers, start=1):
-        d = 100 * (res[:, i] - res[:, 0])
+    for name, d in diffs.items():
         row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
         for sc in cfg.scenarios:
             sel = np.array([c[0] == sc for c in cells])
@@ -160,6 +175,30 @@ def validate(cfg: PickConfig, scorers: dict[str, Any]) -> dict[str, dict[str, fl
                                       for sc in cfg.scenarios for rs in v.rate_scales))
         out[name] = row
     return out
+
+
+SELECTION_RULE = ("stages in order of complexity (imitation at the largest proposal margin first, then smaller "
+                  "margins, then PPO); a later stage replaces the one kept only if its paired difference to it "
+                  "on the validation cells has a 95 % interval above zero (mean > ci95)")
+
+
+def choose_stage(order: list[str], diffs: dict[str, np.ndarray]) -> tuple[str, list[dict[str, Any]]]:
+    """The first (simplest) stage of ``order``, unless a later one beats the stage kept so far by
+    more than its paired 95 % interval; returns it and every comparison made.
+
+    Validation differences between stages are mostly inside their intervals (a tenth of a point
+    on ±0.3), so ``max`` of the means let noise pick the stage: a rerun with another network
+    initialisation chose PPO where the shipped report said imitation@1."""
+    from rlsched.evaluation import ci95_half_width
+
+    kept, steps = order[0], []
+    for name in order[1:]:
+        d = diffs[name] - diffs[kept]
+        mean, half = float(d.mean()), float(ci95_half_width(d))
+        won = bool(mean - half > 0)  # a NaN interval (one cell) never wins
+        steps.append({"stage": name, "against": kept, "mean": mean, "ci95": half, "won": won})
+        kept = name if won else kept
+    return kept, steps
 
 
 def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
@@ -264,30 +303,73 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path) -> None:
 
 def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
     """The whole recipe (see the module docstring); returns the report also written to RUN/report.json."""
-    import torch
     from torch.utils.tensorboard import SummaryWriter
 
-    from rlsched.agents.labels import load_labels
-    from rlsched.agents.pick import CandidateNet, export_scorer, imitate, numpy_scorer
+    from rlsched.agents.pick import numpy_scorer
+    from rlsched.agents.reproducible import provenance, seed_everything
 
-    torch.set_num_threads(1)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    seed_everything(cfg.seed)
+    origin = provenance()  # the commit and tree the recipe starts from, not those it ends at
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.json").write_text(cfg.model_dump_json(indent=1))
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     log = SummaryWriter(str(run / "tb" / "imitation"))
+    net, stats, files = _imitation_rounds(cfg, run, progress, timing, log)
+    log.close()
+    t = time.perf_counter()
+    nets = {f"imitation@{m:g}": _with_margin(net, m) for m in sorted(cfg.imitation.margins, reverse=True)}
+    diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
+    timing["validation_imitation_s"] = time.perf_counter() - t
+    chosen, comparisons = choose_stage(list(nets), diffs)
+    if cfg.ppo.timesteps:
+        t = time.perf_counter()
+        nets["ppo"] = _ppo(cfg, nets[chosen], run, progress)
+        timing["ppo_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        diffs.update(validation_differences(cfg, {"ppo": numpy_scorer(nets["ppo"])}))
+        timing["validation_ppo_s"] = time.perf_counter() - t
+        chosen, more = choose_stage([chosen, "ppo"], diffs)
+        comparisons += more
+    report = {"imitation": stats, "validation": summarize_validation(cfg, diffs), "chosen": chosen,
+              "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
+              "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
+              "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
+    (run / "report.json").write_text(json.dumps(report, indent=1))
+    if out is not None:
+        _export(cfg, nets[chosen], out, report, origin)
+    return report
+
+
+EXECUTION_FIELDS = frozenset({"workers", "ray"})
+"""Config fields that say where the recipe ran, not what it computes (results are the same for any)."""
+
+
+def recipe_config(cfg: PickConfig) -> dict[str, Any]:
+    """The config a checkpoint records as ``training_config``: everything but ``EXECUTION_FIELDS``
+    (those go to its provenance), so ``--workers 1`` and ``--workers 2`` give one content hash."""
+    return cfg.model_dump(mode="json", exclude=set(EXECUTION_FIELDS))
+
+
+def _imitation_rounds(cfg: PickConfig, run: Path, progress: bool, timing: dict[str, float],
+                      log: Any) -> tuple[Any, dict[str, dict[str, float]], list[Path]]:
+    """Round-0 labels and fit, then each DAgger round; returns the last network, each round's
+    held-out statistics and the label files."""
+    from rlsched.agents.labels import load_labels
+    from rlsched.agents.pick import imitate, numpy_scorer
+
     lc, ic = cfg.labels, cfg.imitation
+    stats: dict[str, dict[str, float]] = {}
 
     def fit(files: list[Path], name: str) -> Any:
-        net = CandidateNet()
+        net = initial_net(cfg.seed)
         stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
                               f"imitation_{name}")
         return net
 
-    stats: dict[str, dict[str, float]] = {}
+    t = time.perf_counter()
     files = [_label(cfg, run, "round0", lc.episodes_per_scenario, lc.seed0, None, progress)]
-    timing["labels_round0_s"] = time.perf_counter() - t0
+    timing["labels_round0_s"] = time.perf_counter() - t
     net = fit(files, "round0")
     seed0 = lc.seed0 + lc.episodes_per_scenario
     for r in range(1, lc.dagger_rounds + 1):
@@ -297,33 +379,47 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
         seed0 += lc.dagger_episodes_per_scenario
         timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
         net = fit(files, f"dagger{r}")
-    log.close()
-    t = time.perf_counter()
-    nets = {f"imitation@{m:g}": _with_margin(net, m) for m in ic.margins}
-    val = validate(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
-    timing["validation_imitation_s"] = time.perf_counter() - t
-    best = max(val, key=lambda n: val[n]["mean"])
-    if cfg.ppo.timesteps:
-        t = time.perf_counter()
-        nets["ppo"] = _ppo(cfg, nets[best], run, progress)
-        timing["ppo_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        val.update(validate(cfg, {"ppo": numpy_scorer(nets["ppo"])}))
-        timing["validation_ppo_s"] = time.perf_counter() - t
-        best = max(val, key=lambda n: val[n]["mean"])
-    report = {"imitation": stats, "validation": val, "chosen": best, "timing": timing,
-              "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
-    (run / "report.json").write_text(json.dumps(report, indent=1))
-    if out is not None:
-        from rlsched.agents.pretrain import read_tuned_actions
+    return net, stats, files
 
-        statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
-        base_action = np.mean(list(read_tuned_actions(statics).values()), axis=0, dtype=np.float64)
-        export_scorer(nets[best], out, {
-            "base_action": base_action.tolist(), "projection": {}, "scenarios": list(cfg.scenarios),
-            "stage": best, "validation": val[best], "training_config": cfg.model_dump(mode="json"),
-            "train_seconds": report["total_s"], "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return report
+
+def initial_net(seed: int) -> Any:
+    """The network an imitation round starts from, seeded here: torch seeds its default generator
+    from the OS at start-up, so a network built before any ``manual_seed`` (as the first round's
+    was) starts from other weights in every run."""
+    import torch
+
+    from rlsched.agents.pick import CandidateNet
+
+    torch.manual_seed(seed)
+    return CandidateNet()
+
+
+def weights_digest(net: Any) -> str:
+    """SHA-256 over a network's tensors (name, then little-endian float32 bytes, sorted by name):
+    each stage's weights in the report, so two runs can be compared stage by stage."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, value in sorted(net.tensors().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(value, dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
+def _export(cfg: PickConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> None:
+    from rlsched.agents.pick import export_scorer
+    from rlsched.agents.pretrain import read_tuned_actions
+    from rlsched.agents.reproducible import PROVENANCE
+
+    statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
+    base_action = np.mean(list(read_tuned_actions(statics).values()), axis=0, dtype=np.float64)
+    chosen = report["chosen"]
+    export_scorer(net, out, {
+        "base_action": base_action.tolist(), "projection": {}, "scenarios": list(cfg.scenarios),
+        "stage": chosen, "validation": report["validation"][chosen], "selection": report["selection"],
+        "training_config": recipe_config(cfg),
+        PROVENANCE: {**origin, "execution": cfg.model_dump(mode="json", include=set(EXECUTION_FIELDS)),
+                     "train_seconds": report["total_s"]}})
 
 
 def _with_margin(net: Any, margin: float) -> Any:
@@ -337,4 +433,4 @@ def _with_margin(net: Any, margin: float) -> Any:
     return out
 
 
-__all__ = ["PickConfig", "learn", "load_pick_config", "validate"]
+__all__ = ["PickConfig", "choose_stage", "learn", "load_pick_config", "recipe_config", "validate"]

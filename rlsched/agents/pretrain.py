@@ -87,4 +87,4 @@ def clone(model: Any, venv: Any, cfg: AgentConfig, seed: int) -> float:
             optim.zero_grad()
             loss.backward()
             optim.step()
-    return float(loss)
+    return float(loss.detach())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,9 @@ from rlsched.errors import ConfigError
 
 LAST, BEST = "last", "best"
 """Sub-folders of the run dir: the newest checkpoint, and the best on the validation seeds."""
+PROVENANCE_FILE = "provenance.json"
+"""In the run dir: one ``rlsched.agents.reproducible.provenance`` entry per ``train`` (a resume adds one);
+``rlsched export`` copies them into the checkpoint."""
 
 
 def make_env_fn(cfg: AgentConfig, rank: int, seed: int) -> Any:
@@ -110,17 +112,17 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     check_config(cfg)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError("--run-dir", f"{run_dir} is a file; name a folder")
-    import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList
 
     from rlsched.agents.callbacks import BaselineEval, HyperparamText, SchedulerMetrics
     from rlsched.agents.checkpointing import PeriodicCheckpoint
+    from rlsched.agents.reproducible import seed_everything
     from rlsched.agents.validation import validation_eval
 
-    torch.set_num_threads(1)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    seed_everything(seed)  # SB3 seeds again with the same seed; this covers what runs before it does
     run_dir.mkdir(parents=True, exist_ok=True)
+    _record_provenance(run_dir, resume)
     start = time.perf_counter()  # train_time.json: behaviour cloning + PPO
     venv = build_vec_env(cfg, seed)
     last = run_dir / LAST
@@ -154,6 +156,14 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
         {"seconds": time.perf_counter() - start, "timesteps": int(model.num_timesteps)}))
     venv.close()
     return last
+
+
+def _record_provenance(run_dir: Path, resume: bool) -> None:
+    from rlsched.agents.reproducible import provenance
+
+    path = run_dir / PROVENANCE_FILE
+    entries = json.loads(path.read_text()) if resume and path.is_file() else []
+    write_atomic(path, json.dumps([*entries, provenance()], indent=1))
 
 
 def _save_best(model: Any, venv: Any, run_dir: Path, score: float) -> None:

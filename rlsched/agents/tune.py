@@ -355,7 +355,10 @@ def search(spec: TuneSpec, on_trial: Callable[[int, float, float], None] | None 
     """Run the study until it holds ``spec.trials`` completed trials; ``on_trial(done, score, best)``
     reports each one (``done``: completed trials so far, those of a resumed study included).
     ``workers``/``ray`` say where simulations run (``rlsched.parallel``)."""
+    from rlsched.agents.reproducible import seed_everything
+
     optuna = require_optuna()
+    seed_everything(spec.search_seed, torch=False)  # the sampler has its own seed; nothing may draw from the globals
     with study_lock(storage):
         study = open_study(spec, storage, study_name)
         dists = _distributions(optuna)

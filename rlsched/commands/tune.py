@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from rlsched.agents.reproducible import PROVENANCE, provenance
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
 from rlsched.argtypes import int_list, seed_arg
 from rlsched.commands.args import check_out_file, command, positive_float, positive_int, print_json, write_atomic
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         result = search(spec, lambda done, score, best: bar.update(
             job, completed=done, description=f"tuning (best {100 * best:.1f} %)"), args.workers, args.ray,
             storage, args.study_name)
-    payload = to_json(spec, result, storage)
+    payload = {**to_json(spec, result, storage), PROVENANCE: provenance()}  # provenance: commit, command
     write_atomic(out, json.dumps(payload, indent=1) + "\n")
     if args.json:
         print_json(payload)

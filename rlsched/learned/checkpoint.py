@@ -4,6 +4,11 @@ A checkpoint folder holds ``policy.safetensors`` (actor weights, float32) and
 ``policy.json`` (schema version, observation/action sizes, layer order, activation,
 observation normalisation, scenarios, training config, and a SHA-256 content hash
 over both). Nothing here imports torch or unpickles anything.
+
+The content hash covers the weights and every metadata field except ``provenance`` (commit,
+command, machine, time: ``rlsched.agents.reproducible.provenance``), so a recipe run twice at
+one seed gives one hash. Older checkpoints kept ``exported_at`` at the top level, where it is
+hashed; they still verify.
 """
 
 from __future__ import annotations
@@ -101,8 +106,12 @@ def _check_disjoint(path: Path, spans: list[tuple[int, int, str]]) -> None:
             raise CheckpointError(f"{path}: tensors {a!r} and {b!r} overlap (data_offsets)")
 
 
+UNHASHED = ("content_sha256", "provenance")
+"""Metadata fields outside the content hash: the hash itself, and where and when the files were made."""
+
+
 def content_hash(weights: bytes, meta: dict[str, Any]) -> str:
-    body = {k: v for k, v in meta.items() if k != "content_sha256"}
+    body = {k: v for k, v in meta.items() if k not in UNHASHED}
     h = hashlib.sha256(weights)
     h.update(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()

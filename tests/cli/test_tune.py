@@ -206,3 +206,29 @@ def test_seeds_and_loads_are_checked_with_their_flag(capsys: pytest.CaptureFixtu
     assert "--seeds: expected comma-separated integers" in capsys.readouterr().err
     assert main(_tune_cli("--rate-scales", "1,x")) == 2
     assert "--rate-scales" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ issue 22: reproducible, with provenance
+
+
+def test_a_tune_rerun_writes_the_same_file_and_records_its_commit_and_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from rlsched.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    files = []
+    for name in ("a", "b"):
+        argv = _tune_cli("--trials", "3", "--out", f"{name}/default.json")
+        monkeypatch.setattr(sys, "argv", ["/venv/bin/rlsched", *argv])  # what the console script sees
+        assert main(argv) == 0
+        files.append(json.loads((tmp_path / name / "default.json").read_text()))
+    capsys.readouterr()
+    a, b = files
+    assert a["provenance"]["command"] == ("rlsched tune --scenario default --seeds 0 --duration 120 --trials 1 "
+                                          "--json --trials 3 --out a/default.json")
+    assert a["provenance"]["commit"] == "unknown" or len(a["provenance"]["commit"]) == 40
+    assert a["trials"] == 3 and a["study"] != b["study"]  # each beside its own --out
+    volatile = ("provenance", "study")
+    assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
