@@ -108,3 +108,6 @@ def check_invariants(sched: Any) -> None:
     assert len(running) <= sched.max_num_running_reqs
     keys = {sched.get_request_state(r).sampling_params_key for r in running}
     assert len(keys) <= 1
+    st = getattr(sched, "rl_state", None)
+    if st is not None:  # the plugin's view follows vLLM-Omni's queue order (policies read it; FIFO serves vLLM's)
+        assert [st.name(i) for i in st.waiting] == waiting

@@ -211,6 +211,26 @@ def test_step_mode_preempts_for_an_urgent_request() -> None:
     assert runner.progress == {"A": 4, "B": 2} and sched.fallbacks == 0
 
 
+def test_step_mode_preempted_requests_keep_their_running_order() -> None:
+    """Three requests preempted in one call wait at the head in their running order, in vLLM-Omni's
+    queue and in the policy's view alike (the simulator re-queues them so too)."""
+    def choose(state) -> Decision:
+        by_name = {state.name(i): i for i in state.waiting}
+        if not state.running:
+            return Decision(tuple(by_name[n] for n in "ABC"))
+        return Decision((by_name["D"],)) if "D" in by_name else Decision(tuple(r.request.id for r in state.running))
+
+    sched, runner = plugin(Fixed(choose), step=True), StepRunner()
+    for name in "ABC":
+        sched.add_request(mk_req(name, steps=4))
+    runner.step(sched)
+    sched.add_request(mk_req("D", 1024, steps=4))
+    runner.step(sched)
+    assert sched._running == ["D"] and list(sched._waiting) == ["A", "B", "C"] and sched.preemptions == 3
+    assert [sched.rl_state.name(i) for i in sched.rl_state.waiting] == ["A", "B", "C"]
+    check_invariants(sched)
+
+
 def test_step_mode_joins_compatible_requests_past_the_block() -> None:
     sched, runner = plugin("sjf", step=True), StepRunner()
     sched.add_request(mk_req("A", steps=3))

@@ -318,11 +318,11 @@ class _PolicyScheduling:
         if self.step_mode:
             keep = set(names)
             # reversed: preempt_request appends left, so the running order survives at the head
-            for rid in [r for r in reversed(self._running) if r not in keep]:
-                if self.preempt_request(rid):
-                    st.note_preempted(rid)
-                    self.preemptions += 1
-                    self.metrics.preemptions.inc()
+            out = [r for r in reversed(self._running) if r not in keep and self.preempt_request(r)]
+            for rid in reversed(out):  # the view's head in vLLM-Omni's (and the simulator's) order
+                st.note_preempted(rid)
+            self.preemptions += len(out)
+            self.metrics.preemptions.inc(len(out))
         running = set(self._running)
         new = [n for n in names if n not in running]
         waiting = self._waiting
