@@ -9,7 +9,7 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas help
+.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas results-plan help
 
 help:
 	@echo "make run    - compare policies on the default scenario"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-plugin - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv)"
 	@echo "make results - the README results table and plots (results/default)"
 	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas)"
+	@echo "make results-plan - plan's layout choice on the pools, re-checked on evaluation seeds"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -107,6 +108,14 @@ results-replicas: $(VENV)/.installed
 	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
 	    --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
 	    --policies "$$s@rlsched,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central" || exit 1; \
+	done
+
+# plan's recommendation on each homogeneous pool, chosen on training seeds 0-2 and re-checked on
+# evaluation seeds 1000-1004 against the best layout in hindsight (results/replicas/plan-*/).
+results-plan: $(VENV)/.installed
+	@for pair in qwen-image-8gpu:default azure-8gpu:trace-azure; do sc=$${pair%%:*}; t=$${pair#*:}; \
+	  $(VENV)/bin/rlsched plan --scenario $$sc --policy static:agents/tuned/$$t.json@rlsched --seeds 0,1,2 \
+	    --check-seeds 1000,1001,1002,1003,1004 --workers 2 --out results/replicas/plan-$$sc || exit 1; \
 	done
 
 # The end-to-end tier: a real `vllm serve MODEL_DIR --omni` (tiny local model, no download) with the

@@ -404,6 +404,9 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         if staged:
             summary["plain"] = list(rivals)
             summary["worst_vs_any"] = worst_vs_any(cells, target)
+            # late vs early binding: each POLICY@central against the same policy behind rlsched's router
+            summary["late_vs_early"] = {p: paired(grid.rows, p, (p[:-len("central")] + "rlsched",)) for p in names
+                                        if p.endswith("@central") and p[:-len("central")] + "rlsched" in names}
         summary["paired"] = {p: paired(grid.rows, p, rivals) for p in names if p.startswith(LEARNED)}
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names

@@ -110,13 +110,16 @@ def test_shipped_pools_cover_what_the_product_serves_on() -> None:
 
 def test_eval_over_a_pool_reports_against_vllm_omni_and_the_plain_combinations(tmp_path: Path) -> None:
     path = str(write(tmp_path, {**BASE, "name": "pool", "duration_s": 300}))
-    specs = ["static:agents/tuned/default.json@rlsched", "fifo@round-robin", "edf@least-work", "edf@central"]
+    specs = ["static:agents/tuned/default.json@rlsched", "fifo@round-robin", "edf@least-work", "edf@central",
+             "static:agents/tuned/default.json@central"]
     grid = run_grid([path], specs, [1000, 1001], [1.0, 2.0], progress=False)
     summary = write_report(grid, tmp_path / "out")
     assert summary["plain"] == ["fifo@round-robin", "edf@least-work"] == list(plain_combinations(specs))
     assert summary["headline"]["target"] == specs[0] and summary["headline"]["baseline"] == "fifo@round-robin"
     assert {r["best"] for r in summary["paired"][specs[0]]} <= set(summary["plain"])
     assert summary["worst_vs_any"]["ratio"] > 0
+    late = summary["late_vs_early"]  # edf has no @rlsched partner in this grid: only static is paired
+    assert list(late) == [specs[4]] and {r["best"] for r in late[specs[4]]} == {specs[0]}
     md = (tmp_path / "out" / "results.md").read_text()
     assert "static (tuned)@rlsched" in md and "| fifo@round-robin |" in md
     assert labels(specs)[specs[0]] == "static (tuned)@rlsched"
