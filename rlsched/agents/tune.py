@@ -6,8 +6,9 @@ not tuned per scenario). It is an Optuna study with a seeded TPE sampler: the fi
 are the anchors (the default action, earliest-deadline-first among savable requests, then
 ``--init`` if given), then ``explore`` of the trials are TPE's random start-up draws, and
 TPE models the rest. The objective is the mean ``weighted_slo_attainment`` over the given
-seeds and loads (the shipped vectors are tuned over loads 0.5-1.5 so that one vector serves
-light load and overload). Tuning and training use seeds below ``VALIDATION_SEED_BASE``
+seeds and loads — on a multi-replica scenario, of the whole stage with the action on every
+replica behind rlsched's router (``STAGE_ROUTER``). The shipped vectors are tuned over loads
+0.5-1.5 so that one vector serves light load and overload. Tuning and training use seeds below ``VALIDATION_SEED_BASE``
 (900); evaluation (``rlsched eval``) uses seeds >= 1000, so a tuned action is never scored
 on the workloads it was tuned on.
 
@@ -139,7 +140,22 @@ def objective(spec: TuneSpec, scenario: Scenario, vector: np.ndarray) -> float:
     return total / (len(spec.seeds) * len(spec.rate_scales))
 
 
+STAGE_ROUTER = "rlsched"
+"""On a multi-replica scenario the tuned action runs on every replica behind rlsched's router
+(what ``static:FILE@rlsched`` deploys)."""
+
+
 def _attainment(spec: TuneSpec, scenario: Scenario, vector: np.ndarray, seed: int, rate_scale: float) -> float:
+    if scenario.replicas:
+        from rlsched.policies.routers import make_router
+        from rlsched.sim.metrics import summarize_stage
+        from rlsched.sim.stage import Stage
+
+        cost = scenario.cost()
+        reqs = scenario.requests(seed, rate_scale, spec.duration_s, cost=cost)
+        stage = Stage(reqs, scenario.replica_specs(cost), seed=seed)
+        stage.run([policy_for(vector) for _ in stage.replicas], make_router(STAGE_ROUTER))
+        return float(summarize_stage(stage)["weighted_slo_attainment"])
     sim = prepare(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)
     return float(summarize(sim.run(policy_for(vector)))["weighted_slo_attainment"])
 

@@ -137,3 +137,18 @@ def test_plan_on_a_homogeneous_pool_uses_its_gpus_and_rechecks_on_evaluation_see
     assert result["recommended_loses_points"] == pytest.approx(loses, abs=0.01)
     with pytest.raises(ConfigError, match="--check-seeds"):
         plan("qwen-image-8gpu", None, "edf@least-work", [0], [1.0], check_seeds=[5])
+
+
+def test_tune_scores_a_pool_as_the_stage_deploys_it(tmp_path: Path) -> None:
+    """The tuning objective on a pool is the stage's attainment with the action on every replica
+    behind rlsched's router: the default action scores exactly what ``static@rlsched`` gets."""
+    from rlsched.agents.tune import TuneSpec, default_vector, objective
+
+    path = str(write(tmp_path, {**BASE, "duration_s": 300}))
+    spec = TuneSpec(path, seeds=(0, 1), rate_scales=(1.5,), trials=2)
+    score = objective(spec, load_scenario(path), default_vector())
+    runs = [simulate(RunSpec(path, "static@rlsched", seed=s, rate_scale=1.5))[1]["weighted_slo_attainment"]
+            for s in (0, 1)]
+    assert score == pytest.approx(sum(runs) / 2, abs=1e-12)
+    one_gpu = simulate(RunSpec(path, "static@round-robin", seed=0, rate_scale=1.5))[1]["weighted_slo_attainment"]
+    assert score != pytest.approx(one_gpu)  # not the round-robin (or one-GPU) number
