@@ -50,7 +50,10 @@ def candidate_batches(policy: ProjectedPolicy, state: QueueView, proposal: tuple
             first = int(np.where(savable, rank, np.inf).argmin())
             prefer = np.max(rank[np.isfinite(rank)], initial=0.0) + 1.0 - np.where(np.isfinite(rank), rank, 0.0)
             out.append(_key_batch(items, res, ids, items.key_id == items.key_id[first], prefer))
-    best_per_key = {int(k): float(items.utility[items.key_id == k].max()) for k in np.unique(items.key_id)}
+    # sorted(set(...)) is np.unique's order; np.unique imports numpy.ma at its first call (~80 ms,
+    # inside the engine's first pick decision: a budget fallback)
+    keys = sorted(set(items.key_id.tolist()))
+    best_per_key = {k: float(items.utility[items.key_id == k].max()) for k in keys}
     for key in sorted(best_per_key, key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
         out.append(_key_batch(items, res, ids, items.key_id == key, items.utility))
     return list(dict.fromkeys(tuple(sorted(b)) for b in out if b))

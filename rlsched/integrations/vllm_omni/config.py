@@ -66,6 +66,13 @@ class PluginConfig:
     Without it a full collection walks every object of the stage process — torch, the model,
     the engine — and lands inside whichever code allocates next, often a decision under the
     engine lock (15-20 ms pauses measured in ``rlsched bench plugin``)."""
+    pause_gc_in_decisions: bool = True
+    """Pause the garbage collector while the policy decides (``gc.disable`` on the engine thread,
+    re-enabled as soon as ``schedule()`` stops waiting, however the decision ended). A collection
+    that falls due during a decision then runs just after it, outside ``decision_budget_ms``: a full
+    collection walks every request alive since the freeze (~10 ms at 4,096 waiting in ``rlsched
+    bench plugin``), and inside a decision it made the policy's decision be thrown away (FIFO
+    served that call) while the engine waited for the collection all the same."""
     time_scale: float = 1.0
     """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
     (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the

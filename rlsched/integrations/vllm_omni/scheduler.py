@@ -121,6 +121,7 @@ class _PolicyScheduling:
             else arg
         cost = self._cost_arg or load_profile(settings.profile)
         self._budget_s = settings.decision_budget_ms / 1e3
+        self._pause_gc = settings.pause_gc_in_decisions
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
         self._runner = DeadlineRunner(settings.decision_deadline_ms / 1e3)
@@ -217,7 +218,7 @@ class _PolicyScheduling:
         self._decisions_metric.inc()
         t0 = time.perf_counter()
         try:
-            reason, ids = self._runner.call(self._decide, st)
+            reason, ids = self._call_policy(st)
         except DecisionTimeout:
             self._overruns_in_a_row += 1
             self._backoff_left = min(2 ** (self._overruns_in_a_row - 1), MAX_BACKOFF_CALLS)
@@ -241,6 +242,18 @@ class _PolicyScheduling:
             self.metrics.wait_overrides.inc()
             return self._first_that_fits(st)
         return ids
+
+    def _call_policy(self, st: PluginState) -> tuple[str | None, tuple[int, ...]]:
+        """The checked decision from the runner's thread, the collector paused meanwhile
+        (``pause_gc_in_decisions``). Paused and resumed here, on the engine thread, which waits
+        for the decision: a decision interrupted at the deadline cannot leave the collector off."""
+        if not (self._pause_gc and gc.isenabled()):
+            return self._runner.call(self._decide, st)
+        gc.disable()
+        try:
+            return self._runner.call(self._decide, st)
+        finally:
+            gc.enable()  # what fell due runs at the next allocation: after the budget is measured
 
     def _first_that_fits(self, st: PluginState) -> tuple[int, ...] | None:
         """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would, but from
