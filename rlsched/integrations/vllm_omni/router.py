@@ -1,0 +1,399 @@
+"""An rlsched router where vLLM-Omni 0.30 routes diffusion requests (issue 21; docs/router_seam.md).
+
+vLLM-Omni deals a stage's new requests out to its replicas in ``StagePool.select_replica_id``
+(round-robin), in the API-server process, on the orchestrator's thread. No setting names the
+pool's class, so the ``vllm.general_plugins`` entry point ``rlsched_router`` (``install``) wraps
+``StageRuntime._assemble_stage_pools``: each diffusion stage whose config asks for a router
+(``extras.rlsched_router.router``, else the ``RLSCHED_ROUTER`` environment variable) gets a
+``RouterStagePool`` (``router_pool.py``) in place of the plain pool. Nothing else changes: each
+replica still runs the rlsched engine backend, and a stage that asks for no router keeps
+vLLM-Omni's own pool.
+
+The pool routes with any router of ``rlsched.policies.routers`` (``round-robin``, ``least-work``,
+``rlsched``, ...) unchanged: it keeps a ledger of the requests it bound that have not finished and
+shows each replica's part to the router as a ``LedgerView`` (a ``QueueView``: the requests wait,
+none runs — the orchestrator never learns when a replica starts one), inside a ``LedgerStage``
+(what a router reads of a ``Stage``). The ledger sees every exit: vLLM-Omni ends every request
+(finish, abort, error, dead replica) in ``release_binding``.
+
+This module imports no vLLM; ``router_pool`` holds the ``StagePool`` subclass.
+
+=========================================  =========  ===============  ============================================
+name                                       type       labels           meaning
+=========================================  =========  ===============  ============================================
+``rlsched_router_decisions_total``         counter    router           requests routed by the router
+``rlsched_router_fallbacks_total``         counter    reason           requests routed by vLLM-Omni's own rule instead
+``rlsched_router_latency_seconds``         histogram  —                time inside ``router.route``
+``rlsched_router_outstanding``             gauge      stage, replica   ledger requests bound to a replica, unfinished
+``rlsched_router_released_total``          counter    reason           entries resolved: finished, replica_lost
+=========================================  =========  ===============  ============================================
+
+Fallback reasons: ``exception`` (the router raised), ``not_int`` (it returned no ``int``: None,
+a bool, a float...), ``out_of_range`` (not an index of the live replicas), ``evicted`` (that
+replica left while the router decided), ``over_budget`` (slower than ``budget_ms``),
+``backoff`` (skipped after overruns in a row: 1, 2, 4 ... 64 requests), ``no_request`` (nothing
+to route on: the request's parameters were not seen), ``internal_error`` (a bug here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from rlsched.errors import ConfigError
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS
+from rlsched.integrations.vllm_omni.state import read_request
+from rlsched.sim.cost import CostModel
+from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal
+
+EXTRAS_KEY = "rlsched_router"
+"""The stage's ``extras`` section read here (beside the engine plugin's ``extras.rlsched``)."""
+ENV_VAR = "RLSCHED_ROUTER"
+"""A router spec for every diffusion stage whose ``extras`` name none (the API process's environment)."""
+SUPPORTED_SERIES = "0.30."
+"""The vLLM-Omni release series whose private ``StageRuntime`` / ``StagePool`` this patches."""
+REASONS = ("exception", "not_int", "out_of_range", "evicted", "over_budget", "backoff", "no_request",
+           "internal_error")
+MAX_BACKOFF = 64
+"""Most requests routed by vLLM-Omni's rule after overruns in a row before the router is asked again."""
+INF = math.inf
+
+_log = logging.getLogger(__name__)
+_prom: Any
+try:
+    import prometheus_client as _prom
+except ImportError:  # metrics are optional; routing is not
+    _prom = None
+
+
+# ----------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class RouterConfig:
+    """How a stage routes; ``extras: {rlsched_router: {...}}`` in its deploy config."""
+
+    router: str = "rlsched"
+    """Router spec of ``rlsched.policies.routers`` (``rlsched``, ``least-work``, ``random:7`` ...)."""
+    budget_ms: float = 2.0
+    """A routing decision slower than this is discarded and vLLM-Omni's round-robin routes that
+    request. It runs on the orchestrator's event loop, which serves every add/abort in turn; the
+    shipped routers take tens of microseconds at a few hundred outstanding requests."""
+    seed: int = 0
+    """Seed of the routers that draw (``random`` without its own, ``least-queue``'s ties)."""
+
+    def __post_init__(self) -> None:
+        from rlsched.policies.routers import make_router
+
+        if not isinstance(self.router, str) or not self.router:
+            raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"must be a router spec, not {self.router!r}")
+        if self.router.split(":")[0] == "central":
+            raise ConfigError(f"extras.{EXTRAS_KEY}.router", "central (late binding) cannot be deployed: vLLM-Omni "
+                                                             "0.30 sends a request the moment it picks its replica "
+                                                             "(docs/deploy.md)")
+        make_router(self.router)  # a typo fails here, at start-up, naming the key
+        b = self.budget_ms
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+            raise ConfigError(f"extras.{EXTRAS_KEY}.budget_ms", f"must be a finite number > 0, not {b!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"extras.{EXTRAS_KEY}.seed", f"must be an integer >= 0, not {self.seed!r}")
+
+    @classmethod
+    def from_extras(cls, extras: Any, environ: Mapping[str, str] | None = None) -> RouterConfig | None:
+        """The stage's router settings, or None when neither ``extras`` nor ``RLSCHED_ROUTER`` asks for one."""
+        env = os.environ if environ is None else environ
+        section = extras.get(EXTRAS_KEY) if isinstance(extras, Mapping) else None
+        if section is not None and not isinstance(section, Mapping):
+            raise ConfigError(f"extras.{EXTRAS_KEY}", f"must be a mapping, not {type(section).__name__}")
+        values = dict(section or {})
+        if "router" not in values and env.get(ENV_VAR):
+            values["router"] = env[ENV_VAR]
+        if "router" not in values:
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {unknown} (known: {sorted(known)})")
+        return cls(**values)
+
+
+# ------------------------------------------------------------------------------ metrics
+class _Noop:
+    def labels(self, *args: Any, **kwargs: Any) -> _Noop:
+        return self
+
+    def inc(self, amount: float = 1.0) -> None: ...
+    def set(self, value: float) -> None: ...
+    def observe(self, value: float) -> None: ...
+
+
+class RouterMetrics:
+    """The router's metrics on one registry (module docstring); ``RouterMetrics.on(registry)`` shares
+    one instance per registry, as ``PluginMetrics`` does. Default: the process-wide registry, which
+    vLLM's API server exports at ``/metrics``."""
+
+    _shared: dict[Any, RouterMetrics] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, registry: Any = None) -> None:
+        reg = registry if registry is not None else (_prom.REGISTRY if _prom else None)
+        self.registry = reg
+
+        def make(kind: str, name: str, doc: str, labels: Sequence[str] = (), **kw: Any) -> Any:
+            return _Noop() if _prom is None else getattr(_prom, kind)(name, doc, list(labels), registry=reg, **kw)
+
+        self.decisions = make("Counter", "rlsched_router_decisions_total", "Requests routed by the router", ["router"])
+        self.fallbacks = make("Counter", "rlsched_router_fallbacks_total",
+                              "Requests routed by vLLM-Omni's own rule instead of the router", ["reason"])
+        self.latency = make("Histogram", "rlsched_router_latency_seconds", "Time inside router.route",
+                            buckets=LATENCY_BUCKETS)
+        self.outstanding = make("Gauge", "rlsched_router_outstanding",
+                                "Requests bound to a replica and not finished (the router's ledger)",
+                                ["stage", "replica"])
+        self.released = make("Counter", "rlsched_router_released_total", "Ledger entries resolved", ["reason"])
+
+    @classmethod
+    def on(cls, registry: Any = None) -> RouterMetrics:
+        key = registry if registry is not None else "default"
+        with cls._shared_lock:
+            if key not in cls._shared:
+                cls._shared[key] = cls(registry)
+            return cls._shared[key]
+
+
+# ------------------------------------------------------------------------------ ledger
+class LedgerView:
+    """One replica's part of the ledger as a ``QueueView``: every request bound to it and not
+    finished waits, at its standalone work at this replica's layout; nothing runs (``running``
+    empty, ``gpu_end_s`` infinite): the orchestrator does not see a replica start a request."""
+
+    can_reject = False
+    gpu_end_s = INF
+    """What the routers read of a ``Simulator``'s running batch: none known."""
+
+    def __init__(self, slot: int, cost: CostModel, config: ServingConfig) -> None:
+        self.slot, self.cost, self.config = slot, cost, config
+        self.step_mode = config.step_mode
+        self.now = 0.0
+        self.waiting: dict[int, RequestRecord] = {}
+        self.running: tuple[RequestRecord, ...] = ()
+        self.journal = Journal()
+        self.on_arrival: list[Hook] = []
+        self.on_finish: list[Hook] = []
+
+    @property
+    def memory_used_gb(self) -> float:
+        return self.cost.weights_gb
+
+    def open_telemetry(self) -> None:
+        return None
+
+    def add(self, req: Request) -> RequestRecord:
+        rec = self.cost.record(req, req.arrival_s + req.slo_s)
+        rec.key = req.key(self.step_mode)
+        self.waiting[req.id] = rec
+        self.journal.append(ENQUEUED, rec)
+        return rec
+
+    def remove(self, iid: int) -> None:
+        rec = self.waiting.pop(iid, None)
+        if rec is not None:
+            self.journal.append(DEQUEUED, rec)
+
+
+@dataclass
+class LedgerStage:
+    """What a router reads of a ``Stage``: the live replicas' views (index = position, not slot), the clock
+    and the seed."""
+
+    replicas: list[LedgerView]
+    seed: int = 0
+    now: float = 0.0
+
+
+class Ledger:
+    """The requests a pool bound and that have not finished, per replica slot (``LedgerView``s),
+    with the ``LedgerStage`` a router decides on. Not thread-safe: the pool holds its lock."""
+
+    def __init__(self, cost_of: Callable[[int], CostModel], config: ServingConfig, seed: int = 0) -> None:
+        self._cost_of, self.config = cost_of, config
+        self.views: dict[int, LedgerView] = {}
+        self.stage = LedgerStage([], seed)
+        self.bound: dict[str, tuple[int, int]] = {}
+        """vLLM request id -> (slot, the ledger's int id)."""
+        self._next_id = 0
+
+    @property
+    def slots(self) -> list[int]:
+        """The slot of each of the stage's replicas, by position."""
+        return [v.slot for v in self.stage.replicas]
+
+    def follow(self, live: Sequence[int]) -> list[str]:
+        """Make ``live`` (slot ids, in order) the routed replicas; returns the request ids whose replica
+        left (their entries are resolved)."""
+        lost = [rid for rid, (slot, _) in self.bound.items() if slot not in live]
+        for rid in lost:
+            del self.bound[rid]
+        for slot in [s for s in self.views if s not in live]:
+            del self.views[slot]
+        for slot in live:
+            if slot not in self.views:
+                self.views[slot] = LedgerView(slot, self._cost_of(slot), self.config)
+        self.stage.replicas = [self.views[s] for s in live]
+        return lost
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def add(self, request_id: str, slot: int, req: Request) -> None:
+        self.remove(request_id)
+        view = self.views.get(slot)
+        if view is None:  # a replica that is not routed (it left): nothing to follow
+            return
+        view.add(req)
+        self.bound[request_id] = (slot, req.id)
+
+    def remove(self, request_id: str) -> int | None:
+        """Resolve ``request_id``'s entry; returns its slot (None when it had none)."""
+        entry = self.bound.pop(request_id, None)
+        if entry is None:
+            return None
+        slot, iid = entry
+        view = self.views.get(slot)
+        if view is not None:
+            view.remove(iid)
+        return slot
+
+    def outstanding(self, slot: int) -> int:
+        view = self.views.get(slot)
+        return 0 if view is None else len(view.waiting)
+
+
+def make_request(iid: int, now: float, sampling: Any, settings: PluginConfig, cost: CostModel) -> Request:
+    """``sampling`` (vLLM-Omni's diffusion sampling params) as the engine plugin reads it (``read_request``:
+    shape, steps, CFG, ``extra_args`` priority and ``slo_ms``), arriving at ``now``; without ``slo_ms`` the
+    SLO is the class's scale × the standalone time in ``cost`` (the profile, as on each replica)."""
+    try:
+        fields, _ = read_request(sampling, settings)
+        return _request(iid, now, fields, settings, cost)
+    except Exception:  # whatever the request holds, it is routed and followed: defaults, as the plugin does
+        fields, _ = read_request(None, settings)
+        return _request(iid, now, fields, settings, cost)
+
+
+def _request(iid: int, now: float, fields: dict[str, Any], settings: PluginConfig, cost: CostModel) -> Request:
+    m = cost.model(settings.model) if settings.model else next(iter(cost.models.values()))
+    req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
+                  fields["steps"], fields["cfg"], fields["priority"], INF)
+    slo_s = fields["slo_s"] or settings.slo_scale(req.priority) * cost.record(req).work_s
+    return dataclasses.replace(req, slo_s=slo_s)
+
+
+# ------------------------------------------------------------------------------ install
+def install() -> bool:
+    """The ``vllm.general_plugins`` entry point: wrap ``StageRuntime._assemble_stage_pools`` so a
+    diffusion stage that asks for a router gets a ``RouterStagePool``. Runs in every process that loads
+    vLLM plugins; idempotent; refuses (logged, returns False) on a vLLM-Omni outside ``SUPPORTED_SERIES``.
+    Never raises: a plugin that raises would abort vLLM's start-up."""
+    try:
+        return _install()
+    except Exception:
+        _log.exception("rlsched router: install failed; vLLM-Omni routes as it does without rlsched")
+        return False
+
+
+def _install() -> bool:
+    version = _vllm_omni_version()
+    if version is None:
+        return False  # plain vLLM: nothing to route
+    if not version.startswith(SUPPORTED_SERIES):
+        _log.warning("rlsched router: vLLM-Omni %s is not %sx, whose private StagePool it patches; not installed "
+                     "(vLLM-Omni routes round-robin)", version, SUPPORTED_SERIES)
+        return False
+    from vllm_omni.engine import stage_runtime
+
+    runtime = stage_runtime.StageRuntime
+    original = runtime._assemble_stage_pools
+    if getattr(original, "_rlsched_router", False):
+        return True
+    if not callable(original):
+        _log.warning("rlsched router: StageRuntime._assemble_stage_pools is missing; not installed")
+        return False
+
+    def _assemble_stage_pools(self: Any, stage_plans: Any, initialized_clients_by_stage: Any) -> Any:
+        pools = original(self, stage_plans, initialized_clients_by_stage)
+        return [_routed(pool, plan, getattr(self, "_model", "")) for pool, plan in zip(pools, stage_plans)]
+
+    _assemble_stage_pools._rlsched_router = True  # type: ignore[attr-defined]
+    _assemble_stage_pools.__wrapped__ = original  # type: ignore[attr-defined]
+    runtime._assemble_stage_pools = _assemble_stage_pools
+    return True
+
+
+def _vllm_omni_version() -> str | None:
+    try:
+        return metadata.version("vllm-omni")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _routed(pool: Any, plan: Any, model: str) -> Any:
+    """``pool``, or a ``RouterStagePool`` in its place when its stage asks for a router. A stage whose
+    settings are wrong keeps vLLM-Omni's pool (logged): a routing preference must not stop a server."""
+    try:
+        if pool.stage_type != "diffusion":
+            return pool
+        stage_cfg = plan.replicas[0].stage_cfg
+        extras = stage_setting(stage_cfg, "extras")
+        config = RouterConfig.from_extras(extras)
+        if config is None:
+            return pool
+        from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
+
+        routed = RouterStagePool.replacing(pool, config, PluginConfig.from_extras(extras),
+                                           degree=sp_degree(stage_cfg),
+                                           serving=ServingConfig("step" if stage_setting(stage_cfg, "step_execution")
+                                                                 else "request"))
+        _log.info("rlsched router: stage %s routes its %d replicas with %s", pool.stage_id, pool.live_num_replicas,
+                  config.router)
+        return routed
+    except Exception:
+        _log.exception("rlsched router: stage %s keeps vLLM-Omni's own routing", getattr(pool, "stage_id", "?"))
+        return pool
+
+
+def stage_setting(stage_cfg: Any, name: str) -> Any:
+    """A diffusion stage setting as vLLM-Omni 0.30 holds it in the API process: on the typed config's
+    ``diffusion_config`` (``VllmOmniDiffusionStageConfig``), else in a legacy config's ``engine_args``."""
+    projection = getattr(stage_cfg, "diffusion_config", None)
+    if projection is not None and hasattr(projection, name):
+        return getattr(projection, name)
+    engine_args = getattr(stage_cfg, "engine_args", None)
+    if isinstance(engine_args, Mapping):
+        return engine_args.get(name)
+    return getattr(engine_args, name, None)
+
+
+def sp_degree(stage_cfg: Any) -> int:
+    """The stage's sequence-parallel degree (every replica of a stage shares one ``parallel_config``)."""
+    parallel = getattr(stage_cfg, "parallel_config", None)
+    if parallel is None or isinstance(parallel, Mapping):
+        parallel = parallel or stage_setting(stage_cfg, "parallel_config") or {}
+    get = parallel.get if isinstance(parallel, Mapping) else lambda k, d=None: getattr(parallel, k, d)
+    sp = get("sequence_parallel_size", None)
+    if not isinstance(sp, int) or isinstance(sp, bool) or sp < 1:
+        sp = int(get("ulysses_degree", 1) or 1) * int(get("ring_degree", 1) or 1)
+    return max(int(sp), 1)
+
+
+__all__ = ["ENV_VAR", "EXTRAS_KEY", "Ledger", "LedgerStage", "LedgerView", "RouterConfig", "RouterMetrics",
+           "install", "make_request", "sp_degree", "stage_setting"]

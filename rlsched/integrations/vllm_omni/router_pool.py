@@ -1,0 +1,290 @@
+"""``RouterStagePool``: vLLM-Omni 0.30's ``StagePool`` with an rlsched router in ``select_replica_id``.
+
+``router.install`` puts one in place of a diffusion stage's pool (see ``router``'s docstring). What
+changes against the plain pool:
+
+* ``submit_initial`` remembers the request's sampling params for the ``select_replica_id`` it calls
+  (vLLM-Omni passes that only the request id);
+* ``select_replica_id`` keeps vLLM-Omni's rules for a request already bound to a live replica and
+  for a CFG companion (its parent's replica), and otherwise asks the router; a router that raises,
+  returns anything but an ``int`` index of the live replicas, picks one that left meanwhile or
+  overruns ``budget_ms`` is overruled by ``super().select_replica_id`` (vLLM-Omni's round-robin)
+  for that request, counted by reason. Either way the binding is recorded in
+  ``_request_bindings`` and the request joins the ledger at the replica it went to;
+* ``release_binding`` (every exit of a request) resolves its ledger entry;
+* a replica that leaves (``evict_replica``, ``mark_replica_unavailable``, ``remove_client``, or
+  found gone at the next routing) is dropped from routing and its ledger entries are resolved;
+  a replica that joins (``add_client``) is routed from the next request on.
+
+Distributed mode (a hub and ``LoadBalancer`` attached) routes in ``pick`` without calling
+``select_replica_id``: this pool leaves it to the load balancer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vllm_omni.engine.stage_pool import StagePool
+
+from rlsched.errors import ConfigError
+from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.router import (
+    MAX_BACKOFF,
+    Ledger,
+    RouterConfig,
+    RouterMetrics,
+    make_request,
+)
+from rlsched.policies.routers import make_router
+from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.layout import at_layout
+from rlsched.sim.request import Request
+from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.stage import Router
+
+_log = logging.getLogger(__name__)
+
+
+class RouterStagePool(StagePool):
+    """See the module docstring. ``router``: a router spec or object (default ``config.router``);
+    ``costs``: one cost model for every replica, or one per slot (default: ``settings.profile`` at
+    ``degree``); ``clock``: seconds on the profile's clock (default: monotonic × ``time_scale``)."""
+
+    def __init__(self, stage_id: int, clients: Any, *, output_processor: Any = None, stage_vllm_config: Any = None,
+                 config: RouterConfig | None = None, settings: PluginConfig | None = None,
+                 router: str | Router | None = None, costs: CostModel | Sequence[CostModel] | None = None,
+                 degree: int = 1, serving: ServingConfig | None = None, clock: Callable[[], float] | None = None,
+                 metrics: RouterMetrics | None = None) -> None:
+        super().__init__(stage_id, clients, output_processor=output_processor, stage_vllm_config=stage_vllm_config)
+        self.router_config = config = config or RouterConfig()
+        self.router_settings = settings = settings or PluginConfig()
+        self.router: Router = make_router(router or config.router) if router is None or isinstance(router, str) \
+            else router
+        base = load_profile(settings.profile) if costs is None else costs if isinstance(costs, CostModel) else costs[0]
+        self._base_cost = base
+        """The profile as each replica's engine plugin holds it: the requests' default SLOs."""
+        per_slot = [_at_layout(base, degree)] if costs is None or isinstance(costs, CostModel) else list(costs)
+        self._costs = per_slot
+        scale = settings.time_scale
+        self._clock = clock or (lambda: time.monotonic() * scale)
+        self._t0 = self._clock()
+        self._budget_s = config.budget_ms / 1e3
+        self.router_metrics = metrics or RouterMetrics.on()
+        self._decided = self.router_metrics.decisions.labels(router=getattr(self.router, "name", "router"))
+        self.router_fallbacks: Counter[str] = Counter()
+        """Requests routed by vLLM-Omni's rule instead, by reason (``router.REASONS``)."""
+        self.router_decisions = 0
+        self._ledger = Ledger(self._cost_of, serving or ServingConfig(), config.seed)
+        self._params: dict[str, Any] = {}
+        """Request id -> its sampling params, from ``submit_initial`` until its ``select_replica_id``."""
+        self._lock = threading.RLock()
+        self._overruns = self._backoff_left = 0
+        self._warned: set[str] = set()
+        with self._lock:
+            self._follow_live()
+            self._reset_router()
+
+    @classmethod
+    def replacing(cls, pool: StagePool, config: RouterConfig, settings: PluginConfig, **kw: Any) -> RouterStagePool:
+        """A router pool of ``pool``'s stage and replica clients (``pool`` was just assembled: it holds no state)."""
+        clients = [c for c in pool.clients if c is not None]
+        return cls(pool.stage_id, clients, output_processor=pool.output_processor,
+                   stage_vllm_config=pool.stage_vllm_config, config=config, settings=settings, **kw)
+
+    # -------------------------------------------------------------- admission
+    async def submit_initial(self, request_id: str, req_state: Any, request: Any, **kwargs: Any) -> int:
+        params = kwargs.get("params_override")
+        if params is None:
+            try:
+                params = req_state.sampling_params_list[self.stage_id]
+            except Exception:  # routed on defaults (reason no_request) rather than failed here
+                params = None
+        self._params[request_id] = params
+        try:
+            return await super().submit_initial(request_id, req_state, request, **kwargs)
+        finally:
+            self._params.pop(request_id, None)
+
+    def select_replica_id(self, request_id: str, *, affinity_request_id: str | None = None) -> int:
+        with self._lock:
+            cached = self.get_bound_replica_id(request_id)
+            if cached is not None and self.clients[cached] is not None and self.is_replica_available(cached):
+                return cached
+            if cached is not None:  # bound to a replica that left: route it again (as vLLM-Omni does)
+                self.release_binding(request_id)
+            req, reason = None, None
+            try:
+                self._follow_live()
+                req = self._request(request_id)
+            except Exception:
+                self._log_once("internal_error", "reading the request")
+                reason = "internal_error"
+            chosen = self._parent(affinity_request_id)
+            if chosen is None and self._ledger.slots:
+                chosen, reason = self._ask(req) if req is not None else (None, reason or "no_request")
+            if chosen is None:
+                if reason is not None:
+                    self._fallback(reason)
+                chosen = super().select_replica_id(request_id, affinity_request_id=affinity_request_id)
+            self._request_bindings[request_id] = chosen
+            if req is not None:
+                self._follow(request_id, chosen, req)
+            return chosen
+
+    def _parent(self, affinity_request_id: str | None) -> int | None:
+        """vLLM-Omni's rule for a CFG companion: its parent's replica, while that is live."""
+        if affinity_request_id is None:
+            return None
+        parent = self.get_bound_replica_id(affinity_request_id)
+        if parent is not None and self.clients[parent] is not None and self.is_replica_available(parent):
+            return parent
+        return None
+
+    def _request(self, request_id: str) -> Request | None:
+        if request_id not in self._params:
+            return None
+        now = max(self._clock() - self._t0, 0.0)
+        self._ledger.stage.now = now
+        return make_request(self._ledger.new_id(), now, self._params[request_id], self.router_settings,
+                            self._base_cost)
+
+    def _ask(self, req: Request) -> tuple[int | None, str | None]:
+        """The router's replica slot for ``req``, or (None, the fallback reason)."""
+        if self._backoff_left:
+            self._backoff_left -= 1
+            return None, "backoff"
+        stage, slots = self._ledger.stage, self._ledger.slots
+        for view in stage.replicas:
+            view.now = stage.now
+        t0 = time.perf_counter()
+        try:
+            pos = self.router.route(req, stage)  # type: ignore[arg-type]
+        except (Exception, SystemExit):
+            self._log_once("exception", "routing")
+            self._reset_router()  # an interrupted decision may have left its structures half-updated
+            return None, "exception"
+        elapsed = time.perf_counter() - t0
+        self.router_metrics.latency.observe(elapsed)
+        if elapsed > self._budget_s:
+            self._overruns += 1
+            self._backoff_left = min(2 ** (self._overruns - 1), MAX_BACKOFF)
+            return None, "over_budget"
+        self._overruns = 0
+        if type(pos) is not int:
+            return None, "not_int"
+        if not 0 <= pos < len(slots):
+            return None, "out_of_range"
+        slot = slots[pos]
+        if self.clients[slot] is None or not self.is_replica_available(slot):
+            return None, "evicted"
+        self.router_decisions += 1
+        self._decided.inc()
+        return slot, None
+
+    def _fallback(self, reason: str) -> None:
+        self.router_fallbacks[reason] += 1
+        self.router_metrics.fallbacks.labels(reason=reason).inc()
+
+    def _follow(self, request_id: str, slot: int, req: Request) -> None:
+        try:
+            self._ledger.add(request_id, slot, req)
+            self._gauge(slot)
+        except Exception:  # the request is bound and sent all the same; only the ledger misses it
+            self._log_once("internal_error", "following the request")
+
+    # ------------------------------------------------------------------ exits
+    def release_binding(self, request_id: str) -> None:
+        super().release_binding(request_id)
+        with self._lock:
+            try:
+                slot = self._ledger.remove(request_id)
+            except Exception:
+                self._log_once("internal_error", "releasing the request")
+                return
+            if slot is not None:
+                self.router_metrics.released.labels(reason="finished").inc()
+                self._gauge(slot)
+
+    def release_bindings(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:  # as vLLM-Omni's; spelled out so every id passes release_binding
+            self.release_binding(request_id)
+
+    def evict_replica(self, replica_id: int) -> None:
+        super().evict_replica(replica_id)
+        self._replica_left()
+
+    def mark_replica_unavailable(self, replica_id: int) -> list[str]:
+        with self._lock:  # its ledger entries first: super releases the bindings (as finished otherwise)
+            self._replica_left(gone=replica_id)
+        return super().mark_replica_unavailable(replica_id)
+
+    def remove_client(self, input_addr: str) -> Any | None:
+        client = super().remove_client(input_addr)
+        self._replica_left()
+        return client
+
+    def _replica_left(self, gone: int | None = None) -> None:
+        with self._lock:
+            try:
+                self._follow_live(gone)
+            except Exception:
+                self._log_once("internal_error", "dropping a replica")
+
+    def _follow_live(self, gone: int | None = None) -> None:
+        """Route over the live, available replicas; a replica that left has its ledger entries resolved."""
+        live = [r for r in self.live_replica_ids() if self.is_replica_available(r) and r != gone]
+        if live == self._ledger.slots:
+            return
+        before = set(self._ledger.slots)
+        lost = self._ledger.follow(live)
+        if lost:
+            self.router_metrics.released.labels(reason="replica_lost").inc(len(lost))
+        for slot in before - set(live):
+            self._gauge(slot)
+        self._reset_router()
+
+    def _reset_router(self) -> None:
+        try:
+            self.router.reset(self._ledger.stage)  # type: ignore[arg-type]
+        except Exception:
+            self._log_once("exception", "resetting the router")
+
+    # ------------------------------------------------------------------ views
+    def _cost_of(self, slot: int) -> CostModel:
+        return self._costs[slot] if slot < len(self._costs) else self._costs[0]
+
+    def _gauge(self, slot: int) -> None:
+        self.router_metrics.outstanding.labels(stage=str(self.stage_id), replica=str(slot)).set(
+            self._ledger.outstanding(slot))
+
+    def outstanding(self) -> dict[int, list[str]]:
+        """The ledger: request ids per replica slot (tests, diagnostics)."""
+        out: dict[int, list[str]] = {s: [] for s in self._ledger.slots}
+        for rid, (slot, _) in self._ledger.bound.items():
+            out.setdefault(slot, []).append(rid)
+        return out
+
+    def _log_once(self, reason: str, doing: str) -> None:
+        level = logging.DEBUG if reason in self._warned else logging.WARNING
+        self._warned.add(reason)
+        _log.log(level, "rlsched router (stage %s): %s failed; vLLM-Omni's own rule routes instead", self.stage_id,
+                 doing, exc_info=True)
+
+
+def _at_layout(cost: CostModel, degree: int) -> CostModel:
+    """``cost`` at the stage's SP degree; the profile itself (logged) when it has no coefficients for it:
+    every replica of a stage shares one layout, so the router's choices keep their order, only its
+    predicted finishes are off by the speed-up."""
+    try:
+        return at_layout(cost, degree)
+    except ConfigError as exc:
+        _log.warning("rlsched router: %s; predicting each replica at one GPU", exc)
+        return cost
+
+
+__all__ = ["RouterStagePool"]
