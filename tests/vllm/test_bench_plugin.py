@@ -38,6 +38,7 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert r["calls"] == CALLS
         assert math.isfinite(r["p50_us"]) and math.isfinite(r["p99_us"]) and 0 < r["p50_us"] <= r["p99_us"], r
         assert math.isfinite(r["overhead_p50_us"])
+        assert 0 <= r["cpu_p50_us"] <= r["cpu_p99_us"] and math.isfinite(r["cpu_p99_us"]), r
         assert isinstance(r["fallbacks"], int) and 0 <= r["fallbacks"] <= CALLS, r
         assert all(isinstance(v, int) and v > 0 for v in r["fallback_reasons"].values()), r
         assert sum(r["fallback_reasons"].values()) == r["fallbacks"], r
