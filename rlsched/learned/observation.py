@@ -134,9 +134,10 @@ class ObservationEncoder:
     def note_finish(self, cls: int, met: bool) -> None:
         self.history.note_finish(cls, met)
 
-    def encode(self, state: Any, telemetry: TelemetrySample | None = None) -> np.ndarray:
+    def encode(self, state: Any, telemetry: TelemetrySample | None = None, with_slots: bool = True) -> np.ndarray:
         """The observation of ``state`` (a ``Simulator`` or anything with its attributes);
-        ``telemetry`` None reads as unknown."""
+        ``telemetry`` None reads as unknown. ``with_slots`` False leaves the top-K slots zero (the
+        candidate policy reads only the entries before them; each entry is computed on its own)."""
         out = np.zeros(OBS_DIM, dtype=np.float32)
         recs, _ = self.policy.candidates(state)
         n_run = len(state.running) if state.config.step_mode else 0
@@ -144,7 +145,7 @@ class ObservationEncoder:
         keys = mem = 0.0
         total = 0
         if recs:
-            keys, mem, total = self._queue(out, state, recs, n_wait)
+            keys, mem, total = self._queue(out, state, recs, n_wait, with_slots)
         else:
             self.rows, self.slack_s = None, np.empty(0)
             out[_SLACK:_SLACK + C] = OBS_HIGH
@@ -158,7 +159,7 @@ class ObservationEncoder:
         return np.fmin(np.fmax(out, OBS_LOW, out=out), OBS_HIGH, out=out)
 
     def _queue(self, out: np.ndarray, state: Any, recs: list[RequestRecord],
-               n_wait: int) -> tuple[int, float, int]:
+               n_wait: int, with_slots: bool = True) -> tuple[int, float, int]:
         """Write the per-class and top-K entries; returns (distinct keys, queued memory in GB, requests).
 
         Counts, work, distinct keys and memory describe the whole queue (from the policy's
@@ -176,6 +177,8 @@ class ObservationEncoder:
         out[_COUNTS:_COUNTS + C * M] = np.log1p(counts)
         out[_WORK:_WORK + C] = np.log1p(work * (1.0 / WORK_SCALE_S))
         out[_SLACK:_SLACK + C], out[_WAIT:_WAIT + C] = _per_class(cls, rel, wait)
+        if not with_slots:
+            return len(per_key), mem, int(counts.sum())
         key_count = np.fromiter((per_key[r.key] for r in recs), np.float64, len(recs))
         top = _most_urgent(slack)
         slots = out[_SLOTS:_SLOTS + top.size * _F].reshape(top.size, _F)

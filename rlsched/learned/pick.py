@@ -223,7 +223,7 @@ class PickPolicy(ObservingPolicy):
     def global_features(self, state: QueueView) -> np.ndarray:
         """The knob policy's queue-level observation entries (counts, work, slack, history, and the
         telemetry sampled by the last ``propose``)."""
-        return self.encoder.encode(state, self._sample)[:GLOBAL_DIM]
+        return self.encoder.encode(state, self._sample, with_slots=False)[:GLOBAL_DIM]
 
     def propose(self, state: QueueView) -> tuple[Decision, CandidateView | None]:
         """The heuristic's decision and, when there is a choice, the candidates (None: no choice).

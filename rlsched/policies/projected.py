@@ -239,6 +239,9 @@ class ProjectedPolicy:
         self.index = QueueIndex(_group, _by_deadline)
         self._caps: dict[tuple, int] = {}
         self._candidates: tuple[object, tuple[list[RequestRecord], list[RequestRecord]]] = (None, ([], []))
+        self._items_of: tuple[object, Items | None] = (None, None)
+        """The last request-mode ``Items`` and what they were built from: ``pick`` asks twice per
+        decision (the proposal, then its candidate batches), as the encoder and the decision share rows."""
         self._resources: tuple[object, Resources] = (None, Resources(0.0))
 
     def reset(self, state: QueueView) -> None:
@@ -248,6 +251,7 @@ class ProjectedPolicy:
         self.index = QueueIndex(_group, _by_deadline)
         self._caps = {}
         self._candidates = (None, ([], []))
+        self._items_of = (None, None)
 
     def set_action(self, action: np.ndarray) -> None:
         self.params = decode_action(action)
@@ -351,6 +355,18 @@ class ProjectedPolicy:
         return self._items(state, recs, running)
 
     def _items(self, state: QueueView, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
+        # request mode, the cached candidate list, the same action: the same Items (nothing they read
+        # changes while the candidates' stamp holds: no waiting request has made progress)
+        made_of = (self._candidates[0], state, state.now, self.params) \
+            if running is None and recs is self._candidates[1][0] else None
+        if made_of is not None and self._items_of[0] == made_of:
+            return self._items_of[1]  # type: ignore[return-value]
+        items = self._build_items(state, recs, running)
+        if made_of is not None:
+            self._items_of = (made_of, items)
+        return items
+
+    def _build_items(self, state: QueueView, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
         now = state.now
         rows = self.table.gather(recs)
         remaining = rows.remaining_s(recs, state.config.step_mode)
