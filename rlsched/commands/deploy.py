@@ -20,7 +20,10 @@ from rlsched.commands.args import (
 )
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
+from rlsched.integrations.vllm_omni.router import EXTRAS_KEY as ROUTER_KEY
+from rlsched.integrations.vllm_omni.router import RouterConfig
 from rlsched.policies import make_policy
+from rlsched.policies.routers import split_pair
 from rlsched.sim.cost import load_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 
@@ -53,6 +56,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="plugin seconds per wall second (>1 only for time-scaled replays with "
                         "CostProfileExecutor; 1 when serving)")
+    p.add_argument("--replicas", type=positive_int, default=1,
+                   help="runtime num_replicas: copies of the diffusion stage, each on --sp of --devices")
+    p.add_argument("--devices", help="GPUs of the stage, comma-separated (R x D of them; needed with --replicas > 1 "
+                                     "or --sp > 1)")
+    p.add_argument("--sp", type=positive_int, default=1, help="sequence-parallel degree of each replica")
+    p.add_argument("--router", help="route requests across replicas with this rlsched router (rlsched, least-work, "
+                                    "affinity ...; extras.rlsched_router): vLLM-Omni round-robins without it. "
+                                    "--policy POLICY@ROUTER says the same")
+    p.add_argument("--router-budget-ms", type=float, default=2.0,
+                   help="a slower routing decision is discarded and vLLM-Omni's round-robin routes that request")
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
@@ -70,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():  # a typo should not create folders
         raise ConfigError("--out", f"folder {out.parent} does not exist")
     check_out_file(out, "--out")
+    policy, router = _split_router(args.policy, args.router)
     settings = PluginConfig(
-        policy=args.policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
+        policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
         decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port,
         time_scale=args.time_scale)
@@ -91,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stage-id", f"{args.stage_id} without --base-config: a generic diffusion model has "
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
-    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base)
+    layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile))
+    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms) if router else None
+    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base,
+                        layout=layout, router=routing)
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
     overrides = json.dumps({str(args.stage_id): stage}, separators=(",", ":"))
@@ -103,8 +120,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int = 4, max_wait_ms: float = 0.0,
-                  step_execution: bool = False, base_config: str | None = None) -> dict[str, Any]:
-    """The deploy YAML as a dict: one stage with ``engine_backend`` and ``extras``."""
+                  step_execution: bool = False, base_config: str | None = None, *,
+                  layout: dict[str, Any] | None = None, router: RouterConfig | None = None) -> dict[str, Any]:
+    """The deploy YAML as a dict: one stage with ``engine_backend`` and ``extras``; ``layout``'s stage keys
+    (``replica_keys``) and the router's ``extras.rlsched_router`` when given."""
     if max_num_seqs < 1:
         raise ConfigError("--max-num-seqs", "must be >= 1")
     if stage_id < 0:
@@ -115,10 +134,48 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
     section = {"policy": settings.policy, "profile": settings.profile, **settings.to_extras()[EXTRAS_KEY]}
     stage = {"stage_id": stage_id, "max_num_seqs": max_num_seqs, "step_execution": step_execution,
              "request_batch_max_wait_ms": max_wait_ms, "engine_backend": ENGINE_BACKEND,
-             "extras": {EXTRAS_KEY: section}}
+             **(layout or {}), "extras": {EXTRAS_KEY: section}}
+    if router is not None:
+        stage["extras"][ROUTER_KEY] = {"router": router.router, "budget_ms": router.budget_ms}
     doc: dict[str, Any] = {"base_config": base_config} if base_config else {}
     doc["stages"] = [stage]
     return doc
+
+
+def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any) -> dict[str, Any]:
+    """The stage keys of ``replicas`` replicas of ``degree`` GPUs on ``devices`` (``planning.stage_yaml``'s
+    spelling); empty for one replica on one GPU without ``devices`` (vLLM-Omni's defaults)."""
+    if replicas == 1 and degree == 1 and not devices:
+        return {}
+    if not devices:
+        raise ConfigError("--devices", f"name the stage's {replicas * degree} GPUs (--replicas {replicas} x --sp "
+                                       f"{degree}), e.g. {','.join(map(str, range(replicas * degree)))}")
+    ids = [d.strip() for d in devices.split(",")]
+    if not all(d.isdigit() for d in ids) or len(set(ids)) != len(ids):
+        raise ConfigError("--devices", f"{devices!r}: expected distinct GPU indices, comma-separated")
+    if len(ids) != replicas * degree:
+        raise ConfigError("--devices", f"{len(ids)} GPUs for --replicas {replicas} x --sp {degree} = "
+                                       f"{replicas * degree}")
+    from rlsched.planning import Layout, stage_yaml
+
+    try:
+        keys = yaml.safe_load(stage_yaml(Layout(replicas, degree), len(ids), profile))
+    except ConfigError as exc:
+        raise ConfigError("--sp", f"{degree}: {exc}") from None
+    keys["devices"] = ",".join(ids)
+    if degree == 1:
+        del keys["parallel_config"]
+    return keys
+
+
+def _split_router(policy: str, router: str | None) -> tuple[str, str | None]:
+    """``--policy POLICY@ROUTER`` or ``--policy POLICY --router ROUTER`` -> (policy, router or None)."""
+    if "@" not in policy:
+        return policy, router
+    policy, routed = split_pair(policy)
+    if router and router != routed:
+        raise ConfigError("--router", f"{router!r} and --policy's @{routed} disagree")
+    return policy, routed
 
 
 def _check(settings: PluginConfig) -> None:
