@@ -85,8 +85,9 @@ class RouterConfig:
     """Router spec of ``rlsched.policies.routers`` (``rlsched``, ``least-work``, ``random:7`` ...)."""
     budget_ms: float = 2.0
     """A routing decision slower than this is discarded and vLLM-Omni's round-robin routes that
-    request. It runs on the orchestrator's event loop, which serves every add/abort in turn; the
-    shipped routers take tens of microseconds at a few hundred outstanding requests."""
+    request. It runs on the orchestrator's event loop, which serves every add/abort in turn. On the
+    2-core CPU dev machine the shipped routers took ~10 us median, ~50 us p99, over a ledger of up
+    to 400 requests on 4 replicas (Ledger + make_router, measured by hand; no bench command yet)."""
     seed: int = 0
     """Seed of the routers that draw (``random`` without its own, ``least-queue``'s ties)."""
 
