@@ -562,7 +562,9 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep
     styles = styles_for(policies)
     cols = min(3, len(scenarios))
     rows = -(-len(scenarios) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows + 0.4), squeeze=False)
+    alone = len(scenarios) == 1  # one panel: the legend goes beside it, not over the curves
+    size = (8.4, 4.2) if alone else (4.6 * cols, 3.6 * rows + 0.4)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
     for ax in axes.flat[len(scenarios):]:
         ax.axis("off")
     curves: dict[str, list[float]] = {pol: [] for pol in policies}
@@ -577,12 +579,15 @@ def _plots(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep
         ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
         ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
+    if alone:
+        fig.legend(handles, names, loc="center right", fontsize=8, ncol=1)
+    else:
+        fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
     same = _coinciding(curves, shown)
     if same:
         fig.text(0.01, 0.005, "Lines that coincide (within 1.5 points at every scenario and load): " + "; ".join(same),
                  fontsize=7, ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03 if same else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.03 if same else 0, 0.62 if alone else 1, 1))
     _savefig(fig, out / "slo_vs_load.png", dpi=100)
     figures = {"slo_vs_load": fig, "latency_cdf": _cdf_plot(grid, scenarios, policies, shown, styles, out, plt, np)}
     fig, ax = plt.subplots(figsize=(6, 3.6))

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 class Style:
     color: str
     marker: str
-    linestyle: str = "-"
+    linestyle: str | tuple = "-"
+    """A matplotlib line style: a name or an (offset, dashes) pattern."""
     linewidth: float = 1.4
     zorder: int = 2
 
@@ -36,7 +37,7 @@ class Style:
                 "linewidth": self.linewidth, "zorder": self.zorder}
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> tuple[str, str, object]:
         """What tells two series apart in the image."""
         return (self.color, self.marker, self.linestyle)
 
@@ -80,20 +81,41 @@ def name_of(spec: str) -> str:
     return spec.split("@", 1)[0].split(":", 1)[0].split(";", 1)[0].strip()
 
 
+ROUTERS: dict[str, tuple[str, str]] = {
+    "round-robin": ("x", "--"),
+    "random": ("+", "-."),
+    "least-queue": ("o", ":"),
+    "least-work": ("s", "-"),
+    "affinity": ("^", (0, (5, 1, 1, 1))),  # type: ignore[dict-item]
+    "rlsched": ("D", "-"),
+    "central": ("*", (0, (1, 1))),  # type: ignore[dict-item]
+}
+"""``POLICY@ROUTER``: the policy keeps its colour, the router sets marker and line style
+(vLLM-Omni's round-robin dashed, as ``fifo`` is; late binding densely dotted)."""
+
+
 def style_of(spec: str) -> Style:
-    """The fixed style of ``spec``'s policy name (a hashed colour outside the table)."""
+    """The fixed style of ``spec``'s policy name (a hashed colour outside the table); for
+    ``POLICY@ROUTER``, the router's marker and line style (``ROUTERS``)."""
     name = name_of(spec)
     if name in TABLE:
-        return TABLE[name]
-    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
-    return Style(PALETTE[h % len(PALETTE)], MARKERS[h // len(PALETTE) % len(MARKERS)])
+        base = TABLE[name]
+    else:
+        h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+        base = Style(PALETTE[h % len(PALETTE)], MARKERS[h // len(PALETTE) % len(MARKERS)])
+    router = spec.rpartition("@")[2] if "@" in spec else ""
+    if router.split(":", 1)[0] in ROUTERS:
+        marker, linestyle = ROUTERS[router.split(":", 1)[0]]
+        width = base.linewidth if name == "static" and router in ("rlsched", "central") else min(base.linewidth, 1.8)
+        return replace(base, marker=marker, linestyle=linestyle, linewidth=width)
+    return base
 
 
 def styles_for(specs: Iterable[str]) -> dict[str, Style]:
     """A distinct style for every spec, each as close to its fixed style as the others allow:
     the colour is kept, then marker and line style move until nothing collides."""
     out: dict[str, Style] = {}
-    used: set[tuple[str, str, str]] = set()
+    used: set[tuple[str, str, object]] = set()
     for spec in dict.fromkeys(specs):
         base = style_of(spec)
         markers = (base.marker, *(m for m in MARKERS if m != base.marker))
@@ -107,4 +129,4 @@ def styles_for(specs: Iterable[str]) -> dict[str, Style]:
     return out
 
 
-__all__ = ["FIFO", "TABLE", "Style", "name_of", "style_of", "styles_for"]
+__all__ = ["FIFO", "ROUTERS", "TABLE", "Style", "name_of", "style_of", "styles_for"]

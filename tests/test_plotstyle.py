@@ -45,3 +45,18 @@ def test_the_results_plot_for_twelve_policies_has_distinct_series(tmp_path) -> N
         assert (tmp_path / f"{name}.png").is_file()
     fifo = [ln for fig in figures.values() for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "fifo"]
     assert fifo and {(ln.get_color(), ln.get_linestyle()) for ln in fifo} == {(FIFO.color, "--")}
+
+
+def test_a_router_spec_keeps_its_policy_colour_and_takes_the_routers_line() -> None:
+    from rlsched.plotstyle import ROUTERS, TABLE, style_of, styles_for
+
+    static = "static:agents/tuned/default.json"
+    specs = [f"{p}@{r}" for p in ("fifo", "edf", static) for r in ROUTERS]
+    for spec in specs:
+        policy, _, router = spec.rpartition("@")
+        style = style_of(spec)
+        assert style.color == TABLE[policy.split(":")[0]].color
+        assert (style.marker, style.linestyle) == ROUTERS[router]
+    assert style_of(f"{static}@rlsched").linewidth > style_of(f"{static}@round-robin").linewidth
+    assert len({s.key for s in styles_for(specs).values()}) == len(specs)
+    assert style_of("fifo") == TABLE["fifo"]  # one GPU: unchanged
