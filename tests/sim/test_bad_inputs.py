@@ -372,6 +372,7 @@ FIELDS: list[tuple[str, str]] = [  # (arrival process, key path); every int or f
     ("poisson", "classes.batch.share"), ("poisson", "classes.batch.slo_scale"),
     ("poisson", "mix.0.height"), ("poisson", "mix.0.width"), ("poisson", "mix.0.num_frames"),
     ("poisson", "mix.0.steps"), ("poisson", "mix.0.weight"), ("poisson", "mix.0.prefix_groups"),
+    ("poisson", "replicas.0.count"),
 ]
 EXTREMES: list[Any] = [0, -0.0, 5e-324, 1e-300, 1e-7, 1e-3, 0.5, 1, 3, 1e6, 1e9, 1e12, 1e308, -1e308, -1,
                        math.nan, math.inf, -math.inf, 10**30, 2**63, 10**400, "1e999", "nan"]
@@ -409,6 +410,8 @@ def test_the_extremes_test_covers_every_numeric_scenario_field() -> None:
 def _with(process: str, path: str, value: Any) -> dict[str, Any]:
     data = copy.deepcopy(GOOD)
     data["arrival"] = copy.deepcopy(ARRIVALS[process])
+    if path.startswith("replicas."):
+        data["replicas"] = [{"count": 1}]
     *parents, last = path.split(".")
     node: Any = data
     for key in parents:
@@ -445,6 +448,8 @@ def _check_extreme(process: str, path: str, value: Any) -> None:
     if path.startswith("serving") and reqs:
         sim = Simulator(reqs[:20], sc.cost(), sc.serving).run(make_policy("fifo"))
         assert math.isfinite(sim.now) and len(sim.records) == len(reqs[:20])
+    if path.startswith("replicas"):
+        assert 1 <= len(sc.replica_specs()) <= schema.MAX_REPLICAS
 
 
 @pytest.mark.timeout(300)
