@@ -1,6 +1,7 @@
 """The README's multi-replica tables from ``make results-replicas`` (``results/replicas/*/results.json``).
 
-    python scripts/replicas_table.py            # prints markdown: targets, then one table per scenario
+    python scripts/replicas_table.py            # prints markdown: targets, tables, plan re-checks
+    python scripts/replicas_table.py --readme README.md   # fills the README's <!-- replicas-* --> blocks
 
 Per scenario: every router × replica policy at every load (class-weighted SLO attainment %,
 mean over the evaluation seeds); for rlsched's tuned policy behind each router, the paired
@@ -65,20 +66,72 @@ def targets(ds: dict[str, dict]) -> list[str]:
                        f"{p['ratio']:.3f} vs `{short(p['best'])}` ({_pm(p)}) | {lv} |")
     out += ["", "Lowest ratio of `static@rlsched` to any other policy in any cell (×0.5–×1.5): " + "; ".join(
         f"{n} ×{d['worst_vs_any']['ratio']:.3f} (×{d['worst_vs_any']['rate_scale']:g}, vs "
-        f"`{short(d['worst_vs_any']['best'])}`)" for n, d in ds.items()), ""]
+        f"`{short(d['worst_vs_any']['best'])}`)" for n, d in ds.items()) + ".", "",
+        "Lowest ratio to any early-binding policy (every router but `@central`): " + "; ".join(
+        f"{n} ×{r:.3f} (×{x:g}, vs `{short(b)}`)" for n, (r, x, b) in
+        ((n, worst_early(d)) for n, d in ds.items())) + ".", ""]
     return out
+
+
+def worst_early(d: dict) -> tuple[float, float, str]:
+    """(ratio, load, rival): the cell where the headline policy is lowest against the best other
+    early-binding policy (mean over seeds)."""
+    key, target = "weighted_slo_attainment", d["headline"]["target"]
+    means = {(c["policy"], c["rate_scale"]): c["mean"][key] for c in d["cells"]}
+    worst = (float("inf"), 0.0, "")
+    for x in sorted({c["rate_scale"] for c in d["cells"]}):
+        rivals = {p: v for (p, load), v in means.items() if load == x and p != target and not p.endswith("@central")}
+        best = max(rivals, key=rivals.get)
+        worst = min(worst, (means[target, x] / rivals[best], x, best))
+    return worst
+
+
+def plan_table(root: Path) -> list[str]:
+    """plan's choice on training seeds against the best layout on evaluation seeds."""
+    out = ["| scenario | layout | training seeds (mean %) | evaluation seeds (mean %) |", "|---|---|---|---|"]
+    found = False
+    for path in sorted(root.glob("plan-*/plan.json")):
+        found = True
+        r = json.loads(path.read_text())
+        for row in r["rows"]:
+            mark = " **(recommended)**" if row["layout"] == r["recommended"] else ""
+            out.append(f"| {r['scenario']} | {row['layout']}{mark} | {100 * row['mean']:.1f} | "
+                       f"{100 * row.get('check_mean', float('nan')):.1f} |")
+        if "hindsight_best" in r:
+            out.append(f"| | best in hindsight: {r['hindsight_best']}; the recommendation loses "
+                       f"{r['recommended_loses_points']:.2f} points, the worst layout "
+                       f"{r['check_worst_loses_points']:.2f} | | |")
+    return out + [""] if found else []
+
+
+def fill(readme: Path, blocks: dict[str, list[str]]) -> None:
+    """Replace each ``<!-- replicas-NAME -->`` ... ``<!-- /replicas-NAME -->`` block (or a lone
+    opening marker) with ``blocks[NAME]``."""
+    text = readme.read_text()
+    for name, lines in blocks.items():
+        start, end = f"<!-- replicas-{name} -->", f"<!-- /replicas-{name} -->"
+        i = text.index(start) + len(start)
+        j = text.index(end) if end in text else i
+        text = text[:i] + "\n" + "\n".join(lines).rstrip() + "\n" + text[j:] if end in text else \
+            text[:i] + "\n" + "\n".join(lines).rstrip() + "\n" + end + text[i:]
+    readme.write_text(text)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", type=Path, default=Path("results/replicas"))
+    p.add_argument("--readme", type=Path, help="fill this file's <!-- replicas-* --> blocks instead of printing")
     args = p.parse_args()
     ds = {n: json.loads((args.root / n / "results.json").read_text()) for n in SCENARIOS
           if (args.root / n / "results.json").exists()}
-    lines = targets(ds)
+    tables: list[str] = []
     for name, d in ds.items():
-        lines += scenario_table(name, d)
-    print("\n".join(lines))
+        tables += scenario_table(name, d)
+    blocks = {"targets": targets(ds), "tables": tables, "plan": plan_table(args.root)}
+    if args.readme:
+        fill(args.readme, blocks)
+    else:
+        print("\n".join(line for lines in blocks.values() for line in lines))
 
 
 if __name__ == "__main__":
