@@ -229,13 +229,20 @@ def test_ctrl_c_returns_the_finished_requests(stub: StubServer) -> None:
     assert (exc.value.in_flight, exc.value.unsent) == (0, 3) and all(r.ok for r in exc.value.results)
 
 
+def _interruptible() -> None:
+    """The child takes Ctrl-C even when pytest was started as a background job (``cmd &`` in a
+    script ignores SIGINT, and an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("stub", ["slow"], indirect=True)
 def test_cli_ctrl_c_keeps_the_records_and_prints_a_summary(stub: StubServer, tmp_path: Path) -> None:
     """Bug: Ctrl-C gave a traceback and no ``--records`` (they were written at the end)."""
     out = tmp_path / "records.csv"
     proc = subprocess.Popen([sys.executable, "-m", "rlsched", "loadgen", stub.url, "--max-requests", "200",
                              "--time-scale", "50", "--duration", "36000", "--timeout", "10", "--workers", "2",
-                             "--records", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--records", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
