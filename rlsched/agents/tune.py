@@ -9,8 +9,8 @@ TPE models the rest. The objective is the mean ``weighted_slo_attainment`` over 
 seeds and loads — on a multi-replica scenario, of the whole stage with the action on every
 replica behind rlsched's router (``STAGE_ROUTER``). The shipped vectors are tuned over loads
 0.5-1.5 so that one vector serves light load and overload. Tuning and training use seeds
-below ``VALIDATION_SEED_BASE`` (900); evaluation (``rlsched eval``) uses seeds >= 1000, so a tuned action is never scored
-on the workloads it was tuned on.
+below ``VALIDATION_SEED_BASE`` (900); evaluation (``rlsched eval``) uses seeds >= 1000, so a
+tuned action is never scored on the workloads it was tuned on.
 
 The study is saved (``--storage``, by default a SQLite file beside ``--out``), so a tune that
 was stopped resumes where it was: ``--trials`` is the total, not the number to add. Each

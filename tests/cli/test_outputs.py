@@ -99,8 +99,8 @@ def test_train_run_dir_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
-    from rlsched.commands.args import write_atomic
     from rlsched.atomic import atomic_open
+    from rlsched.commands.args import write_atomic
 
     path = tmp_path / "results.json"
     write_atomic(path, "old")
