@@ -49,7 +49,7 @@ from typing import Any
 
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
-from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS
+from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, _Noop
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
@@ -127,15 +127,6 @@ class RouterConfig:
 
 
 # ------------------------------------------------------------------------------ metrics
-class _Noop:
-    def labels(self, *args: Any, **kwargs: Any) -> _Noop:
-        return self
-
-    def inc(self, amount: float = 1.0) -> None: ...
-    def set(self, value: float) -> None: ...
-    def observe(self, value: float) -> None: ...
-
-
 class RouterMetrics:
     """The router's metrics on one registry (module docstring); ``RouterMetrics.on(registry)`` shares
     one instance per registry, as ``PluginMetrics`` does. Default: the process-wide registry, which
