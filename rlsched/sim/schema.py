@@ -14,7 +14,7 @@ non-finite).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -58,6 +58,9 @@ Side = Annotated[int, Field(ge=1, le=MAX_SIDE_PX)]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_M = TypeVar("_M", bound=_Strict)
 
 
 class ServingSpec(_Strict):
@@ -297,21 +300,20 @@ class ProfileFile(_Strict):
 
 def validate_profile(data: Any, where: str, line_of: LineOf | None = None) -> ProfileFile:
     """``data`` checked as a cost profile; a ``ConfigError`` naming file, line (with ``line_of``), key and reason."""
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        return ProfileFile.model_validate(data)
-    except ValidationError as exc:
-        raise schema_error(exc, where, line_of) from None
+    return _validate(ProfileFile, data, where, line_of)
 
 
 def validate_scenario(data: Any, where: str, line_of: LineOf | None = None) -> ScenarioFile:
     """``data`` checked against the schema; a ``ConfigError`` naming file, line (with ``line_of``),
     key and reason."""
+    return _validate(ScenarioFile, data, where, line_of)
+
+
+def _validate(model: type[_M], data: Any, where: str, line_of: LineOf | None) -> _M:
     if not isinstance(data, dict):
         raise ConfigError(where, f"expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return ScenarioFile.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise schema_error(exc, where, line_of) from None
 
