@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from rlsched.errors import ConfigError
-from rlsched.profiling.fit import fit_profile, predict
+from rlsched.profiling.fit import fit_profile
 from rlsched.profiling.measurements import read_measurements
 from rlsched.profiling.sp_table import markdown, multi_gpu_residuals
 from rlsched.sim import Request, load_profile
 from rlsched.sim.cost import PROFILE_DIR
+from tests.profiling.synthetic import write_predicted_rows
 
 MEASUREMENTS = PROFILE_DIR / "measurements"
 SETS = sorted(p.name for p in MEASUREMENTS.iterdir() if p.is_dir())
@@ -82,15 +83,7 @@ def test_fit_recovers_known_sp_coefficients(tmp_path: Path) -> None:
     """SP rows generated from known coefficients are fitted back to them."""
     src = MEASUREMENTS / "flux1-dev-h100"
     truth = load_profile("flux1-dev-h100")
-    rows = read_measurements(src / "measurements.csv")
-    lines = (src / "measurements.csv").read_text().splitlines()
-    body = [lines[0]]
-    for r, line in zip(rows, lines[1:]):
-        if r.use == "fit":
-            cells = line.split(",")
-            cells[10] = f"{predict(truth, r):.9g}"
-            body.append(",".join(cells))
-    (tmp_path / "measurements.csv").write_text("\n".join(body) + "\n")
+    write_predicted_rows(src, truth, tmp_path)
     spec = yaml.safe_load((src / "fit.yaml").read_text())
     spec["models"]["flux1-dev"]["sp"]["start"] = {"ulysses_comm_s_per_mtok": 1.0, "ulysses_sync_s_per_degree": 0.05,
                                                   "ring_comm_s_per_mtok": 1.0, "ring_sync_s_per_degree": 0.05}

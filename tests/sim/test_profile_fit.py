@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from rlsched.errors import ConfigError, TraceFormatError
-from rlsched.profiling.fit import fit_profile, predict, render_profile
+from rlsched.profiling.fit import fit_profile, render_profile
 from rlsched.profiling.measurements import Measurement, read_measurements
 from rlsched.sim import Request, load_profile
 from rlsched.sim.cost import PROFILE_DIR
+from tests.profiling.synthetic import write_predicted_rows
 
 MEASUREMENTS = PROFILE_DIR / "measurements"
 SETS = sorted(p.name for p in MEASUREMENTS.iterdir() if p.is_dir())
@@ -82,19 +83,11 @@ def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
     """Rows generated from a known profile are fitted back to it (the fit is not a copy of start)."""
     src = MEASUREMENTS / "wan21-t2v-14b-h100"
     truth = load_profile("wan21-t2v-14b-h100")
-    rows = read_measurements(src / "measurements.csv")
     fit_yaml = yaml.safe_load((src / "fit.yaml").read_text())
     model = fit_yaml["models"]["wan2.1-t2v-14b"]
     model["start"].update(b_s_per_mtok=200.0, c_s_per_gtok2=9.0, act_gb_per_ktok=1.0)
     (tmp_path / "fit.yaml").write_text(yaml.safe_dump(fit_yaml))
-    lines = (src / "measurements.csv").read_text().splitlines()
-    body = [lines[0]]
-    for r, line in zip(rows, lines[1:]):
-        if r.use == "fit":
-            cells = line.split(",")
-            cells[10] = f"{predict(truth, r):.9g}"
-            body.append(",".join(cells))
-    (tmp_path / "measurements.csv").write_text("\n".join(body) + "\n")
+    write_predicted_rows(src, truth, tmp_path)
     got = fit_profile(tmp_path).profile["models"]["wan2.1-t2v-14b"]
     want = truth.model("wan2.1-t2v-14b")
     assert got["step"]["b_s_per_mtok"] == pytest.approx(want.b_s_per_mtok, rel=1e-3)
