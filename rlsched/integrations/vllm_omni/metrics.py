@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rlsched.sim.request import PRIORITY_CLASSES
@@ -51,17 +52,40 @@ class _Noop:
     def observe(self, value: float) -> None: ...
 
 
-class PluginMetrics:
-    """The plugin's metrics on one registry. Use ``PluginMetrics.on(registry)`` to share."""
+class MetricSet:
+    """Metrics on one Prometheus registry (default: the process-wide one, which vLLM's API
+    server exports at ``/metrics``); ``on(registry)`` shares one instance per class and registry,
+    so a second engine or pool in the process does not register the same names twice."""
 
-    _shared: dict[Any, PluginMetrics] = {}
+    _shared: dict[tuple[type, Any], MetricSet] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, registry: Any = None) -> None:
         self.enabled = _prom is not None
-        reg = registry if registry is not None else (_prom.REGISTRY if _prom else None)
-        self.registry = reg
-        make = self._factory(reg)
+        self.registry = registry if registry is not None else (_prom.REGISTRY if _prom else None)
+
+    @classmethod
+    def on(cls, registry: Any = None) -> Any:
+        """The shared instance of this class for ``registry`` (created on first use)."""
+        key = (cls, registry if registry is not None else "default")
+        with MetricSet._shared_lock:
+            if key not in MetricSet._shared:
+                MetricSet._shared[key] = cls(registry)
+            return MetricSet._shared[key]
+
+    def make(self, kind: str, name: str, doc: str, labels: Sequence[str] = (), **kw: Any) -> Any:
+        """A ``kind`` (Counter, Gauge, Histogram) on this set's registry; a no-op without prometheus_client."""
+        if _prom is None:
+            return _Noop()
+        return getattr(_prom, kind)(name, doc, list(labels), registry=self.registry, **kw)
+
+
+class PluginMetrics(MetricSet):
+    """The plugin's metrics on one registry. Use ``PluginMetrics.on(registry)`` to share."""
+
+    def __init__(self, registry: Any = None) -> None:
+        super().__init__(registry)
+        make = self.make
         self.decisions = make("Counter", "rlsched_decisions_total", "Policy decisions taken", ["policy"])
         self.latency = make("Histogram", "rlsched_decision_latency_seconds", "Time inside policy.decide",
                             buckets=LATENCY_BUCKETS)
@@ -85,23 +109,6 @@ class PluginMetrics:
         self._depth = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
         self._done: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
-
-    @classmethod
-    def on(cls, registry: Any = None) -> PluginMetrics:
-        """The shared instance for ``registry`` (created on first use)."""
-        key = registry if registry is not None else "default"
-        with cls._shared_lock:
-            if key not in cls._shared:
-                cls._shared[key] = cls(registry)
-            return cls._shared[key]
-
-    @staticmethod
-    def _factory(registry: Any) -> Any:
-        def make(kind: str, name: str, doc: str, labels: list[str] | None = None, **kw: Any) -> Any:
-            if _prom is None:
-                return _Noop()
-            return getattr(_prom, kind)(name, doc, labels or [], registry=registry, **kw)
-        return make
 
     # ------------------------------------------------------------ recording
     def set_queue_depth(self, counts: Counter[str]) -> None:

@@ -41,7 +41,6 @@ import dataclasses
 import logging
 import math
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -49,7 +48,7 @@ from typing import Any
 
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
-from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, _Noop
+from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
@@ -69,12 +68,6 @@ MAX_BACKOFF = 64
 INF = math.inf
 
 _log = logging.getLogger(__name__)
-_prom: Any
-try:
-    import prometheus_client as _prom
-except ImportError:  # metrics are optional; routing is not
-    _prom = None
-
 
 # ----------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
@@ -127,21 +120,13 @@ class RouterConfig:
 
 
 # ------------------------------------------------------------------------------ metrics
-class RouterMetrics:
+class RouterMetrics(MetricSet):
     """The router's metrics on one registry (module docstring); ``RouterMetrics.on(registry)`` shares
-    one instance per registry, as ``PluginMetrics`` does. Default: the process-wide registry, which
-    vLLM's API server exports at ``/metrics``."""
-
-    _shared: dict[Any, RouterMetrics] = {}
-    _shared_lock = threading.Lock()
+    one instance per registry, as ``PluginMetrics`` does."""
 
     def __init__(self, registry: Any = None) -> None:
-        reg = registry if registry is not None else (_prom.REGISTRY if _prom else None)
-        self.registry = reg
-
-        def make(kind: str, name: str, doc: str, labels: Sequence[str] = (), **kw: Any) -> Any:
-            return _Noop() if _prom is None else getattr(_prom, kind)(name, doc, list(labels), registry=reg, **kw)
-
+        super().__init__(registry)
+        make = self.make
         self.decisions = make("Counter", "rlsched_router_decisions_total", "Requests routed by the router", ["router"])
         self.fallbacks = make("Counter", "rlsched_router_fallbacks_total",
                               "Requests routed by vLLM-Omni's own rule instead of the router", ["reason"])
@@ -151,14 +136,6 @@ class RouterMetrics:
                                 "Requests bound to a replica and not finished (the router's ledger)",
                                 ["stage", "replica"])
         self.released = make("Counter", "rlsched_router_released_total", "Ledger entries resolved", ["reason"])
-
-    @classmethod
-    def on(cls, registry: Any = None) -> RouterMetrics:
-        key = registry if registry is not None else "default"
-        with cls._shared_lock:
-            if key not in cls._shared:
-                cls._shared[key] = cls(registry)
-            return cls._shared[key]
 
 
 # ------------------------------------------------------------------------------ ledger
