@@ -70,13 +70,11 @@ def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict
                  "rate_scale": spec.rate_scale, "mode": sim.config.mode, **metrics}
 
 
-def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
-    """The scenario's own replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a
-    one-GPU scenario (arrivals scaled × replicas), under ``POLICY@ROUTER`` (bare: round-robin, as
-    vLLM-Omni routes; ``@central``: late binding)."""
-    from rlsched.policies.routers import run_spec
+def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
+    """A fresh ``Stage`` holding the seeded workload of ``spec`` (not yet run): the scenario's own
+    replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a one-GPU scenario
+    (arrivals scaled × replicas)."""
     from rlsched.sim.layout import at_layout
-    from rlsched.sim.metrics import summarize_stage
     from rlsched.sim.stage import Stage
 
     if spec.replicas < 1 or spec.sp_degree < 1:
@@ -90,15 +88,22 @@ def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
     scale = spec.rate_scale * (1 if sc.replicas else spec.replicas)
     reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
     if sc.replicas:
-        stage = Stage(reqs, sc.replica_specs(cost), seed=spec.seed)
-    else:
-        stage = Stage.uniform(reqs, spec.replicas, at_layout(cost, spec.sp_degree), sc.serving, seed=spec.seed)
-    run_spec(stage, spec.policy)
+        return Stage(reqs, sc.replica_specs(cost), seed=spec.seed)
+    return Stage.uniform(reqs, spec.replicas, at_layout(cost, spec.sp_degree), sc.serving, seed=spec.seed)
+
+
+def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
+    """``prepare_stage`` run under ``POLICY@ROUTER`` (bare: round-robin, as vLLM-Omni routes;
+    ``@central``: late binding)."""
+    from rlsched.policies.routers import run_spec
+    from rlsched.sim.metrics import summarize_stage
+
+    stage = run_spec(prepare_stage(spec, sc), spec.policy)
     layout = {"gpus": sc.gpus} if sc.replicas else {"gpus": spec.replicas * spec.sp_degree,
                                                      "sp_degree": spec.sp_degree}
     return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
-                   "rate_scale": spec.rate_scale, "mode": sc.serving.mode, "replicas": len(stage.replicas),
-                   **layout, **summarize_stage(stage)}
+                   "rate_scale": spec.rate_scale, "mode": stage.specs[0].serving.mode,
+                   "replicas": len(stage.replicas), **layout, **summarize_stage(stage)}
 
 
 RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id",

@@ -87,6 +87,11 @@ def run_one(task: PlanTask) -> float:
     return float(summarize_stage(stage)["weighted_slo_attainment"])
 
 
+def profile_of(sc: Any) -> str:
+    """The profile a scenario's layouts are planned on: its replicas' (a homogeneous pool), else its own."""
+    return (sc.replicas[0].profile if sc.replicas else "") or sc.profile
+
+
 def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
          progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = ()) -> dict[str, Any]:
@@ -105,8 +110,7 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
         raise ConfigError("--scenario", f"{sc.name!r} declares a heterogeneous pool; plan enumerates layouts of "
                                         "one profile (evaluate the pool as it is with rlsched eval)")
     gpus = sc.gpus if gpus is None else gpus
-    group = sc.replicas[0].profile if sc.replicas else ""
-    profile = profile or group or sc.profile
+    profile = profile or profile_of(sc)
     options = layouts(gpus, load_profile(profile))
     split_pair(spec)  # a typo fails here, not after the first layout
 
@@ -183,4 +187,4 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["Layout", "layouts", "plan", "stage_yaml", "write_plot"]
+__all__ = ["Layout", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError, MissingExtra
-from rlsched.evaluation import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare
+from rlsched.evaluation import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare, prepare_stage
 from rlsched.parallel import run_tasks
 from rlsched.policies.projected import (
     ACTION_DIM,
@@ -149,11 +149,8 @@ def _attainment(spec: TuneSpec, scenario: Scenario, vector: np.ndarray, seed: in
     if scenario.replicas:
         from rlsched.policies.routers import make_router
         from rlsched.sim.metrics import summarize_stage
-        from rlsched.sim.stage import Stage
 
-        cost = scenario.cost()
-        reqs = scenario.requests(seed, rate_scale, spec.duration_s, cost=cost)
-        stage = Stage(reqs, scenario.replica_specs(cost), seed=seed)
+        stage = prepare_stage(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)
         stage.run([policy_for(vector) for _ in stage.replicas], make_router(STAGE_ROUTER))
         return float(summarize_stage(stage)["weighted_slo_attainment"])
     sim = prepare(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)

@@ -36,7 +36,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsched.planning import layouts, plan, write_plot
+    from rlsched.planning import layouts, plan, profile_of, write_plot
     from rlsched.sim import load_scenario
     from rlsched.sim.cost import load_profile
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = int_list(args.seeds, "--seeds")
     check = int_list(args.check_seeds, "--check-seeds") if args.check_seeds else []
     sc = load_scenario(args.scenario)
-    profile = args.profile or (sc.replicas[0].profile if sc.replicas else "") or sc.profile
+    profile = args.profile or profile_of(sc)
     gpus = sc.gpus if args.gpus is None else args.gpus
     total = len(layouts(gpus, load_profile(profile))) * len(loads) * (len(seeds) + len(check))
     with _bar(total, args.json) as advance:
