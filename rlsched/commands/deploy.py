@@ -34,7 +34,7 @@ ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True,
                    help="policy spec: fifo, edf, sjf, seed-*, static:FILE, rl:PATH, pick:PATH[;static=FILE]")
-    p.add_argument("--profile", default="qwen-image-h200", help="cost profile (envs/profiles/NAME.yaml) or path")
+    p.add_argument("--profile", default="qwen-image-h200-vllm-omni", help="cost profile (envs/profiles/NAME.yaml) or path")
     p.add_argument("--model", default="", help="model entry of the profile (default: its first)")
     p.add_argument("--out", default="deploy.yaml", help="where to write the deploy config")
     p.add_argument("--stage-id", type=int, default=0,

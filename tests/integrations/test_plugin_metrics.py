@@ -72,7 +72,7 @@ def test_deploy_writes_a_stage_with_engine_backend_and_extras(tmp_path: Path) ->
     stage = doc["stages"][0]
     assert stage == {"stage_id": 0, "max_num_seqs": 8, "step_execution": True, "request_batch_max_wait_ms": 0.0,
                      "engine_backend": "rlsched.integrations.vllm_omni.RLDiffusionEngine",
-                     "extras": {"rlsched": {"policy": "edf", "profile": "qwen-image-h200",
+                     "extras": {"rlsched": {"policy": "edf", "profile": "qwen-image-h200-vllm-omni",
                                             "default_slo_scale": 4.0}}}
     assert f"--deploy-config {out}" in res.stdout
     overrides = json.loads(res.stdout.split("--stage-overrides '")[1].split("'")[0])

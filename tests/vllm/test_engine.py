@@ -162,4 +162,4 @@ def _check_config(od: OmniDiffusionConfig) -> None:
     assert DiffusionEngine.resolve_engine_class(od) is RLDiffusionEngine
     assert od.max_num_seqs == 3 and od.request_batch_max_wait_ms == 0
     settings = PluginConfig.from_od_config(od)
-    assert (settings.policy, settings.profile) == ("sjf", "qwen-image-h200")
+    assert (settings.policy, settings.profile) == ("sjf", "qwen-image-h200-vllm-omni")

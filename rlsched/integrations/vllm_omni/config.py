@@ -27,7 +27,7 @@ class PluginConfig:
 
     policy: str = "fifo"
     """Policy spec for ``rlsched.policies.make_policy`` (``fifo``, ``edf``, ``sjf``, ``rl:PATH`` …)."""
-    profile: str = "qwen-image-h200"
+    profile: str = "qwen-image-h200-vllm-omni"
     """Cost profile (``envs/profiles/NAME.yaml`` or a path): request costs, SLO defaults."""
     model: str = ""
     """Model entry of the profile that this stage serves; empty: the profile's first model."""
