@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,14 +375,17 @@ def paired(rows: list[dict[str, Any]], target: str, against: tuple[str, ...] = P
     return out
 
 
-def worst_vs_any(cells: list[Cell], target: str) -> dict[str, Any]:
-    """The cell where ``target`` is lowest relative to the best other policy (mean over seeds)."""
+def worst_vs_any(cells: list[Cell], target: str,
+                 rival: Callable[[str], bool] = lambda policy: True) -> dict[str, Any]:
+    """The cell where ``target`` is lowest relative to the best other policy that ``rival``
+    accepts (mean over seeds)."""
     key = "weighted_slo_attainment"
     worst: dict[str, Any] = {}
     for c in cells:
         if c.policy != target:
             continue
-        rivals = [o for o in cells if o.scenario == c.scenario and o.rate_scale == c.rate_scale and o.policy != target]
+        rivals = [o for o in cells if o.scenario == c.scenario and o.rate_scale == c.rate_scale
+                  and o.policy != target and rival(o.policy)]
         best = max(rivals, key=lambda o: o.mean[key], default=None)
         if best is None or not best.mean[key]:
             continue
@@ -409,6 +413,7 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         if staged:
             summary["plain"] = list(rivals)
             summary["worst_vs_any"] = worst_vs_any(cells, target)
+            summary["worst_vs_early"] = worst_vs_any(cells, target, lambda p: not p.endswith("@central"))
             # late vs early binding: each POLICY@central against the same policy behind rlsched's router
             summary["late_vs_early"] = {p: paired(grid.rows, p, (p[:-len("central")] + "rlsched",)) for p in names
                                         if p.endswith("@central") and p[:-len("central")] + "rlsched" in names}

@@ -68,22 +68,9 @@ def targets(ds: dict[str, dict]) -> list[str]:
         f"{n} ×{d['worst_vs_any']['ratio']:.3f} (×{d['worst_vs_any']['rate_scale']:g}, vs "
         f"`{short(d['worst_vs_any']['best'])}`)" for n, d in ds.items()) + ".", "",
         "Lowest ratio to any early-binding policy (every router but `@central`): " + "; ".join(
-        f"{n} ×{r:.3f} (×{x:g}, vs `{short(b)}`)" for n, (r, x, b) in
-        ((n, worst_early(d)) for n, d in ds.items())) + ".", ""]
+        f"{n} ×{d['worst_vs_early']['ratio']:.3f} (×{d['worst_vs_early']['rate_scale']:g}, vs "
+        f"`{short(d['worst_vs_early']['best'])}`)" for n, d in ds.items()) + ".", ""]
     return out
-
-
-def worst_early(d: dict) -> tuple[float, float, str]:
-    """(ratio, load, rival): the cell where the headline policy is lowest against the best other
-    early-binding policy (mean over seeds)."""
-    key, target = "weighted_slo_attainment", d["headline"]["target"]
-    means = {(c["policy"], c["rate_scale"]): c["mean"][key] for c in d["cells"]}
-    worst = (float("inf"), 0.0, "")
-    for x in sorted({c["rate_scale"] for c in d["cells"]}):
-        rivals = {p: v for (p, load), v in means.items() if load == x and p != target and not p.endswith("@central")}
-        best = max(rivals, key=rivals.get)
-        worst = min(worst, (means[target, x] / rivals[best], x, best))
-    return worst
 
 
 def plan_table(root: Path) -> list[str]:

@@ -118,6 +118,8 @@ def test_eval_over_a_pool_reports_against_vllm_omni_and_the_plain_combinations(t
     assert summary["headline"]["target"] == specs[0] and summary["headline"]["baseline"] == "fifo@round-robin"
     assert {r["best"] for r in summary["paired"][specs[0]]} <= set(summary["plain"])
     assert summary["worst_vs_any"]["ratio"] > 0
+    assert not summary["worst_vs_early"]["best"].endswith("@central")  # early binding's rivals only
+    assert summary["worst_vs_early"]["ratio"] >= summary["worst_vs_any"]["ratio"]
     late = summary["late_vs_early"]  # edf has no @rlsched partner in this grid: only static is paired
     assert list(late) == [specs[4]] and {r["best"] for r in late[specs[4]]} == {specs[0]}
     md = (tmp_path / "out" / "results.md").read_text()
