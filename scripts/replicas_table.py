@@ -91,12 +91,12 @@ def plan_table(root: Path) -> list[str]:
     return out + [""] if found else []
 
 
-def fill(readme: Path, blocks: dict[str, list[str]]) -> None:
-    """Replace each ``<!-- replicas-NAME -->`` ... ``<!-- /replicas-NAME -->`` block (or a lone
+def fill(readme: Path, blocks: dict[str, list[str]], prefix: str = "replicas") -> None:
+    """Replace each ``<!-- PREFIX-NAME -->`` ... ``<!-- /PREFIX-NAME -->`` block (or a lone
     opening marker) with ``blocks[NAME]``."""
     text = readme.read_text()
     for name, lines in blocks.items():
-        start, end = f"<!-- replicas-{name} -->", f"<!-- /replicas-{name} -->"
+        start, end = f"<!-- {prefix}-{name} -->", f"<!-- /{prefix}-{name} -->"
         i = text.index(start) + len(start)
         j = text.index(end) if end in text else i
         text = text[:i] + "\n" + "\n".join(lines).rstrip() + "\n" + text[j:] if end in text else \
