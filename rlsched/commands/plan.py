@@ -29,7 +29,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-seeds", default="",
                    help="evaluation seeds (>= 1000) to re-run every layout on after choosing: what the "
                         "recommendation loses to the best layout in hindsight")
-    p.add_argument("--out", type=Path, default=Path("runs/plan"), help="folder for plan.json, plan.png, stage.yaml")
+    p.add_argument("--out", type=Path, default=Path("runs/plan"),
+                   help="folder for plan.json, plan.png, stage.yaml and deploy.sh (the rlsched deploy line)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)
     p.set_defaults(handler=run)
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
+    deploy = args.out / "deploy.sh"
+    if result["deploy_command"] is not None:
+        deploy.write_text(f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it prints "
+                          f"the vllm serve line\n{result['deploy_command']}\n")
+    else:
+        deploy.unlink(missing_ok=True)
     write_plot(result, args.out / "plan.png")
     if args.json:
         print_json(result)
@@ -70,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
               + f"  {100 * r['mean']:6.1f}")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, plot {args.out / 'plan.png'}")
+    if result["deploy_command"] is not None:
+        print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
+    else:
+        print(f"no deploy line: {result['policy']} routes with late binding (central), which vLLM-Omni 0.30 "
+              "cannot run (docs/deploy.md); plan an @rlsched router to deploy")
     if check:
         print(f"re-checked on seeds {check}: " + ", ".join(f"{r['layout']} {100 * r['check_mean']:.1f}"
                                                           for r in result["rows"])
