@@ -13,9 +13,9 @@ import yaml
 from rlsched.cli import main
 from rlsched.errors import ConfigError
 from rlsched.planning import Layout, deploy_command, layouts, plan
-from rlsched.sim.simulator import ServingConfig
 from rlsched.sim import Request, load_profile
 from rlsched.sim.layout import at_layout
+from rlsched.sim.simulator import ServingConfig
 
 WIDE = load_profile("qwen-image-h200-vllm-omni")
 

@@ -37,7 +37,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsched.planning import layouts, plan, profile_of, write_plot
+    from rlsched.planning import layouts, plan, profile_of
     from rlsched.sim import load_scenario
     from rlsched.sim.cost import load_profile
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                           f"the vllm serve line\n{result['deploy_command']}\n")
     else:
         deploy.unlink(missing_ok=True)
-    write_plot(result, args.out / "plan.png")
+    plotted = _plot(result, args.out / "plan.png")
     if args.json:
         print_json(result)
         return 0
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['layout']:>10} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
               + f"  {100 * r['mean']:6.1f}")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
-          f"stage keys in {args.out / 'stage.yaml'}, plot {args.out / 'plan.png'}")
+          f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
+                                                            "no plot (matplotlib is not installed here)"))
     if result["deploy_command"] is not None:
         print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
     else:
@@ -88,6 +89,19 @@ def run(args: argparse.Namespace) -> int:
               + f"; best in hindsight {result['hindsight_best']}, the recommendation loses "
                 f"{result['recommended_loses_points']} points, the worst layout {result['check_worst_loses_points']}")
     return 0
+
+
+def _plot(result: dict, path: Path) -> bool:
+    """Write the plot; False where matplotlib is missing (a serving host: rlsched installed --no-deps)."""
+    from rlsched.planning import write_plot
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        path.unlink(missing_ok=True)  # no stale plot of an earlier plan beside this plan.json
+        return False
+    write_plot(result, path)
+    return True
 
 
 class _bar:
