@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import tempfile
 import time
@@ -87,6 +88,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=100.0, help="profile seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--decision-budget-ms", type=float, default=20.0)
+    p.add_argument("--min-gap-ms", type=float, default=0.0,
+                   help="spread arrivals at least this much wall time apart, on both sides (see spread)")
     p.add_argument("--replicas", type=int, default=1,
                    help="> 1: a stage of this many replicas; --policies are then POLICY@ROUTER specs")
     p.add_argument("--json", help="write the rows as JSON here")
@@ -98,7 +101,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def workload(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     sc = load_scenario(args.scenario).with_serving(mode="request", max_num_seqs=args.max_num_seqs,
                                                    request_batch_max_wait_ms=0.0)
-    return sc, sc.requests(args.seed, args.rate_scale, args.duration)
+    return sc, spread(sc.requests(args.seed, args.rate_scale, args.duration), args.min_gap_ms, args.time_scale)
+
+
+def spread(reqs: list[Request], min_gap_ms: float, time_scale: float) -> list[Request]:
+    """``reqs`` with each arrival at least ``min_gap_ms`` of wall time (× ``time_scale`` profile time) after
+    the one before, later ones shifted as little as that takes. Both sides get the spread workload: two
+    requests sent a fraction of a millisecond apart reach vLLM-Omni's orchestrator in either order (one
+    HTTP thread each), and a router that deals by arrival order (round-robin) then swaps them."""
+    if min_gap_ms <= 0:
+        return reqs
+    gap, last, out = min_gap_ms / 1e3 * time_scale, -math.inf, []
+    for req in sorted(reqs, key=lambda r: (r.arrival_s, r.id)):
+        last = max(req.arrival_s, last + gap)
+        out.append(req if last == req.arrival_s else dataclasses.replace(req, arrival_s=last))
+    return out
 
 
 class NoTelemetry:

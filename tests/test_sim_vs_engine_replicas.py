@@ -48,3 +48,14 @@ def test_the_ledger_empties_as_the_replicas_finish() -> None:
     router = SVE.LedgerRouter(make_router("rlsched"))
     stage.run([make_policy("edf"), make_policy("edf")], router)
     assert router.ledger.bound == {} and all(not v.waiting for v in router.ledger.views.values())
+
+
+def test_spread_keeps_arrivals_apart_and_moves_them_as_little_as_that_takes() -> None:
+    from rlsched.sim.request import Request
+
+    reqs = [Request(i, t, "qwen-image", "image", 512, 512, 1, 20, True, "batch", 10.0)
+            for i, t in enumerate([0.0, 0.1, 0.2, 5.0, 5.3])]
+    out = SVE.spread(reqs, 20, 25)  # 20 ms wall x 25 = 0.5 profile s
+    assert [r.arrival_s for r in out] == [0.0, 0.5, 1.0, 5.0, 5.5]
+    assert [r.id for r in out] == [0, 1, 2, 3, 4] and out[3] is reqs[3]  # order kept; unmoved ones untouched
+    assert SVE.spread(reqs, 0, 25) is reqs
