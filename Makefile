@@ -119,7 +119,9 @@ results-plan: $(VENV)/.installed
 	done
 
 # The end-to-end tier: a real `vllm serve MODEL_DIR --omni` (tiny local model, no download) with the
-# stage `rlsched deploy` writes, CostProfileExecutor instead of a GPU worker, requests over HTTP.
+# stage `rlsched deploy` writes, CostProfileExecutor instead of a GPU worker, requests over HTTP; one
+# replica and two (the replicas' stage processes are multiprocessing children of the API server: the
+# orphan check looks for those too).
 # Adds the serve path's pinned pure-Python packages to the plugin venv (cache-dit --no-deps).
 $(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.txt
 	$(VLLM_UV) -r requirements/vllm-omni-e2e.txt
@@ -130,4 +132,5 @@ $(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.
 .PHONY: test-e2e
 test-e2e: $(VLLM_VENV)/.e2e-installed
 	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider
-	@! pgrep -f "[v]llm serve .*e2e-model" >/dev/null || { echo "orphan vllm serve processes"; exit 1; }
+	@! pgrep -f "[v]llm serve .*e2e-model|$(abspath $(VLLM_VENV))/bin/python -B -c from [m]ultiprocessing" >/dev/null \
+	  || { echo "orphan vllm serve processes (API server or replica stage processes)"; exit 1; }

@@ -17,6 +17,7 @@ recommendation loses to the best layout in hindsight.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +134,8 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     out = {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
            "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
            "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
-           "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile))}
+           "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
+           "deploy_command": deploy_command(options[best], gpus, spec, profile, sc.serving)}
     if check_seeds:
         check = simulate(check_seeds)
         for i, row in enumerate(rows):
@@ -163,6 +165,24 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
         ""])
 
 
+def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: Any,
+                   out: str = "deploy.yaml") -> str | None:
+    """The ``rlsched deploy`` line that serves ``layout`` under ``spec`` (``POLICY@ROUTER``) with the
+    simulated serving settings (``max_num_seqs``, step mode); None for a router vLLM-Omni cannot run
+    (``central``: late binding, docs/deploy.md). The admission wait is left to the policy (deploy's
+    default 0): vLLM-Omni holds every wave for it, while the simulator lets only ``fifo`` wait."""
+    policy, router = split_pair(spec)
+    if router.split(":")[0] == "central":
+        return None
+    argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
+            "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
+            "--policy", policy, "--router", router, "--profile", profile,
+            "--max-num-seqs", str(serving.max_num_seqs)]
+    if serving.mode == "step":
+        argv.append("--step-execution")
+    return shlex.join([*argv, "--out", out])
+
+
 def write_plot(result: dict[str, Any], path: Path) -> None:
     """SLO attainment vs load, one line per layout."""
     import matplotlib
@@ -187,4 +207,4 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["Layout", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]
+__all__ = ["Layout", "deploy_command", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]

@@ -13,6 +13,18 @@ Run with the e2e venv (make test-e2e installs it):
 
     .venv-vllm/bin/python scripts/sim_vs_engine.py --policies fifo,rl:checkpoints/default \\
         --duration 1800 --time-scale 100 --json results/sim_vs_engine.json
+
+With ``--replicas R`` (> 1) each policy is a ``POLICY@ROUTER`` spec: the simulator runs a ``Stage``
+of R replicas behind that router, and the server runs ``num_replicas`` R on devices ``0..R-1`` with
+that policy in every replica and the router in the API process (``round-robin``: vLLM-Omni's own
+pool, no rlsched router). The simulated router is run twice: on the replicas' state, as the
+simulator's results do, and on the engine's information (``LedgerRouter``: a ledger of the requests it
+routed and that have not finished, all waiting at their full standalone time — what the
+``RouterStagePool`` sees in the orchestrator). ``--out DIR`` writes ``table.md`` and ``rows.json``:
+
+    .venv-vllm/bin/python scripts/sim_vs_engine.py --replicas 2 --rate-scale 2 \\
+        --policies "fifo@round-robin,edf@rlsched" --duration 1800 --time-scale 25 \\
+        --out results/sim-vs-engine-replicas
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import tempfile
 import time
@@ -31,20 +44,38 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsched import loadgen  # noqa: E402
+from rlsched.integrations.vllm_omni.router import Ledger  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
+from rlsched.policies.routers import make_router, split_pair  # noqa: E402
 from rlsched.sim import Simulator, load_scenario  # noqa: E402
-from rlsched.sim.request import PRIORITY_CLASSES  # noqa: E402
+from rlsched.sim.request import PRIORITY_CLASSES, Request, RequestRecord  # noqa: E402
+from rlsched.sim.stage import Stage  # noqa: E402
 from tests.e2e import tiny_model  # noqa: E402
 from tests.e2e.harness import Server, deploy_stage  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    rows = [compare(policy, args) for policy in args.policies.split(",")]
-    print(table(rows, args))
+    many = args.replicas > 1
+    rows = [(compare_stage if many else compare)(policy, args) for policy in args.policies.split(",")]
+    text = (table_stage if many else table)(rows, args)
+    print(text)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = "python scripts/sim_vs_engine.py " + " ".join(_quote(a) for a in (argv or sys.argv[1:]))
+        (out / "table.md").write_text(f"Command: `{command}`\n\n{text}\n")
+        (out / "rows.json").write_text(json.dumps({"command": command, "args": vars(args), "rows": rows},
+                                                  indent=1) + "\n")
     return 0
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -57,7 +88,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=100.0, help="profile seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--decision-budget-ms", type=float, default=20.0)
+    p.add_argument("--min-gap-ms", type=float, default=0.0,
+                   help="spread arrivals at least this much wall time apart, on both sides (see spread)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="> 1: a stage of this many replicas; --policies are then POLICY@ROUTER specs")
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--out", help="folder for table.md and rows.json (the command, the arguments, the rows)")
     p.add_argument("--keep", help="keep each server's log and executor log under this folder")
     return p.parse_args(argv)
 
@@ -65,7 +101,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def workload(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     sc = load_scenario(args.scenario).with_serving(mode="request", max_num_seqs=args.max_num_seqs,
                                                    request_batch_max_wait_ms=0.0)
-    return sc, sc.requests(args.seed, args.rate_scale, args.duration)
+    return sc, spread(sc.requests(args.seed, args.rate_scale, args.duration), args.min_gap_ms, args.time_scale)
+
+
+def spread(reqs: list[Request], min_gap_ms: float, time_scale: float) -> list[Request]:
+    """``reqs`` with each arrival at least ``min_gap_ms`` of wall time (× ``time_scale`` profile time) after
+    the one before, later ones shifted as little as that takes. Both sides get the spread workload: two
+    requests sent a fraction of a millisecond apart reach vLLM-Omni's orchestrator in either order (one
+    HTTP thread each), and a router that deals by arrival order (round-robin) then swaps them."""
+    if min_gap_ms <= 0:
+        return reqs
+    gap, last, out = min_gap_ms / 1e3 * time_scale, -math.inf, []
+    for req in sorted(reqs, key=lambda r: (r.arrival_s, r.id)):
+        last = max(req.arrival_s, last + gap)
+        out.append(req if last == req.arrival_s else dataclasses.replace(req, arrival_s=last))
+    return out
 
 
 class NoTelemetry:
@@ -223,6 +273,188 @@ def _median(xs: list[float]) -> float | None:
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
+
+
+# ------------------------------------------------------------------ several replicas
+class LedgerRouter:
+    """``router`` as the engine's ``RouterStagePool`` runs it: on a ``Ledger`` of the requests it routed that
+    have not finished (each waiting at its full standalone time; nothing seen running), not on the replicas'
+    state. Requests leave the ledger when their replica finishes them."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self.name = getattr(router, "name", "router")
+
+    def reset(self, stage: Stage) -> None:
+        sims = stage.replicas
+        self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed)
+        self.ledger.follow(list(range(len(sims))))
+        for sim in sims:
+            sim.on_finish.append(self._finished)
+        self.router.reset(self.ledger.stage)
+
+    def _finished(self, rec: RequestRecord) -> None:
+        self.ledger.remove(str(rec.request.id))
+
+    def route(self, request: Request, stage: Stage) -> int:
+        view = self.ledger.stage
+        view.now = stage.now
+        for replica in view.replicas:
+            replica.now = stage.now
+        slot = self.router.route(request, view)
+        self.ledger.add(str(request.id), slot, request)
+        return int(slot)
+
+
+def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, float] = (0.0, 0.0),
+                   ledger: bool = False) -> dict[str, Any]:
+    """Run ``spec`` (``POLICY@ROUTER``) on a stage of ``args.replicas``; ``ledger``: the router on the engine's
+    information (``LedgerRouter``)."""
+    sc, reqs = workload(args)
+    fixed, per_mpx = (x * args.time_scale for x in overhead)
+    serving = dataclasses.replace(sc.serving, engine_overhead_ms=fixed, engine_overhead_ms_per_mpx=per_mpx)
+    stage = Stage.uniform(reqs, args.replicas, sc.cost(), serving, seed=args.seed)
+    policy, router_spec = split_pair(spec)
+    router = make_router(router_spec)
+    pols = [make_policy(policy) for _ in stage.replicas]
+    for pol in pols:
+        if hasattr(pol, "telemetry"):
+            pol.telemetry = NoTelemetry()
+    stage.run(pols, LedgerRouter(router) if ledger else router)
+    out: dict[str, Any] = {"routed": {str(i): r for i, r in stage.routed.items()}, "batches": {}, "queue_s": {}}
+    pairs = []
+    for k, sim in enumerate(stage.replicas):
+        batches: dict[int, list[int]] = defaultdict(list)
+        for rec in sim.records.values():
+            batches[rec.batch_id].append(rec.request.id)
+            out["queue_s"][rec.request.id] = rec.first_scheduled_s - rec.request.arrival_s
+            pairs.append((rec.request.priority, bool(rec.slo_met)))
+        out["batches"][str(k)] = [sorted(batches[b]) for b in sorted(batches)]
+    out["attainment"] = _attainment(pairs)
+    return out
+
+
+def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The same workload through a real server of ``args.replicas`` replicas (``round-robin``: vLLM-Omni's pool)."""
+    _, reqs = workload(args)
+    planned = loadgen.plan(reqs, args.time_scale, max_requests=len(reqs))
+    policy, router = split_pair(spec)
+    routing = [] if router == "round-robin" else ["--router", router]
+    stage = deploy_stage(sys.executable, "--policy", policy, *routing, "--replicas", str(args.replicas),
+                         "--devices", ",".join(map(str, range(args.replicas))), "--max-num-seqs",
+                         str(args.max_num_seqs), "--time-scale", str(args.time_scale), "--decision-budget-ms",
+                         str(args.decision_budget_ms), "--metrics-port", "9400", out=work / "deploy.yaml")
+    model = tiny_model.build(REPO / ".cache" / "e2e-model")
+    with Server(model, stage, work, python=sys.executable) as server:
+        t0 = time.monotonic()
+        results = loadgen.run(server.url, planned, timeout_s=600, workers=len(planned))
+        per_replica = server.replica_metrics()
+        api = server.api_metrics()
+        calls = [c for c in server.executed() if c["ids"] != ["dummy_req_id"]]
+    arrival = {p.index: p.send_s * args.time_scale for p in planned}
+    sent = {p.index: t0 + p.send_s for p in planned}
+    mpx = {p.index: p.height * p.width / 1e6 for p in planned}
+    batches: dict[str, list[list[int]]] = defaultdict(list)
+    routed, queue, gaps = {}, {}, []
+    by_replica: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in calls:
+        idx = sorted(int(c["new"][r].removeprefix(loadgen.PROMPT_PREFIX)) for r in c["ids"])
+        c["idx"] = idx
+        by_replica[c["devices"]].append(c)
+        batches[c["devices"]].append(idx)
+        for i in idx:
+            queue[i] = (c["start"] - t0) * args.time_scale - arrival[i]
+            routed[str(i)] = int(c["devices"])
+    for cs in by_replica.values():  # the engine's cost between waves, per replica (each its own busy loop)
+        gaps += [((c["start"] - prev["end"]) * 1e3, sum(mpx[i] for i in prev["idx"]))
+                 for prev, c in zip(cs, cs[1:]) if all(sent[i] < prev["end"] for i in c["idx"])]
+    plugin = {}
+    for cls in (*PRIORITY_CLASSES, "all"):
+        labels = {} if cls == "all" else {"priority": cls}
+        met = sum(_sample(m, "rlsched_requests_finished_total", outcome="slo_met", **labels)
+                  for m in per_replica.values())
+        missed = sum(_sample(m, "rlsched_requests_finished_total", outcome="slo_missed", **labels)
+                     for m in per_replica.values())
+        if met + missed:
+            plugin[cls] = met / (met + missed)
+    summary = loadgen.summarize(results, args.time_scale)
+    fallbacks = {f"{dev}:{k}": v for dev, m in per_replica.items() for k, v in m.items()
+                 if k.startswith("rlsched_fallbacks_total{") and v}
+    fallbacks.update({k: v for k, v in api.items() if k.startswith("rlsched_router_fallbacks_total{") and v})
+    return {"batches": dict(batches), "routed": routed, "queue_s": queue, "attainment": plugin,
+            "client_attainment": summary["slo_attainment"], "errors": summary["errors"], "fallbacks": fallbacks,
+            "mismatches": sum(m.get("rlsched_admission_mismatches_total", 0.0) for m in per_replica.values()),
+            "router_decisions": sum(v for k, v in api.items() if k.startswith("rlsched_router_decisions_total")),
+            "wave_gap_ms": gaps}
+
+
+def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rlsched-sve-") as tmp:
+        work = Path(args.keep) / spec.replace("/", "_").replace(":", "_") if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        eng = engine_stage(spec, args, work)
+    pairs = eng["wave_gap_ms"]
+    gaps = sorted(g for g, _ in pairs)
+    fit = _fit(pairs)
+    sims = {"sim": simulate_stage(spec, args), "sim_ledger": simulate_stage(spec, args, ledger=True),
+            "sim_ledger_overhead": simulate_stage(spec, args, fit, ledger=True)}
+    return {"policy": spec, "replicas": args.replicas, "wave_gap_ms_mean": sum(gaps) / len(gaps) if gaps else 0.0,
+            "wave_gap_ms_median": _median(gaps) or 0.0, "wave_gaps": len(gaps), "overhead_ms": fit[0],
+            "overhead_ms_per_mpx": fit[1], "engine_batches": sum(len(b) for b in eng["batches"].values()),
+            "engine_attainment": eng["attainment"], "client_attainment": eng["client_attainment"],
+            "errors": eng["errors"], "fallbacks": eng["fallbacks"], "admission_mismatches": eng["mismatches"],
+            "router_decisions": eng["router_decisions"],
+            **{name: _versus_stage(sim, eng) for name, sim in sims.items()},
+            "engine_batch_sequence": eng["batches"], "engine_routed": eng["routed"]}
+
+
+def _versus_stage(sim: dict[str, Any], eng: dict[str, Any]) -> dict[str, Any]:
+    """Per replica (slot k = devices "k"): the batches both ran; where each request went; queueing delays."""
+    identical = common = total = 0
+    for k, batches in sim["batches"].items():
+        theirs = eng["batches"].get(k, [])
+        identical += sum(a == b for a, b in zip(batches, theirs))
+        common += sum((Counter(map(tuple, batches)) & Counter(map(tuple, theirs))).values())
+        total += len(batches)
+    same_replica = sum(eng["routed"].get(i) == r for i, r in sim["routed"].items())
+    qd = [eng["queue_s"][i] - q for i, q in sim["queue_s"].items() if i in eng["queue_s"]]
+    return {"requests": len(sim["queue_s"]), "batches": total, "identical_batches": identical,
+            "common_batches": common, "same_replica": same_replica,
+            "queue_delay_diff_mean_s": sum(qd) / len(qd) if qd else None,
+            "queue_delay_diff_max_s": max(qd, default=None), "attainment": sim["attainment"],
+            "batch_sequence": sim["batches"], "routed": sim["routed"]}
+
+
+SIM_COLUMNS = (("sim", "sim (router on replica state)"), ("sim_ledger", "sim (router on the ledger)"),
+               ("sim_ledger_overhead", "sim (ledger) + overhead"))
+
+
+def table_stage(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    head = ("| policy | class | " + " | ".join(f"SLO % {t}" for _, t in SIM_COLUMNS)
+            + " | SLO % engine (plugin) | SLO % client (HTTP) | engine − sim (ledger) + overhead |\n"
+            + "|---" * (len(SIM_COLUMNS) + 5) + "|")
+    lines = [f"{args.scenario}, seed {args.seed}, rate x{args.rate_scale:g}, {args.duration:g} s of arrivals, "
+             f"{args.replicas} replicas, time scale {args.time_scale:g}, max_num_seqs {args.max_num_seqs}\n", head]
+    for r in rows:
+        for cls in (*PRIORITY_CLASSES, "all"):
+            vals = [r[name]["attainment"].get(cls) for name, _ in SIM_COLUMNS]
+            eng, cli = r["engine_attainment"].get(cls), r["client_attainment"].get(cls)
+            diff = "—" if eng is None or vals[-1] is None else f"{100 * (eng - vals[-1]):+.1f}"
+            cells = " | ".join(_pct(v) for v in [*vals, eng, cli])
+            lines.append(f"| {r['policy'] if cls == 'realtime' else ''} | {cls} | {cells} | {diff} |")
+    lines += ["", "| policy | requests | wave gap, mean / median wall ms (waves); fit ms + ms/Mpx | batches engine | "
+              + " | ".join(f"{t}: batches → in place / in common, same replica, queueing delay engine − sim "
+                           "mean / max s" for _, t in SIM_COLUMNS) + " | errors, mismatches, fallbacks |",
+              "|---" * (len(SIM_COLUMNS) + 5) + "|"]
+    for r in rows:
+        cols = [f"{v['batches']} → {v['identical_batches']} / {v['common_batches']}, {v['same_replica']} of "
+                f"{v['requests']}, {v['queue_delay_diff_mean_s']:.2f} / {v['queue_delay_diff_max_s']:.2f}"
+                for v in (r[name] for name, _ in SIM_COLUMNS)]
+        lines.append(f"| {r['policy']} | {r['sim']['requests']} | {r['wave_gap_ms_mean']:.1f} / "
+                     f"{r['wave_gap_ms_median']:.1f} ({r['wave_gaps']}); {r['overhead_ms']:.1f} + "
+                     f"{r['overhead_ms_per_mpx']:.1f}/Mpx | {r['engine_batches']} | " + " | ".join(cols)
+                     + f" | {r['errors']}, {r['admission_mismatches']:g}, {r['fallbacks'] or 0} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
 import pytest
+import yaml
 
+from rlsched.cli import main
 from rlsched.errors import ConfigError
-from rlsched.planning import layouts, plan
+from rlsched.planning import Layout, deploy_command, layouts, plan
 from rlsched.sim import Request, load_profile
 from rlsched.sim.layout import at_layout
+from rlsched.sim.simulator import ServingConfig
 
 WIDE = load_profile("qwen-image-h200-vllm-omni")
 
@@ -60,6 +64,34 @@ def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
     result = json.loads(res.stdout)
     assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x SP2"}
     assert (out / "plan.png").stat().st_size > 0 and (out / "stage.yaml").read_text() == result["stage_yaml"]
+    assert (out / "deploy.sh").read_text().splitlines()[-1] == result["deploy_command"]
+
+
+def test_the_deploy_line_serves_the_recommended_layout_with_the_planned_policy_and_router() -> None:
+    line = deploy_command(Layout(2, 2), 4, "edf@least-work", "qwen-image-h200-vllm-omni", ServingConfig("step", 8))
+    assert line == ("rlsched deploy --replicas 2 --devices 0,1,2,3 --sp 2 --policy edf --router least-work "
+                    "--profile qwen-image-h200-vllm-omni --max-num-seqs 8 --step-execution --out deploy.yaml")
+    paths = deploy_command(Layout(8, 1), 8, "static:agents/my tuned.json@rlsched", "p", ServingConfig(), out="d.yaml")
+    assert shlex.split(paths)[shlex.split(paths).index("--policy") + 1] == "static:agents/my tuned.json"  # quoted
+    # a bare policy routes as vLLM-Omni does; late binding has no deploy line (vLLM-Omni 0.30 cannot hold a request)
+    assert "--router round-robin" in deploy_command(Layout(2, 1), 2, "fifo", "p", ServingConfig())
+    assert deploy_command(Layout(2, 1), 2, "edf@central", "p", ServingConfig()) is None
+
+
+def test_plans_deploy_line_runs_and_writes_the_stage_plan_recommended(tmp_path, capsys) -> None:
+    result = plan("qwen-image-8gpu", 2, "edf@rlsched", [0], [1.0])
+    argv = shlex.split(result["deploy_command"])
+    assert argv[:2] == ["rlsched", "deploy"]
+    argv[argv.index("--out") + 1] = str(tmp_path / "deploy.yaml")
+    assert main(argv[1:]) == 0
+    (stage,) = yaml.safe_load((tmp_path / "deploy.yaml").read_text())["stages"]
+    keys = yaml.safe_load(result["stage_yaml"])
+    replicas, degree = (int(x) for x in result["recommended"].replace("x SP", " ").split())
+    assert stage["num_replicas"] == keys["num_replicas"] == replicas and stage["devices"] == keys["devices"]
+    assert stage.get("parallel_config", {"sequence_parallel_size": 1})["sequence_parallel_size"] == degree
+    assert stage["extras"]["rlsched"]["policy"] == "edf" and stage["extras"]["rlsched_router"]["router"] == "rlsched"
+    assert stage["max_num_seqs"] == 4  # the scenario's, as simulated
+    assert "vllm serve MODEL --omni --stage-overrides" in capsys.readouterr().out
 
 
 def test_simulate_runs_a_multi_replica_stage_from_the_command_line() -> None:

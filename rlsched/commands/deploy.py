@@ -34,7 +34,8 @@ ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True,
                    help="policy spec: fifo, edf, sjf, seed-*, static:FILE, rl:PATH, pick:PATH[;static=FILE]")
-    p.add_argument("--profile", default="qwen-image-h200-vllm-omni", help="cost profile (envs/profiles/NAME.yaml) or path")
+    p.add_argument("--profile", default="qwen-image-h200-vllm-omni",
+                   help="cost profile (envs/profiles/NAME.yaml) or path")
     p.add_argument("--model", default="", help="model entry of the profile (default: its first)")
     p.add_argument("--out", default="deploy.yaml", help="where to write the deploy config")
     p.add_argument("--stage-id", type=int, default=0,
@@ -52,7 +53,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="a slower decision is discarded and FIFO schedules that call (<= --decision-deadline-ms)")
     p.add_argument("--decision-deadline-ms", type=float, default=100.0,
                    help="schedule() never waits longer for a decision; a policy that overran is not called again")
-    p.add_argument("--metrics-port", type=int, default=0, help="1..65535: serve rlsched_* metrics on this port")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="1..65535: serve rlsched_* metrics on this port (with --replicas R: each replica on the "
+                        "first free one of this port .. +R-1, labelled rlsched_replica_info{devices})")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="plugin seconds per wall second (>1 only for time-scaled replays with "
                         "CostProfileExecutor; 1 when serving)")
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
         decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port,
-        time_scale=args.time_scale)
+        metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale)
     if settings.decision_budget_ms > settings.decision_deadline_ms:
         raise ConfigError("--decision-budget-ms", f"{settings.decision_budget_ms:g} exceeds --decision-deadline-ms "
                                                   f"{settings.decision_deadline_ms:g}: a decision is cut off at the "

@@ -29,14 +29,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-seeds", default="",
                    help="evaluation seeds (>= 1000) to re-run every layout on after choosing: what the "
                         "recommendation loses to the best layout in hindsight")
-    p.add_argument("--out", type=Path, default=Path("runs/plan"), help="folder for plan.json, plan.png, stage.yaml")
+    p.add_argument("--out", type=Path, default=Path("runs/plan"),
+                   help="folder for plan.json, plan.png, stage.yaml and deploy.sh (the rlsched deploy line)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_parallel_args(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsched.planning import layouts, plan, profile_of, write_plot
+    from rlsched.planning import layouts, plan, profile_of
     from rlsched.sim import load_scenario
     from rlsched.sim.cost import load_profile
 
@@ -58,7 +59,13 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
-    write_plot(result, args.out / "plan.png")
+    deploy = args.out / "deploy.sh"
+    if result["deploy_command"] is not None:
+        deploy.write_text(f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it prints "
+                          f"the vllm serve line\n{result['deploy_command']}\n")
+    else:
+        deploy.unlink(missing_ok=True)
+    plotted = _plot(result, args.out / "plan.png")
     if args.json:
         print_json(result)
         return 0
@@ -69,13 +76,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['layout']:>10} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
               + f"  {100 * r['mean']:6.1f}")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
-          f"stage keys in {args.out / 'stage.yaml'}, plot {args.out / 'plan.png'}")
+          f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
+                                                            "no plot (matplotlib is not installed here)"))
+    if result["deploy_command"] is not None:
+        print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
+    else:
+        print(f"no deploy line: {result['policy']} routes with late binding (central), which vLLM-Omni 0.30 "
+              "cannot run (docs/deploy.md); plan an @rlsched router to deploy")
     if check:
         print(f"re-checked on seeds {check}: " + ", ".join(f"{r['layout']} {100 * r['check_mean']:.1f}"
                                                           for r in result["rows"])
               + f"; best in hindsight {result['hindsight_best']}, the recommendation loses "
                 f"{result['recommended_loses_points']} points, the worst layout {result['check_worst_loses_points']}")
     return 0
+
+
+def _plot(result: dict, path: Path) -> bool:
+    """Write the plot; False where matplotlib is missing (a serving host: rlsched installed --no-deps)."""
+    from rlsched.planning import write_plot
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        path.unlink(missing_ok=True)  # no stale plot of an earlier plan beside this plan.json
+        return False
+    write_plot(result, path)
+    return True
 
 
 class _bar:

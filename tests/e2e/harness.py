@@ -11,6 +11,7 @@ Used by ``tests/e2e`` and ``scripts/sim_vs_engine.py``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive ports that are free now (a stage's replicas serve metrics on them)."""
+    for _ in range(100):
+        base = free_port()
+        if base + n - 1 > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports found")
 
 
 def deploy_stage(python: str, *deploy_args: str, out: Path) -> dict[str, Any]:
@@ -70,6 +88,23 @@ class Server:
         return self.workdir / "executor.jsonl"
 
     @property
+    def router_log(self) -> Path:
+        return self.workdir / "router.jsonl"
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas the stage runs (``num_replicas``; 1 when absent)."""
+        (spec,) = self.stage.values()
+        return int(spec.get("num_replicas", 1))
+
+    @property
+    def metrics_ports(self) -> list[int]:
+        """The ports the replicas serve their plugin metrics on (each takes the first free one)."""
+        (spec,) = self.stage.values()
+        span = int(spec["extras"]["rlsched"].get("metrics_ports", 1))
+        return list(range(self.metrics_port, self.metrics_port + span))
+
+    @property
     def server_log(self) -> Path:
         return self.workdir / "server.log"
 
@@ -82,7 +117,11 @@ class Server:
 
     def start(self) -> Server:
         self.executor_log.unlink(missing_ok=True)
+        self.router_log.unlink(missing_ok=True)
+        if len(self.metrics_ports) > 1:
+            self.metrics_port = free_ports(len(self.metrics_ports))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RLSCHED_EXECUTOR_LOG": str(self.executor_log),
+               "RLSCHED_ROUTER_LOG": str(self.router_log),
                "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO), os.environ.get("PYTHONPATH", "")]),
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
         vllm = str(Path(self.python).with_name("vllm"))
@@ -146,22 +185,48 @@ class Server:
             return ""
 
     # ------------------------------------------------------------- reading
-    def metrics(self) -> dict[str, float]:
-        """The ``rlsched_*`` samples of the plugin's Prometheus endpoint, by ``name{labels}``."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
+    def metrics(self, port: int | None = None) -> dict[str, float]:
+        """The ``rlsched_*`` samples of the plugin's Prometheus endpoint (the first replica's unless ``port``),
+        by ``name{labels}``."""
+        return _scrape(f"http://127.0.0.1:{port or self.metrics_port}/metrics")
+
+    def replica_metrics(self) -> dict[str, dict[str, float]]:
+        """Each replica's plugin metrics, by the devices it names in ``rlsched_replica_info{devices}``."""
         out = {}
-        for line in text.splitlines():
-            if line.startswith("rlsched_"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
+        for port in self.metrics_ports:
+            m = self.metrics(port)
+            (info,) = [k for k in m if k.startswith("rlsched_replica_info{")]
+            devices = re.search(r'devices="([^"]*)"', info)
+            assert devices is not None and f'port="{port}"' in info, info
+            out[devices.group(1)] = m
         return out
+
+    def api_metrics(self) -> dict[str, float]:
+        """The ``rlsched_*`` samples of the API server's ``/metrics`` (the router's live there)."""
+        return _scrape(f"{self.url}/metrics")
+
+    def routed(self) -> list[dict[str, Any]]:
+        """The router's choices in order (``$RLSCHED_ROUTER_LOG``), one dict per routed request."""
+        if not self.router_log.exists():
+            return []
+        return [json.loads(line) for line in self.router_log.read_text().splitlines() if line.strip()]
 
     def executed(self) -> list[dict[str, Any]]:
         """The executor's calls in order (the warm-up first), one dict each."""
         if not self.executor_log.exists():
             return []
         return [json.loads(line) for line in self.executor_log.read_text().splitlines() if line.strip()]
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rlsched_"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
 
 
 def _group_alive(pgid: int) -> bool:

@@ -117,3 +117,46 @@ def test_deploy_into_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     res = rlsched("deploy", "--policy", "edf", "--out", str(tmp_path / "nope" / "d.yaml"), check=False)
     assert res.returncode == 2 and f"folder {tmp_path / 'nope'} does not exist" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_replicas_sharing_a_stage_config_each_serve_the_next_free_metrics_port() -> None:
+    import socket
+    import urllib.request
+
+    from rlsched.integrations.vllm_omni import metrics as metrics_mod
+
+    with socket.socket() as busy:  # the first port is taken (another replica, here a plain socket)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        base = busy.getsockname()[1]
+        registry = prom.CollectorRegistry()
+        PluginMetrics(registry).replica.labels(devices="1", port=str(base + 1)).set(1)
+        try:
+            got = metrics_mod.serve(base, registry, span=2)
+        finally:
+            metrics_mod._SERVING.pop(base, None)
+        if got is None:  # base + 1 happened to be taken too on this machine: nothing to check
+            pytest.skip(f"ports {base} and {base + 1} both in use")
+        assert got == base + 1 and metrics_mod.serve(base, registry, span=1) is None  # span 1: only the busy port
+        text = urllib.request.urlopen(f"http://127.0.0.1:{got}/metrics", timeout=5).read().decode()
+        assert f'rlsched_replica_info{{devices="1",port="{base + 1}"}} 1.0' in text
+
+
+def test_deploy_gives_each_replica_a_metrics_port(tmp_path: Path) -> None:
+    from rlsched.errors import ConfigError
+    from rlsched.integrations.vllm_omni.config import PluginConfig
+
+    rlsched("deploy", "--policy", "edf", "--replicas", "2", "--devices", "0,1", "--metrics-port", "9400",
+            "--out", str(tmp_path / "two.yaml"))
+    rlsched("deploy", "--policy", "edf", "--replicas", "2", "--devices", "0,1", "--out", str(tmp_path / "off.yaml"))
+    two, off = (yaml.safe_load((tmp_path / f).read_text())["stages"][0]["extras"]["rlsched"]
+                for f in ("two.yaml", "off.yaml"))
+    assert (two["metrics_port"], two["metrics_ports"]) == (9400, 2)
+    assert "metrics_port" not in off and "metrics_ports" not in off  # no endpoint: nothing to share
+
+    assert PluginConfig.from_extras({"rlsched": {"metrics_port": 9400, "metrics_ports": 2}}).metrics_ports == 2
+    for bad in (0, True, 2.0):
+        with pytest.raises(ConfigError, match="metrics_ports"):
+            PluginConfig(metrics_port=9400, metrics_ports=bad)
+    with pytest.raises(ConfigError, match="metrics_ports"):
+        PluginConfig(metrics_port=65535, metrics_ports=2)

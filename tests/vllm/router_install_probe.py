@@ -51,6 +51,39 @@ def assemble(extras: Any) -> str:
     return f"{name}:{pool.router.name}" if name == "RouterStagePool" else name
 
 
+def generic_replicas() -> dict[str, Any]:
+    """A generic diffusion model's stage through vLLM-Omni's own resolver, with install() in place: its
+    ``runtime_config`` (num_replicas, devices) for each set of ``--stage-overrides``."""
+    import tempfile
+    from pathlib import Path
+
+    from vllm_omni.config.resolver import resolve_omni_config
+
+    from rlsched.integrations.vllm_omni import generic_replicas as gr
+    from tests.e2e import tiny_model
+
+    model = str(tiny_model.build(Path(tempfile.mkdtemp()) / "model"))
+    ours = {"engine_backend": gr.ENGINE_BACKEND, "extras": {"rlsched": {"profile": PROFILE}}}
+
+    def runtime(stage: dict[str, Any]) -> list[Any]:
+        res = resolve_omni_config(model, trust_remote_code=False, deploy_config_path=None, cli_overrides={},
+                                  stage_overrides={"0": stage}, strategy_config_path=None)
+        (cfg,) = res.stage_configs
+        return [cfg.runtime_config.num_replicas, cfg.runtime_config.devices]
+
+    return {"rlsched_2": runtime({**ours, "num_replicas": 2, "devices": "0,1"}),
+            "rlsched_1": runtime({**ours, "devices": "0"}),
+            "not_rlsched_2": runtime({"num_replicas": 2, "devices": "0,1"}),  # vLLM-Omni's own: dropped
+            "wrapped_once": getattr(_typed_builder(), "__wrapped__", None) is not None
+            and not hasattr(_typed_builder().__wrapped__, "__wrapped__"), "again": gr.install()}
+
+
+def _typed_builder() -> Any:
+    from vllm_omni.config.config_factory import StageConfigFactory
+
+    return StageConfigFactory.__dict__["create_typed_default_diffusion"].__func__
+
+
 def main() -> None:
     log = Records()
     logging.getLogger(router.__name__).addHandler(log)
@@ -74,6 +107,7 @@ def main() -> None:
     out["wrong_setting"] = assemble({"rlsched_router": {"router": "no-such-router"}})
     os.environ[router.ENV_VAR] = "rlsched"
     out["env"] = assemble({"rlsched": {"profile": PROFILE}})
+    out["generic_replicas"] = generic_replicas()
     router._install = lambda: (_ for _ in ()).throw(RuntimeError("broken"))  # type: ignore[assignment]
     out["raising_install"] = router.install()
     out["log"] = log.lines

@@ -275,6 +275,14 @@ def test_install_twice_wraps_once_and_routes_only_stages_that_ask(probe) -> None
     assert probe["env"] == "RouterStagePool:rlsched"  # RLSCHED_ROUTER, for a stage whose extras name none
 
 
+def test_install_gives_a_generic_diffusion_stage_the_replicas_its_overrides_ask_for(probe) -> None:
+    """vLLM-Omni 0.30's generic builder (Qwen-Image) drops num_replicas; install() carries it for rlsched's stages."""
+    found = probe["generic_replicas"]
+    assert found["rlsched_2"] == [2, "0,1"] and found["rlsched_1"] == [1, "0"]
+    assert found["not_rlsched_2"] == [1, "0,1"]  # another engine backend's stage: exactly as vLLM-Omni built it
+    assert found["wrapped_once"] and found["again"] is True
+
+
 def test_a_wrong_router_setting_keeps_vllm_omnis_pool(probe) -> None:
     assert probe["wrong_setting"] == "StagePool"
     assert any(ln.startswith("ERROR") and "keeps vLLM-Omni's own routing" in ln for ln in probe["log"])

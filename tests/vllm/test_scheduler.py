@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler  # noqa: E402
 
+from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
 from rlsched.sim import Decision, load_profile  # noqa: E402
 from tests.vllm.fakes import (  # noqa: E402
@@ -181,7 +182,7 @@ def test_priority_and_slo_from_extra_args_with_defaults() -> None:
     assert c.request.priority == "background" and c.request.slo_s == pytest.approx(7.0 * c.work_s)
     assert st_.invalid == {"priority": 1, "slo_ms": 1}
     assert _metric(sched, "rlsched_invalid_request_fields_total", field="slo_ms") == 1
-    cost = load_profile("qwen-image-h200")
+    cost = load_profile(PluginConfig().profile)  # the plugin's default (qwen-image-h200-vllm-omni since dced531)
     assert d.request.cfg and not b.request.cfg and d.request.num_inference_steps == 8
     assert d.work_s > b.work_s and b.work_s == cost.record(b.request).work_s
     assert sorted(x for w in waves(sched) for x in w) == ["A", "B", "C", "D"] and sched.fallbacks == 0

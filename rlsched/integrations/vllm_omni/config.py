@@ -60,6 +60,11 @@ class PluginConfig:
     """Read NVML at most this often (a read costs tens of microseconds)."""
     metrics_port: int = 0
     """>0: serve this process's ``rlsched_*`` Prometheus metrics on this port."""
+    metrics_ports: int = 1
+    """How many consecutive ports from ``metrics_port`` the stage's replicas share: each replica process
+    serves the first of them it can bind (``rlsched deploy --replicas R`` writes R; every replica gets the
+    same stage config, and a replica process knows only its own devices) and says which replica it is in
+    ``rlsched_replica_info{devices}``."""
     freeze_gc: bool = True
     """After the engine's start-up warm-up, collect and freeze the garbage collector's heap
     (``gc.freeze``, as vLLM's own engine core does after init: ``vllm.utils.gc_utils.freeze_gc_heap``).
@@ -94,6 +99,10 @@ class PluginConfig:
         port = self.metrics_port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError("extras.rlsched.metrics_port", f"must be a TCP port 1..65535 (0: off), not {port!r}")
+        span = self.metrics_ports
+        if isinstance(span, bool) or not isinstance(span, int) or span < 1 or port + span - 1 > 65535:
+            raise ConfigError("extras.rlsched.metrics_ports", f"must be an integer >= 1 with metrics_port + "
+                                                              f"metrics_ports - 1 <= 65535, not {span!r}")
         _positive(self.telemetry_interval_s, "telemetry_interval_s")
         _positive(self.time_scale, "time_scale")
         for name in ("default_height", "default_width", "default_steps"):

@@ -33,6 +33,7 @@ from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
 from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.scheduler import replica_devices
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import Request, RequestRecord
@@ -118,7 +119,7 @@ class CostProfileExecutor(DiffusionExecutor):
         if path:
             prompts = {nr.request_id: _prompt(nr.req) for nr in so.scheduled_new_reqs}
             line = json.dumps({"ids": ids, "mode": mode, "start": start, "end": time.monotonic(),
-                               "cost_s": duration, "new": prompts})
+                               "cost_s": duration, "new": prompts, "pid": os.getpid(), "devices": replica_devices()})
             with self._log_lock, open(path, "a") as f:
                 f.write(line + "\n")
 

@@ -19,6 +19,7 @@ name                                       type       labels              meanin
 ``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed)
 ``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults
 ``rlsched_admission_mismatches_total``     counter    —                   admitted batch != the policy's batch
+``rlsched_replica_info``                   gauge      devices, port       1: this replica (its devices, metrics port)
 =========================================  =========  ==================  ==========================================
 """
 
@@ -106,6 +107,9 @@ class PluginMetrics(MetricSet):
             "schedule() calls whose admitted batch differed from the policy's choice")
         self.invalid = make("Counter", "rlsched_invalid_request_fields_total",
                             "Request fields replaced by defaults", ["field"])
+        self.replica = make("Gauge", "rlsched_replica_info",
+                            "1: this stage process (replica), its devices and the port it serves metrics on",
+                            ["devices", "port"])
         self._depth = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
         self._done: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
@@ -131,26 +135,33 @@ class PluginMetrics(MetricSet):
         self.attainment.labels(priority=priority).set(met / (met + missed))
 
 
-def serve(port: int, registry: Any = None) -> bool:
-    """Start prometheus_client's HTTP exporter once per process; False if unavailable.
+def serve(port: int, registry: Any = None, span: int = 1) -> int | None:
+    """Start prometheus_client's HTTP exporter once per process on the first of ``port`` .. ``port + span - 1``
+    it can bind; returns that port, or None if unavailable.
 
-    A port that cannot be bound (in use, not permitted) is logged once, naming
-    ``metrics_port``, and the scheduler keeps serving without the endpoint: metrics are
-    advisory, requests are not."""
+    ``span`` > 1: the replicas of a stage share one config, so each takes the next free port. Ports that
+    cannot be bound (in use, not permitted) are logged once, naming ``metrics_port``, and the scheduler
+    keeps serving without the endpoint: metrics are advisory, requests are not."""
     if _prom is None or port <= 0:
-        return False
+        return None
     with _SERVE_LOCK:
-        if port not in _SERVING:
+        if port in _SERVING:
+            return _SERVING[port]
+        errors = []
+        for candidate in range(port, port + max(span, 1)):
             try:
-                _prom.start_http_server(port, registry=registry if registry is not None else _prom.REGISTRY)
+                _prom.start_http_server(candidate, registry=registry if registry is not None else _prom.REGISTRY)
             except OSError as exc:
-                _log.warning("rlsched: extras.rlsched.metrics_port %d cannot be served (%s); serving without "
-                             "the /metrics endpoint", port, exc.strerror or exc)
-                return False
-            _SERVING.add(port)
-    return True
+                errors.append(f"{candidate}: {exc.strerror or exc}")
+                continue
+            _SERVING[port] = candidate
+            return candidate
+    _log.warning("rlsched: extras.rlsched.metrics_port %d (metrics_ports %d) cannot be served (%s); serving "
+                 "without the /metrics endpoint", port, span, "; ".join(errors))
+    return None
 
 
 _log = logging.getLogger(__name__)
-_SERVING: set[int] = set()
+_SERVING: dict[int, int] = {}
+"""``metrics_port`` -> the port this process serves it on."""
 _SERVE_LOCK = threading.Lock()

@@ -290,6 +290,12 @@ def _install() -> bool:
         return False
     from vllm_omni.engine import stage_runtime
 
+    from rlsched.integrations.vllm_omni import generic_replicas
+
+    try:  # without it a generic model's (Qwen-Image's) num_replicas is dropped: one replica, nothing to route
+        generic_replicas.install()
+    except Exception:
+        _log.exception("rlsched: num_replicas of a generic diffusion stage stays vLLM-Omni's (1)")
     runtime = stage_runtime.StageRuntime
     original = runtime._assemble_stage_pools
     if getattr(original, "_rlsched_router", False):

@@ -22,7 +22,9 @@ Distributed mode (a hub and ``LoadBalancer`` attached) routes in ``pick`` withou
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -47,6 +49,8 @@ from rlsched.sim.request import Request
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import Router
 
+LOG_ENV = "RLSCHED_ROUTER_LOG"
+"""A file the pool appends one JSON line to per routed request (request id, replica slot, how chosen)."""
 _log = logging.getLogger(__name__)
 
 
@@ -125,15 +129,19 @@ class RouterStagePool(StagePool):
                 self._log_once("internal_error", "reading the request")
                 reason = "internal_error"
             chosen = self._parent(affinity_request_id)
+            how = "parent"
             if chosen is None and self._ledger.slots:
                 chosen, reason = self._ask(req) if req is not None else (None, reason or "no_request")
+                how = "router"
             if chosen is None:
                 if reason is not None:
                     self._fallback(reason)
                 chosen = super().select_replica_id(request_id, affinity_request_id=affinity_request_id)
+                how = reason or "vllm-omni"
             self._request_bindings[request_id] = chosen
             if req is not None:
                 self._follow(request_id, chosen, req)
+            self._log_choice(request_id, chosen, how, req)
             return chosen
 
     def _parent(self, affinity_request_id: str | None) -> int | None:
@@ -269,6 +277,21 @@ class RouterStagePool(StagePool):
             out.setdefault(slot, []).append(rid)
         return out
 
+    def _log_choice(self, request_id: str, slot: int, how: str, req: Request | None) -> None:
+        """One JSON line per routed request to ``$RLSCHED_ROUTER_LOG`` when set (replays and the e2e tier:
+        which replica each request was sent to, and by whom: ``router``, ``parent``, or the fallback reason)."""
+        path = os.environ.get(LOG_ENV)
+        if not path:
+            return
+        line = {"request_id": request_id, "replica": slot, "how": how, "t": self._ledger.stage.now,
+                "priority": None if req is None else req.priority,
+                "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots}}
+        try:
+            with open(path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError:
+            self._log_once("internal_error", f"writing {LOG_ENV}")
+
     def _log_once(self, reason: str, doing: str) -> None:
         level = logging.DEBUG if reason in self._warned else logging.WARNING
         self._warned.add(reason)
@@ -287,4 +310,4 @@ def _at_layout(cost: CostModel, degree: int) -> CostModel:
         return cost
 
 
-__all__ = ["RouterStagePool"]
+__all__ = ["LOG_ENV", "RouterStagePool"]

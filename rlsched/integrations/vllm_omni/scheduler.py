@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -69,6 +70,16 @@ QUEUE_DEPTH_INTERVAL_S = 0.1
 """The ``rlsched_queue_depth`` gauges are refreshed at most this often (counting costs O(queue))."""
 _COMPLETED = DiffusionRequestStatus.FINISHED_COMPLETED
 _ABORTED = DiffusionRequestStatus.FINISHED_ABORTED
+
+
+def replica_devices() -> str | None:
+    """This process's devices as vLLM-Omni set them when it spawned the replica (the platform's device-control
+    variable, e.g. ``CUDA_VISIBLE_DEVICES``): with ``num_replicas`` > 1 each replica gets its own slice of the
+    stage's ``devices``, which is how the replicas of one stage config tell themselves apart."""
+    from vllm_omni.platforms import current_omni_platform
+
+    name = getattr(current_omni_platform, "device_control_env_var", None)
+    return os.environ.get(name) if name else None
 
 
 class _PolicyScheduling:
@@ -130,7 +141,9 @@ class _PolicyScheduling:
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
         self.policy.reset(self.rl_state)
         if settings.metrics_port:
-            serve(settings.metrics_port, self.metrics.registry)
+            port = serve(settings.metrics_port, self.metrics.registry, settings.metrics_ports)
+            if port is not None:
+                self.metrics.replica.labels(devices=replica_devices() or "", port=str(port)).set(1)
 
     def _serving_config(self) -> ServingConfig:
         wait_ms = float(getattr(self.od_config, "request_batch_max_wait_ms", 0.0) or 0.0)  # type: ignore[attr-defined]
