@@ -23,11 +23,16 @@ import pytest
 from rlsched import loadgen
 from rlsched.sim import load_scenario
 from tests.e2e.harness import REPO, Server
-from tests.e2e.test_serve import BUDGET, TIME_SCALE, doc_block, doc_request, total
+from tests.e2e.test_serve import TIME_SCALE, doc_block, doc_request, total
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 N_REQUESTS = 24
+BUDGET = ("--decision-budget-ms", "100")
+"""Two engine processes and the API server share this machine's 2 cores: a decision that takes well
+under a millisecond can still wait tens of ms for a core (one EDF decision crossed the one-replica
+test's 20 ms on a loaded machine). 100 ms, the default deadline, keeps every call the policy's, which
+this test asserts; the budget itself is checked by tests/vllm and `rlsched bench plugin`."""
 
 
 def doc_command(tag: str) -> list[str]:
@@ -84,7 +89,7 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
     server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET)
     assert server.replicas == 2
     planned = workload()
-    results = loadgen.run(server.url, planned, timeout_s=60, workers=N_REQUESTS)
+    results = loadgen.run(server.url, planned, timeout_s=180, workers=N_REQUESTS)  # slack for a loaded machine
     assert [r.error for r in results if not r.ok] == []  # one valid PNG of the asked size each
 
     # every request ran exactly once, on the replica the router sent it to
