@@ -306,5 +306,5 @@ def run_spec(stage: Stage, spec: str) -> Stage:
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["ROUTERS", "TEACHERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
-           "RoundRobin", "make_router", "run_spec", "split_pair"]
+__all__ = ["ROUTERS", "TEACHERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter",
+           "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair"]
