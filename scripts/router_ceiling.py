@@ -28,6 +28,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -174,22 +175,26 @@ def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
     fig, axes = plt.subplots(1, len(pools), figsize=(4.6 * len(pools), 3.8), squeeze=False)
     series = [("strongest heuristic router", None, style_of("static@rlsched")),
               ("static@central (late binding)", "central", style_of("static@central")),
-              ("look-ahead teacher (ceiling, realizable)", "lookahead", TABLE["lookahead"]),
-              ("hindsight teacher (ceiling)", "hindsight", TABLE["hindsight"])]
+              ("look-ahead teacher (realizable ceiling)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
+              ("hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
     for ax, pool in zip(axes[0], pools):
         pts = sorted((c for c in cs if c["pool"] == pool), key=lambda c: c["load"])
-        x = np.array([c["load"] for c in pts])
-        for name, role, st in series:
+        x0 = np.array([c["load"] for c in pts])
+        low = 100.0
+        for k, (name, role, st) in enumerate(series):
+            x = x0 + (k - 1.5) * 0.012  # side by side, so the intervals do not hide each other
             if role is None:
                 y, e = np.array([c["strongest_value"] for c in pts]), np.zeros(len(pts))
             else:  # the strongest's mean plus the paired difference, its interval as error bar
                 y = np.array([c["strongest_value"] + c[role]["diff"] for c in pts])
                 e = np.nan_to_num(np.array([c[role]["ci95"] for c in pts]))
             ax.errorbar(x, y, yerr=e, capsize=3, label=name, markersize=5, **st.line())
+            low = min(low, float(np.min(y - e)))
         for c in pts:
             ax.annotate(short(c["strongest"]), (c["load"], c["strongest_value"]), fontsize=6,
                         textcoords="offset points", xytext=(3, -10))
-        ax.set(title=pool, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %")
+        ax.set(title=pool, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %",
+               ylim=(max(0.0, low - 3), 101), xticks=x0)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="lower left")
     fig.text(0.01, 0.005, "error bars: paired 95 % interval of the difference to the strongest heuristic router",
@@ -212,7 +217,14 @@ def main() -> None:
     p.add_argument("--top", type=int, default=3, help="hindsight tries at most this many replicas (0: all)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="results/router-ceiling")
+    p.add_argument("--replot", action="store_true", help="re-write ceiling.md and ceiling.png from OUT/ceiling.json")
     args = p.parse_args()
+    if args.replot:
+        out = Path(args.out)
+        data = json.loads((out / "ceiling.json").read_text())
+        write_atomic(out / "ceiling.md", markdown(data["cells"], data))
+        plot(data["cells"], data["pools"], out / "ceiling.png")
+        return
     pools, loads = args.pools.split(","), [float(x) for x in args.loads.split(",")]
     unknown = [x for x in pools if x not in TUNED]
     if unknown:
