@@ -31,7 +31,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=positive_int, default=1,
                    help="replicas of the scenario's GPU (a multi-replica stage; arrivals scaled x replicas, "
                         "so each replica gets the scenario's load); policies may be POLICY@ROUTER "
-                        "(round-robin, random, least-queue, least-work, affinity, rlsched; @central: late binding)")
+                        "(round-robin, random, least-queue, least-work, affinity, rlsched; @central: late binding; "
+                        "@lookahead[:H], @hindsight[:H]: the offline look-ahead teachers, slow)")
     p.add_argument("--sp", type=positive_int, default=1,
                    help="GPUs per replica, sequence-parallel (needs a profile with an sp block)")
     p.add_argument("--records", metavar="PATH",

@@ -45,6 +45,7 @@ class QueueWork:
     def __init__(self) -> None:
         self._clear()
         self._cursor = 0
+        self._state: QueueView | None = None
 
     def _clear(self) -> None:
         self.work_s = 0.0
@@ -56,8 +57,11 @@ class QueueWork:
         """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
 
     def sync(self, state: QueueView) -> None:
-        entries = state.journal.since(self._cursor)
-        if entries is None:  # trimmed past us: recount from the queue
+        # a new state (a fork starts with an empty journal and a full queue), or a journal trimmed
+        # past us: recount from the queue
+        entries = state.journal.since(self._cursor) if state is self._state else None
+        if entries is None:
+            self._state = state
             self._clear()
             for rec in state.waiting.values():
                 self._add(rec)
@@ -228,6 +232,13 @@ ROUTERS: dict[str, str] = {
 }
 """Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
 
+TEACHERS: dict[str, str] = {
+    "lookahead": "rlsched.policies.lookahead_router:lookahead",
+    "hindsight": "rlsched.policies.lookahead_router:hindsight",
+}
+"""Routers that simulate the stage's replica policy on forks (``POLICY@lookahead``): name ->
+``"module:factory"`` (``f(PolicySpec, policy spec) -> Router``), lazily imported. Offline only."""
+
 
 round_robin = without_arguments(RoundRobin, "router")
 least_queue = without_arguments(LeastQueue, "router")
@@ -243,16 +254,26 @@ def random_router(spec: PolicySpec) -> RandomRouter:
     return RandomRouter(int(spec.arg) if spec.arg else None)
 
 
-def make_router(spec: str) -> Router:
-    """A router from its spec (``round-robin``, ``random:7``, ``rlsched``)."""
+def make_router(spec: str, policy: str | None = None) -> Router:
+    """A router from its spec (``round-robin``, ``random:7``, ``rlsched``); a teacher (``lookahead``,
+    ``hindsight``) also needs the replica ``policy`` spec it simulates."""
     parsed = parse_spec(spec)
+    if parsed.name in TEACHERS:
+        if policy is None:
+            raise ConfigError("router", f"{parsed.name} simulates the replica policy: give it as POLICY@{spec}")
+        teacher: Callable[[PolicySpec, str], Router] = _load(TEACHERS[parsed.name])
+        return teacher(parsed, policy)
     target = ROUTERS.get(parsed.name)
     if target is None:
-        raise ConfigError("router", f"unknown router {spec!r} (known: {', '.join(sorted(ROUTERS))}, "
+        raise ConfigError("router", f"unknown router {spec!r} (known: {', '.join(sorted([*ROUTERS, *TEACHERS]))}, "
                                     "or central for late binding)")
-    module, _, attr = target.partition(":")
-    factory: Callable[[PolicySpec], Router] = getattr(importlib.import_module(module), attr)
+    factory: Callable[[PolicySpec], Router] = _load(target)
     return factory(parsed)
+
+
+def _load(target: str) -> Callable:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def split_pair(spec: str) -> tuple[str, str]:
@@ -272,7 +293,7 @@ def check_spec(spec: str) -> None:
     policy, router = split_pair(spec)
     make_policy(policy)
     if router != "central":
-        make_router(router)
+        make_router(router, policy)
 
 
 def run_spec(stage: Stage, spec: str) -> Stage:
@@ -282,8 +303,8 @@ def run_spec(stage: Stage, spec: str) -> Stage:
     policy, router = split_pair(spec)
     if router == "central":
         return stage.run([make_policy("fifo") for _ in stage.replicas], central=lambda: make_policy(policy))
-    return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router))
+    return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["ROUTERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "RlschedRouter",
-           "RoundRobin", "make_router", "run_spec", "split_pair"]
+__all__ = ["ROUTERS", "TEACHERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter",
+           "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair"]

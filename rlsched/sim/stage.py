@@ -111,8 +111,11 @@ class Stage:
         deliver = self._route if router is not None else self._hold
         sims = self._all()
         hub = len(self.replicas)  # the central views' first index in sims, when there are any
-        times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
         arrivals, n = self._arrivals, len(self._arrivals)
+        for sim, policy in zip(self.replicas, policies):  # a fork starts mid-instant: who must decide now does
+            while sim.needs_decision:
+                sim.apply(policy.decide(sim))
+        times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
         while True:
             t = min(arrivals[self._next].arrival_s if self._next < n else INF, min(times))
             if t == INF or t > self.horizon_s:
@@ -124,8 +127,8 @@ class Stage:
                 while sim.next_event_s() == t:
                     sim.fire_next()
             while self._next < n and arrivals[self._next].arrival_s == t:
-                touched.append(deliver(arrivals[self._next], router))
-                self._next += 1
+                self._next += 1  # consumed before routing: a fork taken by the router holds what is still to come
+                touched.append(deliver(arrivals[self._next - 1], router))
             if hubs:
                 touched += self._dispatch(hubs)
             for r in sorted(set(touched)):
@@ -151,6 +154,39 @@ class Stage:
         self.routed[req.id] = r
         self.replicas[r].receive(req, self.now)
         return r
+
+    # ------------------------------------------------------------------ forks
+    def fork(self, future_s: float = 0.0, horizon_s: float | None = None) -> Stage:
+        """An independent copy of the present, to try a decision on and run forward (look-ahead).
+
+        Every replica is forked (``Simulator.fork``: its waiting and running requests with their
+        records copied, the running batch, timers and clock); the fork's arrivals are the stage's
+        own still to come within the next ``future_s`` seconds (0: none, what a router can know;
+        > 0: hindsight). ``routed`` holds the present requests. The fork runs (``run``) until
+        ``horizon_s`` (None: this stage's horizon); its policies and router are the caller's,
+        made fresh (a router reset on the fork sees its queues). Finished requests, statistics
+        and callbacks are not copied. Early binding only: a stage under late binding holds
+        requests in its central views, which a fork does not copy, so it is refused."""
+        if self.hubs:
+            raise ConfigError("stage.fork", "a late-binding stage (central queue) cannot be forked")
+        if not future_s >= 0:
+            raise ConfigError("stage.fork", f"future_s must be >= 0, not {future_s!r}")
+        ahead = [] if future_s == 0 else [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s]
+        fork = Stage(ahead, self.specs, self.horizon_s if horizon_s is None else horizon_s, self.seed)
+        fork.replicas = [sim.fork(0.0) for sim in self.replicas]
+        fork.now = self.now
+        fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}
+        return fork
+
+    def bind(self, request: Request, replica: int) -> None:
+        """Deliver ``request`` to ``replica`` now, outside any router (a look-ahead fork binds the
+        request being routed to each replica it tries). It must not be among this stage's arrivals."""
+        if not 0 <= replica < len(self.replicas):
+            raise InvalidDecision(f"replica {replica!r} of {len(self.replicas)}")
+        if request.id in self.routed or any(r.id == request.id for r in self._arrivals[self._next:]):
+            raise InvalidRequest("id", request.id, "already in this stage")
+        self.routed[request.id] = replica
+        self.replicas[replica].receive(request, self.now)
 
     # ----------------------------------------------------------- late binding
     @property

@@ -1,0 +1,209 @@
+"""Look-ahead routers: the ceilings of early binding on a multi-replica stage (offline; slow by design).
+
+``LookaheadRouter`` routes an arriving request by trying it on every replica it fits on:
+for each, it forks the whole stage (``Stage.fork``: every replica's queue, running batch,
+timers and clock), binds the request there, and lets the base router (``rlsched``) and the
+stage's replica policy finish the fork over ``horizon_s`` seconds; it binds the request to
+the replica whose fork scores best (ties: the base router's own choice, tried first).
+
+* ``POLICY@lookahead[:H]`` — *realizable*: the fork holds only the requests already known
+  (queued, running, and the one being routed); a router that simulated its options could
+  do this online.
+* ``POLICY@hindsight[:H]`` — the fork also receives the real arrivals of the next ``H``
+  seconds (routed by the base router): a ceiling no online router reaches.
+
+``H`` is the horizon in seconds (default ``DEFAULT_HORIZON_S``); ``;base=ROUTER`` changes the
+base router (default ``rlsched``); ``;top=N`` tries at most N replicas, the base router's choice
+and the N-1 best others by realizable gain (0, the default: all). ``POLICY`` is the replica
+policy on every replica of the real stage and of every fork.
+
+The score of a fork at its horizon ``T``: class-weighted SLOs met minus class-weighted SLOs
+already missed (finished late, failed, rejected, or unfinished with a deadline <= ``T``);
+a request still open at ``T`` with a later deadline counts neither way. The realizable
+teacher scores the requests it knows; hindsight also the arrivals it was shown. Replicas of
+one kind that are empty (nothing queued or running) are equivalent, so only the first is
+tried (the base router's choice where it is one of them).
+
+The base router's state is a function of the replicas' queues (``rlsched``, ``least-work``,
+``affinity`` follow the journals; a fork's are rebuilt from its queues), so a fresh one reset
+on the fork routes as the real one would; a router with state of its own (``round-robin``'s
+index, ``random``'s generator) would restart it on each fork.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from rlsched.errors import ConfigError
+from rlsched.policies.base import PolicySpec, make_policy
+from rlsched.policies.projected import ProjectedPolicy
+from rlsched.sim.metrics import CLASS_WEIGHTS
+from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
+from rlsched.sim.simulator import PolicyLike, Simulator
+from rlsched.sim.stage import Router, Stage
+
+DEFAULT_HORIZON_S = 300.0
+"""How far each fork is run (and, for ``hindsight``, how far ahead it sees arrivals)."""
+_ENDED = (COMPLETED, FAILED_OOM, REJECTED)
+
+
+class LookaheadRouter:
+    """Bind each arrival to the replica whose simulated future scores best (module docstring)."""
+
+    name = "lookahead"
+
+    def __init__(self, policy: str, horizon_s: float = DEFAULT_HORIZON_S, future_s: float = 0.0,
+                 base: str = "rlsched", top: int = 0) -> None:
+        from rlsched.policies.routers import make_router
+
+        if not (math.isfinite(horizon_s) and horizon_s > 0):
+            raise ConfigError("router lookahead", f"the horizon must be a number of seconds > 0, not {horizon_s!r}")
+        if not 0 <= future_s <= horizon_s:
+            raise ConfigError("router lookahead", f"future_s must lie in [0, horizon {horizon_s:g}], not {future_s!r}")
+        if type(top) is not int or top == 1 or top < 0:
+            raise ConfigError("router lookahead", f"top must be 0 (every replica) or an integer >= 2, not {top!r}")
+        self.policy, self.horizon_s, self.future_s, self.base_spec = policy, horizon_s, future_s, base
+        self.top = top
+        """Try at most this many replicas (0: all): the base router's choice and the best others by
+        realizable gain (``replica_gain``) — what keeps hindsight affordable on 8 replicas."""
+        self._prototype = make_policy(policy)  # fails here on a bad spec, not at the first arrival
+        self._make_router = make_router
+        self.base: Router = make_router(base)
+        self.looked = 0
+        """Arrivals at which more than one replica was simulated."""
+        self.changed = 0
+        """Arrivals bound elsewhere than the base router's choice."""
+        self.forks = 0
+        """Forks run (one per replica tried)."""
+
+    def reset(self, stage: Stage) -> None:
+        self.base = self._make_router(self.base_spec)
+        self.base.reset(stage)
+        self._kind = [(id(s.cost), s.serving) for s in stage.specs]
+        self.looked = self.changed = self.forks = 0
+
+    def route(self, request: Request, stage: Stage) -> int:
+        choice = self.base.route(request, stage)
+        tries = self.candidates(request, stage, choice)
+        if len(tries) < 2:
+            return choice
+        self.looked += 1
+        if self.top and len(tries) > self.top:  # the realizable gains (cheap) choose whom hindsight tries
+            gains = [self.replica_gain(stage, request, r) for r in tries[1:]]
+            ranked = sorted(range(len(gains)), key=lambda i: -gains[i])[:self.top - 1]
+            tries = [choice, *(tries[1 + i] for i in sorted(ranked))]
+        scores = [self.value(stage, request, r) for r in tries]
+        best = tries[max(range(len(tries)), key=scores.__getitem__)]  # ties: the first, the base's choice
+        self.changed += best != choice
+        return best
+
+    def candidates(self, request: Request, stage: Stage, choice: int) -> list[int]:
+        """The replicas to try: the base router's choice first, then every other replica the request
+        fits on alone (memory), one per kind among the empty ones."""
+        out, empty_kinds = [choice], set()
+        if _empty(stage, choice):
+            empty_kinds.add(self._kind[choice])
+        for r, sim in enumerate(stage.replicas):
+            if r == choice or not sim.cost.fits([sim.cost.record(request)]):
+                continue
+            if _empty(stage, r):
+                if self._kind[r] in empty_kinds:
+                    continue
+                empty_kinds.add(self._kind[r])
+            out.append(r)
+        return out
+
+    def value(self, stage: Stage, request: Request, replica: int) -> float:
+        """How binding ``request`` to ``replica`` now scores, up to a constant shared by every replica
+        tried at this arrival: with hindsight the whole stage's fork (``stage_value``); realizable,
+        only that replica's gain (``replica_gain``), which ranks the replicas as whole-stage forks
+        would (without arrivals, replicas evolve independently) at 2 one-replica runs instead of R."""
+        if self.future_s > 0:
+            return self.stage_value(stage, request, replica)
+        return self.replica_gain(stage, request, replica)
+
+    def stage_value(self, stage: Stage, request: Request, replica: int) -> float:
+        """The score of the whole stage forked with ``request`` bound to ``replica`` (module docstring)."""
+        fork = stage.fork(self.future_s, stage.now + self.horizon_s)
+        fork.bind(request, replica)
+        counted = None if self.future_s > 0 else set(fork.routed)
+        fork.run([self._fresh() for _ in fork.replicas], self._make_router(self.base_spec))
+        self.forks += 1
+        return outcome_value(fork, counted)
+
+    def replica_gain(self, stage: Stage, request: Request, replica: int) -> float:
+        """What ``request`` on ``replica`` adds to that replica's score: a fork of the replica with it,
+        less one without (no new arrivals)."""
+        sim, end = stage.replicas[replica], stage.now + self.horizon_s
+        gain = 0.0
+        for sign, extra in ((1.0, request), (-1.0, None)):
+            if extra is None and not (sim.waiting or sim.running):
+                continue  # an empty replica scores 0 without the request
+            fork = sim.fork(0.0)
+            fork.horizon_s = end
+            if extra is not None:
+                fork.receive(extra, stage.now)
+            fork.run(self._fresh())
+            self.forks += 1
+            gain += sign * outcome_value(fork, end_s=end)
+        return gain
+
+    def _fresh(self) -> PolicyLike:
+        """A new replica policy, as ``make_policy(self.policy)`` makes it (without re-reading its files)."""
+        p = self._prototype
+        if type(p) is ProjectedPolicy:
+            fresh = ProjectedPolicy(p.params, p.config)
+            fresh.name = p.name
+            return fresh
+        return copy.deepcopy(p)
+
+
+def _empty(stage: Stage, r: int) -> bool:
+    sim = stage.replicas[r]
+    return not sim.waiting and not sim.running and sim.gpu_end_s == math.inf
+
+
+def outcome_value(state: Stage | Simulator, ids: set[int] | None = None, end_s: float | None = None) -> float:
+    """Class-weighted SLOs met minus those already missed at ``end_s`` (default: the state's
+    ``horizon_s``, where a fork stops) among ``state``'s requests (or those in ``ids``); open
+    requests with a later deadline count neither way."""
+    end, total = state.horizon_s if end_s is None else end_s, 0.0
+    for rid, rec in state.records.items():
+        if ids is not None and rid not in ids:
+            continue
+        w = CLASS_WEIGHTS[rec.request.priority]
+        if rec.slo_met:
+            total += w
+        elif rec.status in _ENDED or rec.deadline_s <= end:
+            total -= w
+    return total
+
+
+def _teacher(spec: PolicySpec, policy: str, hindsight: bool) -> LookaheadRouter:
+    options = dict(spec.options)
+    base, top = options.pop("base", "rlsched"), options.pop("top", "0")
+    if options:
+        raise ConfigError(f"router {spec}", f"takes only the options base=ROUTER and top=N (got {', '.join(options)})")
+    try:
+        horizon = float(spec.arg) if spec.arg else DEFAULT_HORIZON_S
+    except ValueError:
+        raise ConfigError(f"router {spec}", f"the horizon must be a number of seconds, not {spec.arg!r}") from None
+    if not top.isdigit():
+        raise ConfigError(f"router {spec}", f"top must be an integer >= 2 (0: every replica), not {top!r}")
+    router = LookaheadRouter(policy, horizon, horizon if hindsight else 0.0, base, int(top))
+    router.name = str(spec)
+    return router
+
+
+def lookahead(spec: PolicySpec, policy: str) -> LookaheadRouter:
+    """``POLICY@lookahead[:H][;base=ROUTER]``: the realizable teacher."""
+    return _teacher(spec, policy, hindsight=False)
+
+
+def hindsight(spec: PolicySpec, policy: str) -> LookaheadRouter:
+    """``POLICY@hindsight[:H][;base=ROUTER]``: the teacher that also sees the next ``H`` s of arrivals."""
+    return _teacher(spec, policy, hindsight=True)
+
+
+__all__ = ["DEFAULT_HORIZON_S", "LookaheadRouter", "hindsight", "lookahead", "outcome_value"]

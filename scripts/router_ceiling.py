@@ -1,0 +1,274 @@
+"""How much could a router gain over the strongest heuristic router? The ceilings of early binding.
+
+On each multi-replica pool, on the same seeded workloads, runs:
+
+* the rivals: rlsched's router with the pool's tuned replica policy (``static@rlsched``) and
+  every plain router × heuristic combination (``make results-replicas``'s set); the
+  *strongest heuristic router* of a cell is the one of them with the highest mean;
+* late binding, ``static@central`` (one central queue), shown beside the teachers;
+* the realizable look-ahead teacher ``static@lookahead:H`` (each replica the arrival fits on
+  tried on a fork holding the requests already known, ``static@rlsched`` finishing it over
+  ``H`` seconds; ``rlsched.policies.lookahead_router``);
+* the hindsight teacher ``static@hindsight:H;top=K`` (the same, the fork also receiving the
+  next ``H`` seconds of real arrivals; at most ``K`` replicas tried: rlsched's choice and the
+  ``K-1`` best by realizable gain).
+
+and writes the per-seed paired differences against the strongest heuristic router with 95 %
+intervals: ``OUT/ceiling.md``, ``ceiling.json`` (every run) and ``ceiling.png``. The teachers
+are slow by design (every arrival × replicas tried forks, each run forward), so the windows
+are short; ``video-8gpu`` (step mode) runs on its own (see ``SKIPPED``).
+
+    python scripts/router_ceiling.py --workers 2 --out results/router-ceiling
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.atomic import write_atomic
+from rlsched.evaluation import BASELINE_STAGED, RunSpec, ci95_half_width, prepare_stage
+from rlsched.parallel import run_tasks
+from rlsched.plotstyle import TABLE, style_of
+from rlsched.policies import make_policy
+from rlsched.policies.routers import make_router, run_spec, split_pair
+from rlsched.sim import load_scenario
+from rlsched.sim.metrics import json_safe, summarize_stage
+
+TUNED = {"qwen-image-8gpu": "default", "qwen-image-hetero": "default", "video-8gpu": "video-mix",
+         "azure-8gpu": "trace-azure"}
+"""Each pool's one-GPU counterpart, whose tuned action its replicas run (as ``make results-replicas``)."""
+PLAIN = ("fifo@round-robin", "fifo@least-queue", "fifo@random", "edf@least-queue", "edf@least-work",
+         "edf@affinity", "sjf@least-work")
+"""The plain router × heuristic combinations (the Makefile's ``STAGE_PLAIN``)."""
+SKIPPED = {"video-8gpu": "not in the default set (step mode; measured on its own with 3600 s windows, "
+                         "results/router-ceiling/video-8gpu: `--pools video-8gpu --duration 3600`)"}
+"""Pools left out of the default set, and why."""
+ROLES = ("lookahead", "hindsight", "central")
+
+
+def specs(pool: str, horizon: float, top: int) -> dict[str, str]:
+    """role -> spec on ``pool``: the rivals (``rival:…``), late binding and the two teachers."""
+    s = f"static:agents/tuned/{TUNED[pool]}.json"
+    out = {f"rival:{p}": p for p in (f"{s}@rlsched", *PLAIN)}
+    out["central"] = f"{s}@central"
+    out["lookahead"] = f"{s}@lookahead:{horizon:g}"
+    out["hindsight"] = f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else "")
+    return out
+
+
+def run(task: tuple[str, str, int, float, float]) -> dict[str, Any]:
+    """One run: the stage's metrics, its wall time and, for a teacher, how often it looked and
+    bound elsewhere than rlsched's router."""
+    pool, spec, seed, load, duration = task
+    t0 = time.perf_counter()
+    stage = prepare_stage(RunSpec(pool, spec, seed, load, duration), load_scenario(pool))
+    policy, router_spec = split_pair(spec)
+    extra: dict[str, Any] = {}
+    if router_spec == "central":
+        run_spec(stage, spec)
+    else:
+        router = make_router(router_spec, policy)
+        stage.run([make_policy(policy) for _ in stage.replicas], router)
+        if hasattr(router, "looked"):
+            extra = {"looked": router.looked, "changed": router.changed, "forks": router.forks}
+    m = summarize_stage(stage)
+    return {"pool": pool, "spec": spec, "seed": seed, "load": load, "requests": stage.total_requests,
+            "weighted": float(m["weighted_slo_attainment"]), "slo": float(m["slo_attainment"]),
+            "wall_s": time.perf_counter() - t0, **extra}
+
+
+def cells(rows: list[dict[str, Any]], pools: list[str], loads: list[float], seeds: list[int],
+          roles: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Per (pool, load): the strongest heuristic router and each role's paired difference to it."""
+    value = {(r["pool"], r["spec"], r["load"], r["seed"]): r["weighted"] for r in rows}
+    slo = {(r["pool"], r["spec"], r["load"], r["seed"]): r["slo"] for r in rows}
+    out = []
+    for pool in pools:
+        for load in loads:
+            def per_seed(spec: str) -> np.ndarray:
+                return np.array([value[(pool, spec, load, s)] for s in seeds])  # noqa: B023
+
+            rivals = [spec for role, spec in roles[pool].items() if role.startswith("rival:")]
+            best = max(rivals, key=lambda spec: per_seed(spec).mean())
+            base = per_seed(best)
+            cell: dict[str, Any] = {
+                "pool": pool, "load": load, "strongest": best, "strongest_value": 100 * float(base.mean()),
+                "fifo_rr_slo": 100 * float(np.mean([slo[(pool, BASELINE_STAGED, load, s)] for s in seeds])),
+                "rivals": {spec: 100 * float(per_seed(spec).mean()) for spec in rivals}}
+            for role in ROLES:
+                mine = per_seed(roles[pool][role])
+                diff = 100 * (mine - base)
+                cell[role] = {"value": 100 * float(mine.mean()), "diff": float(diff.mean()),
+                              "ci95": float(ci95_half_width(diff)),
+                              "ratio": float(mine.mean() / base.mean()) if base.mean() else math.nan}
+            teach = [r for r in rows if r["pool"] == pool and r["load"] == load and "looked" in r]
+            for r in teach:
+                role = "lookahead" if r["spec"] == roles[pool]["lookahead"] else "hindsight"
+                stats = cell[role].setdefault("bound_elsewhere", [])
+                stats.append(r["changed"] / max(r["requests"], 1))
+            out.append(cell)
+    return out
+
+
+def short(spec: str) -> str:
+    """``static:agents/tuned/x.json@rlsched`` -> ``static@rlsched``."""
+    policy, router = split_pair(spec)
+    return f"{policy.split(':', 1)[0]}@{router}"
+
+
+def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    seeds = meta["seeds"]
+    windows = ", ".join(f"{p} {d:g} s" for p, d in meta["windows"].items())
+    lines = [f"Router ceilings: class-weighted SLO attainment (%) of the strongest heuristic router (the best of "
+             f"`static@rlsched` and the plain router × heuristic combinations, by mean, per cell) and each "
+             f"teacher's paired difference to it (points, mean ± 95 % interval over evaluation seeds "
+             f"{seeds[0]}-{seeds[-1]}). Arrival windows: {windows}; horizon H = {meta['horizon_s']:g} s "
+             f"(each fork runs H s; hindsight also sees the next H s of arrivals, trying at most "
+             f"{meta['top'] or 'every'} replicas: rlsched's choice and the best others by realizable gain). "
+             f"Replica policy everywhere: the pool's tuned `static`.", "",
+             "| pool | load | `fifo@round-robin` meets | strongest heuristic router | its value | "
+             "look-ahead − it | hindsight − it | `static@central` − it | look-ahead ÷ it | hindsight ÷ it |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cs:
+        def pm(role: str) -> str:
+            return f"{c[role]['diff']:+.1f} ± {c[role]['ci95']:.1f}"  # noqa: B023
+
+        lines.append(f"| {c['pool']} | ×{c['load']:g} | {c['fifo_rr_slo']:.1f} % | `{short(c['strongest'])}` | "
+                     f"{c['strongest_value']:.1f} | {pm('lookahead')} | {pm('hindsight')} | {pm('central')} | "
+                     f"{c['lookahead']['ratio']:.3f} | {c['hindsight']['ratio']:.3f} |")
+    band = [c for c in cs if 40 <= c["fifo_rr_slo"] <= 80]
+    lines.append("")
+    if band:
+        la = np.mean([c["lookahead"]["ratio"] for c in band])
+        hs = np.mean([c["hindsight"]["ratio"] for c in band])
+        names = ", ".join(f"{c['pool']} ×{c['load']:g}" for c in band)
+        lines.append(f"Over the cells where `fifo@round-robin` meets 40–80 % of SLOs ({names}): look-ahead "
+                     f"×{la:.3f}, hindsight ×{hs:.3f} the strongest heuristic router (mean ratio; issue 20's "
+                     f"target for a learned router: ×1.05).")
+    bound = [(c["pool"], c["load"], np.mean(c["lookahead"].get("bound_elsewhere", [0])),
+              np.mean(c["hindsight"].get("bound_elsewhere", [0]))) for c in cs]
+    lines += ["", "Share of arrivals the teachers bound elsewhere than rlsched's router would: "
+              + "; ".join(f"{p} ×{x:g} {100 * a:.1f} % / {100 * b:.1f} %" for p, x, a, b in bound) + "."]
+    for pool, why in meta["skipped"].items():
+        lines += ["", f"Not measured: {pool} — {why}."]
+    lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {meta['workers']} workers)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(pools), figsize=(4.6 * len(pools), 3.8), squeeze=False)
+    series = [("strongest heuristic router", None, style_of("static@rlsched")),
+              ("static@central (late binding)", "central", style_of("static@central")),
+              ("look-ahead teacher (realizable ceiling)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
+              ("hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
+    for ax, pool in zip(axes[0], pools):
+        pts = sorted((c for c in cs if c["pool"] == pool), key=lambda c: c["load"])
+        x0 = np.array([c["load"] for c in pts])
+        low = 100.0
+        for k, (name, role, st) in enumerate(series):
+            x = x0 + (k - 1.5) * 0.012  # side by side, so the intervals do not hide each other
+            if role is None:
+                y, e = np.array([c["strongest_value"] for c in pts]), np.zeros(len(pts))
+            else:  # the strongest's mean plus the paired difference, its interval as error bar
+                y = np.array([c["strongest_value"] + c[role]["diff"] for c in pts])
+                e = np.nan_to_num(np.array([c[role]["ci95"] for c in pts]))
+            ax.errorbar(x, y, yerr=e, capsize=3, label=name, markersize=5, **st.line())
+            low = min(low, float(np.min(y - e)))
+        for c in pts:
+            ax.annotate(short(c["strongest"]), (c["load"], c["strongest_value"]), fontsize=6,
+                        textcoords="offset points", xytext=(3, -10))
+        ax.set(title=pool, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %",
+               ylim=(max(0.0, low - 3), 101), xticks=x0)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.text(0.01, 0.005, "error bars: paired 95 % interval of the difference to the strongest heuristic router",
+             fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pools", default="qwen-image-8gpu,qwen-image-hetero,azure-8gpu")
+    p.add_argument("--loads", default="0.5,1.0,1.5")
+    p.add_argument("--seed0", type=int, default=1000, help="first seed (>= 1000: evaluation seeds)")
+    p.add_argument("--seeds", type=int, default=3, help="how many consecutive seeds")
+    p.add_argument("--duration", type=float, default=1800.0, help="arrival window per run (s)")
+    p.add_argument("--window", action="append", default=["azure-8gpu=7200"], metavar="POOL=SECONDS",
+                   help="a pool's own window (the trace's first hour is nearly empty at x0.5-x1)")
+    p.add_argument("--horizon", type=float, default=180.0, help="seconds each fork runs (hindsight: and sees)")
+    p.add_argument("--top", type=int, default=3, help="hindsight tries at most this many replicas (0: all)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", default="results/router-ceiling")
+    p.add_argument("--replot", action="store_true", help="re-write ceiling.md and ceiling.png from OUT/ceiling.json")
+    args = p.parse_args()
+    if args.replot:
+        out = Path(args.out)
+        data = json.loads((out / "ceiling.json").read_text())
+        write_atomic(out / "ceiling.md", markdown(data["cells"], data))
+        plot(data["cells"], data["pools"], out / "ceiling.png")
+        return
+    pools, loads = args.pools.split(","), [float(x) for x in args.loads.split(",")]
+    unknown = [x for x in pools if x not in TUNED]
+    if unknown:
+        p.error(f"no tuned counterpart known for {', '.join(unknown)} (known: {', '.join(TUNED)})")
+    if args.seed0 < 1000:
+        p.error("--seed0 must be >= 1000: the ceilings are measured on evaluation seeds")
+    windows = {pool: args.duration for pool in pools}
+    for item in args.window:
+        pool, _, secs = item.partition("=")
+        if pool in windows:
+            windows[pool] = float(secs)
+    seeds = list(range(args.seed0, args.seed0 + args.seeds))
+    roles = {pool: specs(pool, args.horizon, args.top) for pool in pools}
+    for pool in pools:  # every spec builds (files read) before the first run
+        for spec in roles[pool].values():
+            policy, router = split_pair(spec)
+            make_policy(policy)
+            if router != "central":
+                make_router(router, policy)
+    # the slowest first (hindsight, the heaviest load), so two workers finish together
+    tasks = sorted(((pool, spec, s, load, windows[pool]) for pool in pools for load in loads for s in seeds
+                    for spec in roles[pool].values()),
+                   key=lambda t: (-("@hindsight" in t[1]), -("@lookahead" in t[1]), -t[3], t[0], t[1], t[2]))
+    from rich.progress import Progress
+
+    t0 = time.perf_counter()
+    rows = []
+    with Progress() as bar:
+        job = bar.add_task("router ceilings", total=len(tasks))
+        for row in run_tasks(run, tasks, args.workers):
+            rows.append(row)
+            bar.advance(job)
+    wall = time.perf_counter() - t0
+    cs = cells(rows, pools, loads, seeds, roles)
+    meta = {"pools": pools, "loads": loads, "seeds": seeds, "windows": windows, "horizon_s": args.horizon,
+            "top": args.top, "specs": roles, "skipped": {k: v for k, v in SKIPPED.items() if k not in pools},
+            "workers": args.workers, "wall_s": wall,
+            "command": "python scripts/router_ceiling.py " + " ".join(sys.argv[1:])}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(cs, meta)
+    write_atomic(out / "ceiling.md", text)
+    write_atomic(out / "ceiling.json", json.dumps(json_safe({**meta, "cells": cs, "runs": rows}), indent=1))
+    plot(cs, pools, out / "ceiling.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Forks of a multi-replica stage: independent of the original, conserving, deterministic, and
+exact (a fork run on under the same policy and router continues as the original does)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rlsched.errors import ConfigError, InvalidRequest
+from rlsched.policies import make_policy
+from rlsched.policies.routers import make_router
+from rlsched.sim import Request
+from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, RUNNING, WAITING
+from rlsched.sim.stage import Stage
+from tests.sim.test_stage import outcome, replicas, workload
+
+STATIC = "static:agents/tuned/default.json"
+ENDED = (COMPLETED, FAILED_OOM, REJECTED)
+
+
+class Forking:
+    """Routes like ``base``; at request ``at`` it also calls ``probe(stage, request, choice)`` — which
+    may fork the stage — before the request is delivered."""
+
+    name = "forking"
+
+    def __init__(self, base: str, at: int, probe: Callable[[Stage, Request, int], Any]) -> None:
+        self.base, self.at, self.probe = make_router(base), at, probe
+        self.seen: Any = None
+
+    def reset(self, stage: Stage) -> None:
+        self.base.reset(stage)
+
+    def route(self, request: Request, stage: Stage) -> int:
+        r = self.base.route(request, stage)
+        if request.id == self.at:
+            self.seen = self.probe(stage, request, r)
+        return r
+
+
+def run(reqs: list[Request], n: int, policy: str, router: Any, mode: str = "request") -> Stage:
+    return Stage(reqs, replicas(n, mode), seed=4).run([make_policy(policy) for _ in range(n)], router)
+
+
+def continue_fork(policy: str, base: str, future_s: float) -> Callable[[Stage, Request, int], Stage]:
+    def probe(stage: Stage, request: Request, r: int) -> Stage:
+        fork = stage.fork(future_s)
+        fork.bind(request, r)
+        return fork.run([make_policy(policy) for _ in fork.replicas], make_router(base))
+    return probe
+
+
+@pytest.mark.parametrize("mode", ["request", "step"])
+@pytest.mark.parametrize("policy", ["fifo", "edf", STATIC])
+@pytest.mark.parametrize("base", ["rlsched", "least-work"])
+def test_a_fork_run_on_continues_exactly_as_the_original(mode: str, policy: str, base: str) -> None:
+    reqs = workload(160, seed=2, rate=1.2)
+    at = 100
+    # the last arrival, nothing known beyond it: the realizable fork (future_s=0) sees all there is
+    last = Forking(base, len(reqs) - 1, continue_fork(policy, base, 0.0))
+    original = run(reqs, 3, policy, last, mode)
+    fork = last.seen
+    assert fork.arrivals_left == 0 and len(fork.records) > 1
+    assert outcome(fork.records) == {i: v for i, v in outcome(original.records).items() if i in fork.records}
+    # mid-run, shown every arrival to come (hindsight to the end): the fork is the rest of the run
+    mid = Forking(base, at, continue_fork(policy, base, math.inf))
+    original = run(reqs, 3, policy, mid, mode)
+    fork = mid.seen
+    assert {q.id for q in reqs if q.id > at} <= set(fork.records)
+    assert outcome(fork.records) == {i: v for i, v in outcome(original.records).items() if i in fork.records}
+
+
+@pytest.mark.parametrize("mode", ["request", "step"])
+def test_forking_and_running_a_fork_leave_the_original_untouched(mode: str) -> None:
+    reqs = workload(160, seed=3, rate=1.5)
+    plain = run(reqs, 3, STATIC, make_router("rlsched"), mode)
+    forked = run(reqs, 3, STATIC, Forking("rlsched", 90, continue_fork(STATIC, "rlsched", 600.0)), mode)
+    assert outcome(forked.records) == outcome(plain.records)
+    assert forked.routed == plain.routed
+    assert [s.batch_sizes for s in forked.replicas] == [s.batch_sizes for s in plain.replicas]
+
+
+def test_a_fork_holds_the_present_once_each_and_its_arrivals_are_the_next_future_s() -> None:
+    reqs = workload(160, seed=5, rate=1.5)
+    at, future = 90, 120.0
+
+    def probe(stage: Stage, request: Request, r: int) -> dict[str, Any]:
+        live = {rid: i for i, sim in enumerate(stage.replicas) for rid, rec in sim.records.items()
+                if rec.status in (WAITING, RUNNING)}
+        fork = stage.fork(future)
+        held = [rid for sim in fork.replicas for rid in [*sim.waiting, *(x.request.id for x in sim.running)]]
+        ahead = [q.id for q in reqs if stage.now < q.arrival_s <= stage.now + future]
+        out = {"live": live, "routed": dict(fork.routed), "held": held, "ahead": ahead,
+               "arrivals": [q.id for q in fork._arrivals], "now": (fork.now, stage.now)}
+        fork.bind(request, r)
+        fork.run([make_policy(STATIC) for _ in fork.replicas], make_router("rlsched"))
+        out["ended"] = sorted(rid for rid, rec in fork.records.items() if rec.status in ENDED)
+        out["left"] = sorted(fork.records)
+        return out
+
+    router = Forking("rlsched", at, probe)
+    run(reqs, 3, STATIC, router)
+    seen = router.seen
+    assert len(seen["live"]) > 3  # a backlog, not an empty stage
+    assert seen["routed"] == seen["live"]
+    assert sorted(seen["held"]) == sorted(seen["live"])  # each present request once, where it was
+    assert seen["arrivals"] == seen["ahead"] and seen["arrivals"] and at not in seen["arrivals"]
+    assert seen["now"][0] == seen["now"][1]
+    # run to the end: every request of the fork (present, bound, shown) ends exactly once
+    assert seen["ended"] == seen["left"] == sorted({*seen["live"], at, *seen["ahead"]})
+
+
+def test_two_forks_of_one_moment_run_the_same() -> None:
+    reqs = workload(160, seed=6, rate=1.5)
+
+    def probe(stage: Stage, request: Request, r: int) -> tuple[dict, dict]:
+        runs = []
+        for _ in range(2):
+            fork = stage.fork(300.0, stage.now + 200.0)
+            fork.bind(request, r)
+            runs.append(outcome(fork.run([make_policy(STATIC) for _ in fork.replicas], make_router("rlsched")).records))
+        return runs[0], runs[1]
+
+    router = Forking("rlsched", 80, probe)
+    run(reqs, 3, STATIC, router)
+    a, b = router.seen
+    assert a == b
+    assert any(v[0] not in ENDED for v in a.values())  # the horizon cut the fork short
+
+
+def test_fork_and_bind_refuse_what_they_cannot_do() -> None:
+    reqs = workload(40, rate=1.0)
+    late = Stage(reqs, replicas(2)).run([make_policy("fifo") for _ in range(2)], central=lambda: make_policy("edf"))
+    with pytest.raises(ConfigError, match="late-binding"):
+        late.fork()
+    early = Stage(reqs, replicas(2))
+    with pytest.raises(ConfigError, match="future_s"):
+        early.fork(-1.0)
+    fork = early.fork(math.inf)
+    with pytest.raises(InvalidRequest, match="already"):
+        fork.bind(reqs[3], 0)  # still among the fork's arrivals
