@@ -184,23 +184,31 @@ def engine(policy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "wave_gap_ms": gaps}
 
 
-def compare(policy: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_engine(spec: str, args: argparse.Namespace, serve: Any) -> tuple[dict[str, Any], tuple[float, float],
+                                                                        dict[str, Any]]:
+    """``serve(spec, args, work)`` in a work folder (``--keep`` or a temporary one): the engine's
+    results, the fitted wave overhead (ms, ms/Mpx) and the row fields both comparisons report."""
     with tempfile.TemporaryDirectory(prefix="rlsched-sve-") as tmp:
-        work = Path(args.keep) / policy.replace("/", "_").replace(":", "_") if args.keep else Path(tmp)
+        work = Path(args.keep) / spec.replace("/", "_").replace(":", "_") if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        eng = engine(policy, args, work)
+        eng = serve(spec, args, work)
     pairs = eng["wave_gap_ms"]
     gaps = sorted(g for g, _ in pairs)
-    gap_ms = sum(gaps) / len(gaps) if gaps else 0.0
     fit = _fit(pairs)
+    row = {"policy": spec, "wave_gap_ms_mean": sum(gaps) / len(gaps) if gaps else 0.0,
+           "wave_gap_ms_median": _median(gaps) or 0.0, "wave_gaps": len(gaps), "overhead_ms": fit[0],
+           "overhead_ms_per_mpx": fit[1], "engine_attainment": eng["attainment"],
+           "client_attainment": eng["client_attainment"], "errors": eng["errors"], "fallbacks": eng["fallbacks"],
+           "admission_mismatches": eng["mismatches"]}
+    return eng, fit, row
+
+
+def compare(policy: str, args: argparse.Namespace) -> dict[str, Any]:
+    eng, fit, row = run_engine(policy, args, engine)
     raw = _versus(simulate(policy, args), eng)
     folded = _versus(simulate(policy, args, fit), eng)
-    return {"policy": policy, "wave_gap_ms_mean": gap_ms, "wave_gap_ms_median": _median(gaps) or 0.0,
-            "wave_gaps": len(gaps), "overhead_ms": fit[0], "overhead_ms_per_mpx": fit[1],
-            "engine_batches": len(eng["batches"]), "engine_attainment": eng["attainment"],
-            "client_attainment": eng["client_attainment"], "errors": eng["errors"],
-            "fallbacks": eng["fallbacks"], "admission_mismatches": eng["mismatches"],
-            "sim": raw, "sim_with_overhead": folded, "engine_batch_sequence": eng["batches"]}
+    return {**row, "engine_batches": len(eng["batches"]), "sim": raw, "sim_with_overhead": folded,
+            "engine_batch_sequence": eng["batches"]}
 
 
 def _versus(sim: dict[str, Any], eng: dict[str, Any]) -> dict[str, Any]:
@@ -389,20 +397,10 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
 
 
 def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rlsched-sve-") as tmp:
-        work = Path(args.keep) / spec.replace("/", "_").replace(":", "_") if args.keep else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        eng = engine_stage(spec, args, work)
-    pairs = eng["wave_gap_ms"]
-    gaps = sorted(g for g, _ in pairs)
-    fit = _fit(pairs)
+    eng, fit, row = run_engine(spec, args, engine_stage)
     sims = {"sim": simulate_stage(spec, args), "sim_ledger": simulate_stage(spec, args, ledger=True),
             "sim_ledger_overhead": simulate_stage(spec, args, fit, ledger=True)}
-    return {"policy": spec, "replicas": args.replicas, "wave_gap_ms_mean": sum(gaps) / len(gaps) if gaps else 0.0,
-            "wave_gap_ms_median": _median(gaps) or 0.0, "wave_gaps": len(gaps), "overhead_ms": fit[0],
-            "overhead_ms_per_mpx": fit[1], "engine_batches": sum(len(b) for b in eng["batches"].values()),
-            "engine_attainment": eng["attainment"], "client_attainment": eng["client_attainment"],
-            "errors": eng["errors"], "fallbacks": eng["fallbacks"], "admission_mismatches": eng["mismatches"],
+    return {**row, "replicas": args.replicas, "engine_batches": sum(len(b) for b in eng["batches"].values()),
             "router_decisions": eng["router_decisions"],
             **{name: _versus_stage(sim, eng) for name, sim in sims.items()},
             "engine_batch_sequence": eng["batches"], "engine_routed": eng["routed"]}
