@@ -207,15 +207,18 @@ class Server:
 
     def routed(self) -> list[dict[str, Any]]:
         """The router's choices in order (``$RLSCHED_ROUTER_LOG``), one dict per routed request."""
-        if not self.router_log.exists():
-            return []
-        return [json.loads(line) for line in self.router_log.read_text().splitlines() if line.strip()]
+        return _read_jsonl(self.router_log)
 
     def executed(self) -> list[dict[str, Any]]:
         """The executor's calls in order (the warm-up first), one dict each."""
-        if not self.executor_log.exists():
-            return []
-        return [json.loads(line) for line in self.executor_log.read_text().splitlines() if line.strip()]
+        return _read_jsonl(self.executor_log)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """One dict per non-empty line of ``path``; none while the server has not written it."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _scrape(url: str) -> dict[str, float]:
