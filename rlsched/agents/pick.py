@@ -25,10 +25,13 @@ G_OUT, HIDDEN = 32, 64
 
 
 class CandidateNet(nn.Module):
-    def __init__(self, g_dim: int = GLOBAL_DIM, g_out: int = G_OUT, hidden: int = HIDDEN) -> None:
+    """``f_dim`` candidate fields (field 1 flags the proposal); the learned router uses the same
+    network over replicas (``rlsched.learned.router``)."""
+
+    def __init__(self, g_dim: int = GLOBAL_DIM, g_out: int = G_OUT, hidden: int = HIDDEN, f_dim: int = F) -> None:
         super().__init__()
         self.glob = nn.Linear(g_dim, g_out)
-        self.hidden = nn.ModuleList([nn.Linear(F + g_out, hidden), nn.Linear(hidden, hidden)])
+        self.hidden = nn.ModuleList([nn.Linear(f_dim + g_out, hidden), nn.Linear(hidden, hidden)])
         self.out = nn.Linear(hidden, 1)
         self.proposal_bias = nn.Parameter(torch.zeros(1))
         """Added to the proposal's score: another candidate starts only when its predicted

@@ -318,7 +318,7 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
     net, stats, files = _imitation_rounds(cfg, run, progress, timing, log)
     log.close()
     t = time.perf_counter()
-    nets = {f"imitation@{m:g}": _with_margin(net, m) for m in sorted(cfg.imitation.margins, reverse=True)}
+    nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(cfg.imitation.margins, reverse=True)}
     diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
     timing["validation_imitation_s"] = time.perf_counter() - t
     chosen, comparisons = choose_stage(list(nets), diffs)
@@ -375,14 +375,14 @@ def _imitation_rounds(cfg: PickConfig, run: Path, progress: bool, timing: dict[s
     for r in range(1, lc.dagger_rounds + 1):
         t = time.perf_counter()
         files.append(_label(cfg, run, f"dagger{r}", lc.dagger_episodes_per_scenario, seed0,
-                            numpy_scorer(_with_margin(net, ic.dagger_margin)), progress))
+                            numpy_scorer(with_margin(net, ic.dagger_margin)), progress))
         seed0 += lc.dagger_episodes_per_scenario
         timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
         net = fit(files, f"dagger{r}")
     return net, stats, files
 
 
-def initial_net(seed: int) -> Any:
+def initial_net(seed: int, **dims: int) -> Any:
     """The network an imitation round starts from, seeded here: torch seeds its default generator
     from the OS at start-up, so a network built before any ``manual_seed`` (as the first round's
     was) starts from other weights in every run."""
@@ -391,7 +391,7 @@ def initial_net(seed: int) -> Any:
     from rlsched.agents.pick import CandidateNet
 
     torch.manual_seed(seed)
-    return CandidateNet()
+    return CandidateNet(**dims)
 
 
 def weights_digest(net: Any) -> str:
@@ -422,7 +422,7 @@ def _export(cfg: PickConfig, net: Any, out: Path, report: dict[str, Any], origin
                      "train_seconds": report["total_s"]}})
 
 
-def _with_margin(net: Any, margin: float) -> Any:
+def with_margin(net: Any, margin: float) -> Any:
     import copy
 
     import torch
@@ -433,4 +433,5 @@ def _with_margin(net: Any, margin: float) -> Any:
     return out
 
 
-__all__ = ["PickConfig", "choose_stage", "learn", "load_pick_config", "recipe_config", "validate"]
+__all__ = ["EXECUTION_FIELDS", "PickConfig", "choose_stage", "initial_net", "learn", "load_pick_config",
+           "recipe_config", "validate", "weights_digest", "with_margin"]

@@ -86,10 +86,11 @@ def _check_static(scenarios: list[str], static: str) -> None:
             raise ConfigError("--static", f"scenario {sc!r}: {exc}") from None
 
 
-@command("learn", "Train the candidate-batch policy end to end: labels, imitation, DAgger, MaskablePPO, "
-                  "validation, export.")
+@command("learn", "Train a learned policy end to end: the candidate-batch policy (labels, imitation, DAgger, "
+                  "MaskablePPO, validation, export) or, with a `kind: router` preset, the learned router.")
 def add_learn_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--agent", default="agents/pick.yaml", help="recipe preset (YAML)")
+    p.add_argument("--agent", default="agents/pick.yaml",
+                   help="recipe preset (YAML): agents/pick.yaml (candidate policy) or agents/router.yaml (router)")
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
     p.add_argument("--timesteps", type=int_at_least(0), help="PPO steps (default: the preset's; 0 skips PPO)")
@@ -100,14 +101,30 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 
 def run_learn(args: argparse.Namespace) -> int:
     from rlsched.agents.pick_train import learn, load_pick_config
+    from rlsched.sim.yamlio import read_yaml
 
     check_out_dir(args.run_dir, "--run-dir")
     if args.out:
         check_out_dir(args.out, "--out")
+    if (read_yaml(Path(args.agent)) or {}).get("kind") == "router":
+        return _learn_router(args)
     cfg = load_pick_config(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
     report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
+    print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
+    print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
+    return 0
+
+
+def _learn_router(args: argparse.Namespace) -> int:
+    """``kind: router`` presets: the learned router's recipe (``rlsched.agents.router_train``)."""
+    from rlsched.agents.router_train import learn_router, load_router_config
+
+    if args.timesteps is not None:
+        raise ConfigError("--timesteps", "the router's recipe has no PPO stage (see rlsched/agents/router_train.py)")
+    cfg = load_router_config(args.agent, workers=args.workers, ray=args.ray)
+    report = learn_router(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
     print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
     print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
     return 0

@@ -27,6 +27,7 @@ import importlib
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,6 +78,11 @@ class QueueWork:
         """Standalone work of the waiting requests whose deadline is not later than ``deadline_s``
         (what a deadline-ordered replica policy runs first)."""
         return sum(self._works[:bisect_right(self._by_deadline, (deadline_s, _LAST))])
+
+    def due_after(self, deadline_s: float) -> int:
+        """How many waiting requests are due later than ``deadline_s`` (those a deadline-ordered
+        replica policy runs after a request of that deadline: what it pushes back)."""
+        return len(self._by_deadline) - bisect_right(self._by_deadline, (deadline_s, _LAST))
 
     def _add(self, rec: RequestRecord) -> None:
         self._remove(rec)  # a re-enqueue (preemption) replaces the entry
@@ -210,16 +216,38 @@ class RlschedRouter(_Followed):
 
     def route(self, request: Request, stage: Stage) -> int:
         self._sync(stage)
+        return self.choose(request, self.predict(request, stage))
+
+    def predict(self, request: Request, stage: Stage) -> list[Prediction]:
+        """The request's predicted finish on every replica (the queues synced by the caller)."""
         now, deadline = stage.now, request.arrival_s + request.slo_s
-        best, best_score = 0, None
+        out = []
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
             rec = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            finish = now + busy + work.due_before(deadline) + rec.work_s
-            score = (finish > deadline, finish, i)
-            if best_score is None or score < best_score:
-                best, best_score = i, score
-        return best
+            due = work.due_before(deadline)
+            out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s))
+        return out
+
+    @staticmethod
+    def choose(request: Request, predictions: list[Prediction]) -> int:
+        """Savable first, then the earliest predicted finish, then the lowest index."""
+        deadline = request.arrival_s + request.slo_s
+        return min(range(len(predictions)), key=lambda i: (predictions[i].finish_s > deadline,
+                                                           predictions[i].finish_s, i))
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What ``RlschedRouter`` predicts for a request on one replica."""
+
+    record: RequestRecord
+    """The request's shape there (standalone work, memory at that replica's layout)."""
+    busy_s: float
+    """Remaining time of the running batch."""
+    due_s: float
+    """Standalone work queued there that is due no later than the request."""
+    finish_s: float
 
 
 ROUTERS: dict[str, str] = {
@@ -229,6 +257,7 @@ ROUTERS: dict[str, str] = {
     "least-work": "rlsched.policies.routers:least_work",
     "affinity": "rlsched.policies.routers:affinity",
     "rlsched": "rlsched.policies.routers:rlsched_router",
+    "router": "rlsched.learned.router:learned_router",
 }
 """Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
 
@@ -307,4 +336,4 @@ def run_spec(stage: Stage, spec: str) -> Stage:
 
 
 __all__ = ["ROUTERS", "TEACHERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter",
-           "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair"]
+           "Prediction", "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair"]

@@ -1,0 +1,366 @@
+"""The learned router's recipe, one command: labels → imitation → DAgger → validation → export.
+
+1. Label arrivals on the multi-replica pools with the realizable look-ahead teacher
+   (``LookaheadRouter.replica_gain``: the request tried on a fork of each replica it fits on,
+   the pool's replica policy finishing the fork over ``horizon_s``; the gain in
+   class-weighted SLOs met). rlsched's router drives the stage (round 0) or, in DAgger
+   rounds, the imitated router itself.
+2. Imitate: regress score(replica) − score(proposal) on the label advantage
+   (``rlsched.agents.pick.imitate``, the candidate policy's loss; proposal = rlsched's choice).
+3. Validate each proposal margin paired against ``static@rlsched`` (the strongest heuristic
+   router on every pool: results/router-ceiling) on validation seeds (900+), keep a margin by
+   ``choose_stage`` (the largest, unless a smaller one wins by more than the paired 95 %
+   interval) and export the frozen scorer (``kind: router``) that ``POLICY@router:FOLDER`` serves.
+
+Workload seeds: labels below 900, validation 900-999, evaluation >= 1000. Deterministic for
+its ``seed``: the same config gives the same labels, weights and content hash, whichever
+number of workers ran it (each label task is one seeded episode).
+
+Why no PPO stage (unlike ``pick``): the router's realizable ceiling is x1.03 the strongest
+heuristic router in the 40-80 % cells (results/router-ceiling) and the candidate policy's
+PPO stage never cleared its paired interval over imitation on one GPU; the labels are
+exact (a realizable label is deterministic, not a one-future sample), so imitation reaches
+what the teacher knows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rlsched.errors import ConfigError
+from rlsched.sim.yamlio import read_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RouteLabelConfig(_Strict):
+    episodes_per_pool: int = Field(default=12, ge=1)
+    seed0: int = Field(default=0, ge=0, lt=900)
+    horizon_s: float = Field(default=180.0, gt=0)
+    """How far each teacher fork runs (the ceiling's H)."""
+    every: int = Field(default=1, ge=1)
+    """Label one arrival with a choice in this many."""
+    duration_s: float = Field(default=1800.0, gt=0)
+    dagger_rounds: int = Field(default=1, ge=0)
+    dagger_episodes_per_pool: int = Field(default=6, ge=1)
+
+
+class RouteImitationConfig(_Strict):
+    epochs: int = Field(default=40, ge=1)
+    learning_rate: float = Field(default=3e-3, gt=0)
+    weight_decay: float = Field(default=1e-4, ge=0)
+    margins: tuple[float, ...] = (2.0, 1.0, 0.5, 0.25)
+    """Proposal margins (class-weighted requests) tried on the validation seeds."""
+    dagger_margin: float = Field(default=0.5, ge=0)
+
+
+class RouteValidationConfig(_Strict):
+    seeds: tuple[int, ...] = tuple(range(900, 910))
+    rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
+    duration_s: float = Field(default=3600.0, gt=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _validation_seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(not 900 <= s < 1000 for s in v):
+            raise ValueError("validation seeds lie in [900, 1000) (labels below, evaluation from 1000)")
+        return v
+
+
+class RouterConfig(_Strict):
+    kind: Literal["router"]
+    name: str = "router"
+    pools: tuple[str, ...]
+    static: dict[str, str]
+    """Pool -> tuned action file of its replica policy (``static``), the one it is evaluated with."""
+    durations: dict[str, float] = Field(default_factory=dict)
+    """Pool -> arrival window (s) for labels and validation where the default is too sparse (traces)."""
+    rate_scale: tuple[float, float] = (0.5, 1.5)
+    labels: RouteLabelConfig = RouteLabelConfig()
+    imitation: RouteImitationConfig = RouteImitationConfig()
+    validation: RouteValidationConfig = RouteValidationConfig()
+    workers: int = Field(default=2, ge=1)
+    ray: str | None = None
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("static")
+    @classmethod
+    def _every_pool(cls, v: dict[str, str], info: Any) -> dict[str, str]:
+        missing = [p for p in info.data.get("pools", ()) if p not in v]
+        if missing:
+            raise ValueError(f"no replica policy for pool(s) {', '.join(missing)}")
+        return v
+
+
+def load_router_config(path: str | Path, **overrides: Any) -> RouterConfig:
+    from pydantic import ValidationError
+
+    data = read_yaml(Path(path)) or {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return RouterConfig(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
+
+
+# ------------------------------------------------------------------ labels
+@dataclass(frozen=True)
+class RouteLabelTask:
+    """One labelled episode: a seeded workload on a pool, who routes it, how far the teacher looks."""
+
+    pool: str
+    seed: int
+    rate_scale: float
+    static: str
+    horizon_s: float
+    every: int
+    duration_s: float
+    scorer: Any = None
+    """A ``Scorer`` (DAgger: the learned router routes) or None (rlsched's router does)."""
+
+
+def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
+    """Arrays ``glob`` (N, RG), ``cand`` (N, MAX_REPLICAS, RF) and ``q`` (N, MAX_REPLICAS; NaN where
+    invalid or absent) of one episode; the proposal is slot 0 of every state."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from rlsched.evaluation import RunSpec, prepare_stage
+    from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
+    from rlsched.policies import make_policy
+    from rlsched.policies.lookahead_router import LookaheadRouter
+    from rlsched.sim import load_scenario
+
+    sc = load_scenario(task.pool)
+    stage = prepare_stage(RunSpec(task.pool, "label", task.seed, task.rate_scale, task.duration_s), sc)
+    if len(stage.replicas) > MAX_REPLICAS:
+        raise ConfigError("router.pools", f"{task.pool}: {len(stage.replicas)} replicas, labels hold {MAX_REPLICAS}")
+    spec = f"static:{task.static}"
+    teacher = LookaheadRouter(spec, task.horizon_s)
+    kinds = [(id(s.cost), s.serving) for s in stage.specs]
+    glob, cand, qs = [], [], []
+
+    class Labeller(RouteFeatures):
+        seen = 0
+
+        def route(self, request: Any, st: Any) -> int:
+            proposal, g, c = self.describe(request, st)
+            valid = np.flatnonzero(c[:, 0] > 0)
+            choice = proposal
+            if task.scorer is not None:
+                scores = np.where(c[:, 0] > 0, task.scorer(g, c), -np.inf)
+                choice = int(np.argmax(scores))
+            if len(valid) > 1:
+                self.seen += 1
+                if self.seen % task.every == 0:
+                    order = [proposal, *(i for i in range(len(c)) if i != proposal)]
+                    q = np.full(MAX_REPLICAS, np.nan)
+                    empty: dict[Any, float] = {}  # idle replicas of one kind score alike: one fork per kind
+                    for slot, i in enumerate(order):
+                        if not c[i, 0]:
+                            continue
+                        idle = _idle(st, i)
+                        if idle and kinds[i] in empty:
+                            q[slot] = empty[kinds[i]]
+                            continue
+                        q[slot] = teacher.replica_gain(st, request, i)
+                        if idle:
+                            empty[kinds[i]] = q[slot]
+                    rows = np.zeros((MAX_REPLICAS, RF), np.float32)
+                    rows[:len(c)] = c[order]
+                    glob.append(g)
+                    cand.append(rows)
+                    qs.append(q)
+            return choice
+
+    router = Labeller()
+    teacher.reset(stage)
+    stage.run([make_policy(spec) for _ in stage.replicas], router)
+    return {"glob": np.asarray(glob, np.float32).reshape(-1, RG),
+            "cand": np.asarray(cand, np.float32).reshape(-1, MAX_REPLICAS, RF), "q": np.asarray(qs).reshape(-1,
+                                                                                                          MAX_REPLICAS)}
+
+
+def _idle(stage: Any, r: int) -> bool:
+    sim = stage.replicas[r]
+    return not sim.waiting and not sim.running and sim.gpu_end_s == np.inf
+
+
+def route_label_tasks(cfg: RouterConfig, episodes: int, seed0: int, scorer: Any = None) -> list[RouteLabelTask]:
+    """``episodes`` per pool on consecutive training seeds from ``seed0``, loads spread evenly over
+    ``rate_scale`` (stratified: every load band gets labels)."""
+    lc = cfg.labels
+    loads = np.linspace(*cfg.rate_scale, episodes) if episodes > 1 else np.array([np.mean(cfg.rate_scale)])
+    return [RouteLabelTask(p, seed0 + i, float(loads[i]), cfg.static[p], lc.horizon_s, lc.every,
+                           cfg.durations.get(p, lc.duration_s), scorer)
+            for p in cfg.pools for i in range(episodes)]
+
+
+def _label(cfg: RouterConfig, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+    from rich.progress import Progress
+
+    from rlsched.agents.labels import save_labels
+    from rlsched.parallel import run_tasks
+
+    tasks = route_label_tasks(cfg, episodes, seed0, scorer)
+    parts = []
+    with Progress(disable=not progress) as bar:
+        job = bar.add_task(f"labelling {name}", total=len(tasks))
+        for part in run_tasks(label_route_episode, tasks, cfg.workers, cfg.ray):
+            parts.append(part)
+            bar.advance(job)
+    meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1],
+            "horizon_s": cfg.labels.horizon_s}
+    return save_labels(run / "labels" / f"{name}.npz", parts, meta)
+
+
+# ------------------------------------------------------------------ validation
+def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
+    from rlsched.evaluation import RunSpec, prepare_stage
+    from rlsched.learned.router import LearnedRouter
+    from rlsched.policies import make_policy
+    from rlsched.policies.routers import RlschedRouter
+    from rlsched.sim import load_scenario
+    from rlsched.sim.metrics import summarize_stage
+
+    pool, static, seed, load, duration, scorer = task
+    stage = prepare_stage(RunSpec(pool, "validate", seed, load, duration), load_scenario(pool))
+    router = RlschedRouter() if scorer is None else LearnedRouter(scorer)
+    stage.run([make_policy(f"static:{static}") for _ in stage.replicas], router)
+    return float(summarize_stage(stage)["weighted_slo_attainment"])
+
+
+def _cells(cfg: RouterConfig) -> list[tuple[str, int, float]]:
+    v = cfg.validation
+    return [(p, s, rs) for p in cfg.pools for rs in v.rate_scales for s in v.seeds]
+
+
+def validation_differences(cfg: RouterConfig, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per stage, its paired difference (points) to ``static@rlsched`` in every validation cell
+    (pool × load × seed), in task order whichever worker ran a cell."""
+    from rlsched.parallel import run_tasks
+
+    v = cfg.validation
+    names: list[str | None] = [None, *scorers]
+    tasks = [(p, cfg.static[p], s, rs, cfg.durations.get(p, v.duration_s), scorers[n] if n else None)
+             for p, s, rs in _cells(cfg) for n in names]
+    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(-1, len(names))
+    return {name: 100 * (res[:, i] - res[:, 0]) for i, name in enumerate(scorers, start=1)}
+
+
+def summarize_validation(cfg: RouterConfig, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean and 95 % interval of each stage's paired difference, its mean per pool and load, its worst cell."""
+    from rlsched.evaluation import ci95_half_width
+
+    v, cells = cfg.validation, _cells(cfg)
+    out: dict[str, dict[str, float]] = {}
+    for name, d in diffs.items():
+        row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
+        for p in cfg.pools:
+            for rs in v.rate_scales:
+                sel = np.array([c[0] == p and c[2] == rs for c in cells])
+                row[f"{p} x{rs:g}"] = float(d[sel].mean())
+        row["worst_cell"] = min(row[f"{p} x{rs:g}"] for p in cfg.pools for rs in v.rate_scales)
+        out[name] = row
+    return out
+
+
+SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps closest to rlsched's router); a "
+                  "smaller margin replaces the one kept only if its paired difference to it on the validation "
+                  "cells has a 95 % interval above zero (mean > ci95)")
+
+
+# ------------------------------------------------------------------ the recipe
+def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """The whole recipe (module docstring); returns the report also written to RUN/report.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rlsched.agents.labels import load_labels
+    from rlsched.agents.pick import imitate, numpy_scorer
+    from rlsched.agents.pick_train import choose_stage, initial_net, weights_digest, with_margin
+    from rlsched.agents.reproducible import provenance, seed_everything
+    from rlsched.learned.router import RF, RG
+
+    seed_everything(cfg.seed)
+    origin = provenance()
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(cfg.model_dump_json(indent=1))
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    log = SummaryWriter(str(run / "tb" / "router"))
+    lc, ic = cfg.labels, cfg.imitation
+    stats: dict[str, dict[str, float]] = {}
+
+    def fit(files: list[Path], name: str) -> Any:
+        net = initial_net(cfg.seed, g_dim=RG, f_dim=RF)
+        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
+                              f"imitation_{name}")
+        return net
+
+    t = time.perf_counter()
+    files = [_label(cfg, run, "round0", lc.episodes_per_pool, lc.seed0, None, progress)]
+    timing["labels_round0_s"] = time.perf_counter() - t
+    net = fit(files, "round0")
+    seed0 = lc.seed0 + lc.episodes_per_pool
+    for r in range(1, lc.dagger_rounds + 1):
+        t = time.perf_counter()
+        files.append(_label(cfg, run, f"dagger{r}", lc.dagger_episodes_per_pool, seed0,
+                            numpy_scorer(with_margin(net, ic.dagger_margin)), progress))
+        seed0 += lc.dagger_episodes_per_pool
+        timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
+        net = fit(files, f"dagger{r}")
+    t = time.perf_counter()
+    nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(ic.margins, reverse=True)}
+    diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
+    timing["validation_s"] = time.perf_counter() - t
+    chosen, comparisons = choose_stage(list(nets), diffs)
+    validation = summarize_validation(cfg, diffs)
+    for i, row in enumerate(validation.values()):
+        log.add_scalar("validation/mean_vs_rlsched_router", row["mean"], i)
+        log.add_scalar("validation/worst_cell_vs_rlsched_router", row["worst_cell"], i)
+    log.close()
+    report = {"imitation": stats, "validation": validation, "chosen": chosen,
+              "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
+              "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
+              "labels": [f.name for f in files], "states": int(sum(len(load_labels([f])["q"]) for f in files)),
+              "total_s": time.perf_counter() - t0}
+    (run / "report.json").write_text(json.dumps(report, indent=1))
+    if out is not None:
+        export_router(cfg, nets[chosen], out, report, origin)
+    return report
+
+
+def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
+    """``policy.safetensors`` + ``policy.json`` (kind ``router``), read back by ``load_router``."""
+    from rlsched.agents.pick_train import EXECUTION_FIELDS
+    from rlsched.agents.reproducible import PROVENANCE
+    from rlsched.learned.checkpoint import save_checkpoint
+    from rlsched.learned.router import MAX_REPLICAS, RG, ROUTE_FIELDS, ROUTE_SCHEMA, load_router
+
+    tensors = net.tensors()
+    chosen = report["chosen"]
+    save_checkpoint(out, tensors, {
+        "kind": "router", "route_schema": ROUTE_SCHEMA, "global_dim": RG,
+        "global_out": int(tensors["glob.weight"].shape[0]), "replica_fields": list(ROUTE_FIELDS),
+        "max_labelled_replicas": MAX_REPLICAS, "layers": ["glob", "hidden.0", "hidden.1", "out"],
+        "pools": list(cfg.pools), "replica_policies": dict(cfg.static), "stage": chosen,
+        "validation": report["validation"][chosen], "selection": report["selection"],
+        "training_config": cfg.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)),
+        PROVENANCE: {**origin, "execution": cfg.model_dump(mode="json", include=set(EXECUTION_FIELDS)),
+                     "train_seconds": report["total_s"]}})
+    load_router(out)  # what serving will read, checked now
+    return out
+
+
+__all__ = ["RouteLabelTask", "RouterConfig", "export_router", "label_route_episode", "learn_router",
+           "load_router_config", "route_label_tasks", "validation_differences"]

@@ -1,0 +1,155 @@
+"""Learned router (early binding): a network picks the replica an arriving request joins.
+
+The candidates are the stage's replicas; candidate 0 of the scorer's convention, the
+*proposal*, is rlsched's router's own choice (savable first, then the earliest predicted
+finish: ``RlschedRouter``), flagged in the ``proposal`` field. A replica the request does
+not fit on alone (memory at that replica's layout) is masked, so the network chooses among
+feasible replicas only; the proposal is always allowed (it is what the engine would get
+anyway). Each candidate is described by ``ROUTE_FIELDS``: whether the request still meets
+its SLO there, its predicted finish and slack (in SLOs), the running batch's remaining time,
+the work queued there that is due first and how many requests are due after it (what it
+pushes back), its own standalone time at that replica's layout and that time over the
+fastest replica's (layout fit: large shapes to wide replicas), the replica's GPUs, requests
+of its compatibility key already there (batching affinity) and the queue length. Beside
+them ``GLOBAL_FIELDS``: the request's class and SLO, the stage's backlog per replica, the
+share of replicas where it is savable, and the offered load of the recent arrivals at three
+horizons (1, 5 and 20 minutes: bursts and trends of the arrival process).
+
+The same shared per-candidate network as ``pick`` scores every replica
+(permutation-equivariant; ``rlsched.learned.pick.FrozenScorer``), the proposal's score gets
+the checkpoint's margin, and the highest score wins. A network that learned nothing beyond
+"pick the proposal" is rlsched's router itself.
+
+Spec: ``POLICY@router[:CHECKPOINT]`` (default ``checkpoints/router``). Early binding only:
+late binding (``POLICY@central``) has no router; its central policy decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.errors import CheckpointError
+from rlsched.learned.checkpoint import META, WEIGHTS, checkpoint_path, read_checkpoint, read_dim, read_layers
+from rlsched.learned.pick import FrozenScorer
+from rlsched.policies.base import PolicySpec, no_options
+from rlsched.policies.routers import Prediction, RlschedRouter
+from rlsched.sim.request import CLASS_INDEX, Request
+from rlsched.sim.stage import Stage
+
+ROUTE_FIELDS = ("valid", "proposal", "meets", "slack", "finish", "busy", "due", "pushed_back", "own_work",
+                "fit", "gpus", "affinity", "queue")
+RF = len(ROUTE_FIELDS)
+HISTORY_S = (60.0, 300.0, 1200.0)
+"""Horizons of the offered-load features (seconds)."""
+GLOBAL_FIELDS = ("realtime", "batch", "background", "slo", "min_work", "backlog", "savable_share",
+                 *(f"load_{int(h)}s" for h in HISTORY_S))
+RG = len(GLOBAL_FIELDS)
+ROUTE_SCHEMA = "dit-route-obs/1"
+"""Bump whenever a feature changes (checkpoints record it)."""
+MAX_REPLICAS = 8
+"""Candidate slots in the training labels (stages with more replicas are served, not labelled)."""
+SCALE_S = 30.0
+DEFAULT_CHECKPOINT = "checkpoints/router"
+
+
+class RouteFeatures(RlschedRouter):
+    """rlsched's router plus the features of every replica at each arrival (the learned router
+    routes with them; the label generator records them)."""
+
+    name = "route-features"
+
+    def reset(self, stage: Stage) -> None:
+        super().reset(stage)
+        self._history: list[deque[tuple[float, float]]] = [deque() for _ in HISTORY_S]
+        """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
+        self._sums = [0.0] * len(HISTORY_S)
+        self._gpus = [float(getattr(getattr(s.cost, "layout", None), "degree", 1)) for s in stage.specs]
+
+    def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
+        """(the proposal's replica, global features (RG,), candidate features (R, RF))."""
+        self._sync(stage)
+        preds = self.predict(request, stage)
+        proposal = self.choose(request, preds)
+        return proposal, *self._features(request, stage, preds, proposal)
+
+    def _features(self, request: Request, stage: Stage, preds: list[Prediction],
+                  proposal: int) -> tuple[np.ndarray, np.ndarray]:
+        now, slo = stage.now, max(request.slo_s, 1e-9)
+        deadline = request.arrival_s + request.slo_s
+        works = [p.record.work_s for p in preds]
+        fastest = min(works)
+        cand = np.zeros((len(preds), RF), np.float32)
+        for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
+            key = p.record.key
+            same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
+            cand[i] = (i == proposal or sim.cost.fits([p.record]), i == proposal, p.finish_s <= deadline,
+                       np.clip((deadline - p.finish_s) / slo, -3.0, 3.0), min((p.finish_s - now) / slo, 5.0),
+                       min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
+                       min(work.due_after(deadline) / 8.0, 4.0), min(p.record.work_s / SCALE_S, 10.0),
+                       math.log(max(p.record.work_s, 1e-9) / max(fastest, 1e-9)), self._gpus[i] / 8.0,
+                       min(same, 4) / 4.0, min((len(sim.waiting) + len(sim.running)) / 8.0, 4.0))
+        backlog = sum(p.busy_s for p in preds) + sum(max(w.work_s, 0.0) for w in self.work)
+        loads = []
+        for j, (h, seen) in enumerate(zip(HISTORY_S, self._history)):
+            seen.append((now, fastest))
+            self._sums[j] += fastest
+            while seen[0][0] <= now - h:
+                self._sums[j] -= seen.popleft()[1]
+            loads.append(min(max(self._sums[j], 0.0) / (min(h, max(now, 1.0)) * len(preds)), 4.0))
+        glob = np.zeros(RG, np.float32)
+        glob[CLASS_INDEX[request.priority]] = 1.0
+        glob[3:] = (math.log(slo / SCALE_S), min(fastest / slo, 4.0), min(backlog / (SCALE_S * len(preds)), 10.0),
+                    float(cand[:, 2].mean()), *loads)
+        return glob, cand
+
+
+class LearnedRouter(RouteFeatures):
+    """Routes each arrival to the replica the frozen scorer ranks highest (module docstring)."""
+
+    def __init__(self, scorer: Any, name: str = "router") -> None:
+        self.scorer, self.name = scorer, name
+
+    def route(self, request: Request, stage: Stage) -> int:
+        proposal, glob, cand = self.describe(request, stage)
+        scores = np.where(cand[:, 0] > 0, self.scorer(glob, cand), -np.inf)
+        best = int(np.argmax(scores))
+        return best if np.isfinite(scores[best]) else proposal
+
+
+def load_router(folder: str | Path) -> FrozenScorer:
+    """A frozen router checkpoint (``kind: router``), every shape and value checked at load."""
+    folder, meta, t = read_checkpoint(folder)
+    where = str(folder / META)
+    if meta.get("kind") != "router":
+        raise CheckpointError(f"{where}: kind {meta.get('kind')!r} is not a learned router ('router')")
+    if meta.get("route_schema") != ROUTE_SCHEMA:
+        raise CheckpointError(f"{where}: features {meta.get('route_schema')!r} do not match this rlsched "
+                              f"({ROUTE_SCHEMA!r}); retrain")
+    g_dim, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
+    if g_dim != RG:
+        raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {RG}; retrain")
+    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out, "global_dim", "global_out")
+    last = t.get("hidden.1.weight")
+    width = last.shape[0] if last is not None and last.ndim == 2 else 0
+    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], RF + g_out, width, f"{RF} replica fields + global_out",
+                         "hidden.1.weight's rows")
+    (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1, "hidden.1", "one score")
+    bias = t.get("proposal_bias")
+    if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
+        raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
+    return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
+
+
+def learned_router(spec: PolicySpec) -> LearnedRouter:
+    """``router[:CHECKPOINT]``: the shipped learned router, or the one at CHECKPOINT."""
+    no_options(spec)
+    return LearnedRouter(load_router(checkpoint_path(spec.arg, DEFAULT_CHECKPOINT)), str(spec))
+
+
+__all__ = ["DEFAULT_CHECKPOINT", "GLOBAL_FIELDS", "HISTORY_S", "LearnedRouter", "MAX_REPLICAS", "RF", "RG",
+           "ROUTE_FIELDS", "ROUTE_SCHEMA", "RouteFeatures", "learned_router", "load_router"]
