@@ -107,7 +107,7 @@ results-replicas: $(VENV)/.installed
 	  s=static:agents/tuned/$$t.json; \
 	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
 	    --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
-	    --policies "$$s@rlsched,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central" || exit 1; \
+	    --policies "$$s@rlsched,$$s@router,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central" || exit 1; \
 	done
 
 # plan's recommendation on each homogeneous pool, chosen on training seeds 0-2 and re-checked on

@@ -395,6 +395,16 @@ def worst_vs_any(cells: list[Cell], target: str,
     return worst
 
 
+def split_router(spec: str) -> str:
+    """The router name of ``POLICY@ROUTER[:ARG]`` ("" for a bare policy)."""
+    _, at, router = spec.rpartition("@")
+    return router.split(":", 1)[0] if at else ""
+
+
+def _rlsched_twin(spec: str) -> str:
+    return spec.rpartition("@")[0] + "@rlsched"
+
+
 def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     """results.md, results.json and plots under ``out``; returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -417,6 +427,10 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
             # late vs early binding: each POLICY@central against the same policy behind rlsched's router
             summary["late_vs_early"] = {p: paired(grid.rows, p, (p[:-len("central")] + "rlsched",)) for p in names
                                         if p.endswith("@central") and p[:-len("central")] + "rlsched" in names}
+            # the learned router against rlsched's router behind the same replica policy (issue 20)
+            summary["router_vs_rlsched"] = {
+                p: paired(grid.rows, p, (_rlsched_twin(p),)) for p in names
+                if split_router(p) == "router" and _rlsched_twin(p) in names}
         summary["paired"] = {p: paired(grid.rows, p, rivals) for p in names if p.startswith(LEARNED)}
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names

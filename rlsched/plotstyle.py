@@ -89,6 +89,7 @@ ROUTERS: dict[str, tuple[str, str]] = {
     "affinity": ("^", (0, (5, 1, 1, 1))),  # type: ignore[dict-item]
     "rlsched": ("D", "-"),
     "central": ("*", (0, (1, 1))),  # type: ignore[dict-item]
+    "router": ("h", (0, (3, 1))),  # type: ignore[dict-item]  # the learned router
 }
 """``POLICY@ROUTER``: the policy keeps its colour, the router sets marker and line style
 (vLLM-Omni's round-robin dashed, as ``fifo`` is; late binding densely dotted)."""

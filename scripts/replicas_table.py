@@ -73,6 +73,22 @@ def targets(ds: dict[str, dict]) -> list[str]:
     return out
 
 
+def learned_table(ds: dict[str, dict]) -> list[str]:
+    """The learned router against rlsched's router behind the same replica policy, every load."""
+    rows = [(name, spec, r) for name, d in ds.items() for spec, rs in d.get("router_vs_rlsched", {}).items()
+            for r in rs]
+    if not rows:
+        return []
+    loads = sorted({r["rate_scale"] for _, _, r in rows})
+    out = ["| scenario | " + " | ".join(f"×{x:g}" for x in loads) + " |", "|---|" + "---|" * len(loads)]
+    for name in ds:
+        by = {r["rate_scale"]: r for n, _, r in rows if n == name}
+        if by:
+            out.append(f"| {name} | " + " | ".join(
+                f"{_pm(by[x])} (×{by[x]['ratio']:.3f})" if x in by else "-" for x in loads) + " |")
+    return out + [""]
+
+
 def plan_table(root: Path) -> list[str]:
     """plan's choice on training seeds against the best layout on evaluation seeds."""
     out = ["| scenario | layout | training seeds (mean %) | evaluation seeds (mean %) |", "|---|---|---|---|"]
@@ -115,6 +131,9 @@ def main() -> None:
     for name, d in ds.items():
         tables += scenario_table(name, d)
     blocks = {"targets": targets(ds), "tables": tables, "plan": plan_table(args.root)}
+    learned = learned_table(ds)
+    if learned:
+        blocks["learned"] = learned
     if args.readme:
         fill(args.readme, blocks)
     else:

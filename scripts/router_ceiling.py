@@ -52,16 +52,19 @@ PLAIN = ("fifo@round-robin", "fifo@least-queue", "fifo@random", "edf@least-queue
 SKIPPED = {"video-8gpu": "not in the default set (step mode; measured on its own with 3600 s windows, "
                          "results/router-ceiling/video-8gpu: `--pools video-8gpu --duration 3600`)"}
 """Pools left out of the default set, and why."""
-ROLES = ("lookahead", "hindsight", "central")
+ROLES = ("lookahead", "hindsight", "central", "learned")
 
 
-def specs(pool: str, horizon: float, top: int) -> dict[str, str]:
-    """role -> spec on ``pool``: the rivals (``rival:…``), late binding and the two teachers."""
+def specs(pool: str, horizon: float, top: int, learned: str = "") -> dict[str, str]:
+    """role -> spec on ``pool``: the rivals (``rival:…``), late binding, the two teachers and (with
+    ``learned``, a router checkpoint) the learned router behind the same replica policy."""
     s = f"static:agents/tuned/{TUNED[pool]}.json"
     out = {f"rival:{p}": p for p in (f"{s}@rlsched", *PLAIN)}
     out["central"] = f"{s}@central"
     out["lookahead"] = f"{s}@lookahead:{horizon:g}"
     out["hindsight"] = f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else "")
+    if learned:
+        out["learned"] = f"{s}@router:{learned}"
     return out
 
 
@@ -104,7 +107,7 @@ def cells(rows: list[dict[str, Any]], pools: list[str], loads: list[float], seed
                 "pool": pool, "load": load, "strongest": best, "strongest_value": 100 * float(base.mean()),
                 "fifo_rr_slo": 100 * float(np.mean([slo[(pool, BASELINE_STAGED, load, s)] for s in seeds])),
                 "rivals": {spec: 100 * float(per_seed(spec).mean()) for spec in rivals}}
-            for role in ROLES:
+            for role in (r for r in ROLES if r in roles[pool]):
                 mine = per_seed(roles[pool][role])
                 diff = 100 * (mine - base)
                 cell[role] = {"value": 100 * float(mine.mean()), "diff": float(diff.mean()),
@@ -127,6 +130,7 @@ def short(spec: str) -> str:
 
 def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     seeds = meta["seeds"]
+    learned = all("learned" in c for c in cs)
     windows = ", ".join(f"{p} {d:g} s" for p, d in meta["windows"].items())
     lines = [f"Router ceilings: class-weighted SLO attainment (%) of the strongest heuristic router (the best of "
              f"`static@rlsched` and the plain router × heuristic combinations, by mean, per cell) and each "
@@ -136,31 +140,45 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              f"{meta['top'] or 'every'} replicas: rlsched's choice and the best others by realizable gain). "
              f"Replica policy everywhere: the pool's tuned `static`.", "",
              "| pool | load | `fifo@round-robin` meets | strongest heuristic router | its value | "
-             "look-ahead − it | hindsight − it | `static@central` − it | look-ahead ÷ it | hindsight ÷ it |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             + ("learned router − it | " if learned else "")
+             + "look-ahead − it | hindsight − it | `static@central` − it | "
+             + ("learned ÷ it | " if learned else "") + "look-ahead ÷ it | hindsight ÷ it |",
+             "|---|---|---|---|---|" + "---|" * (7 if learned else 5)]
     for c in cs:
         def pm(role: str) -> str:
             return f"{c[role]['diff']:+.1f} ± {c[role]['ci95']:.1f}"  # noqa: B023
 
+        mine = (f"{pm('learned')} | ", f"{c['learned']['ratio']:.3f} | ") if learned else ("", "")
         lines.append(f"| {c['pool']} | ×{c['load']:g} | {c['fifo_rr_slo']:.1f} % | `{short(c['strongest'])}` | "
-                     f"{c['strongest_value']:.1f} | {pm('lookahead')} | {pm('hindsight')} | {pm('central')} | "
-                     f"{c['lookahead']['ratio']:.3f} | {c['hindsight']['ratio']:.3f} |")
+                     f"{c['strongest_value']:.1f} | {mine[0]}{pm('lookahead')} | {pm('hindsight')} | {pm('central')} | "
+                     f"{mine[1]}{c['lookahead']['ratio']:.3f} | {c['hindsight']['ratio']:.3f} |")
     band = [c for c in cs if 40 <= c["fifo_rr_slo"] <= 80]
     lines.append("")
     if band:
         la = np.mean([c["lookahead"]["ratio"] for c in band])
         hs = np.mean([c["hindsight"]["ratio"] for c in band])
         names = ", ".join(f"{c['pool']} ×{c['load']:g}" for c in band)
-        lines.append(f"Over the cells where `fifo@round-robin` meets 40–80 % of SLOs ({names}): look-ahead "
+        mine = f"learned router ×{np.mean([c['learned']['ratio'] for c in band]):.3f}, " if learned else ""
+        lines.append(f"Over the cells where `fifo@round-robin` meets 40–80 % of SLOs ({names}): {mine}look-ahead "
                      f"×{la:.3f}, hindsight ×{hs:.3f} the strongest heuristic router (mean ratio; issue 20's "
                      f"target for a learned router: ×1.05).")
+    if learned:
+        worst = min(cs, key=lambda c: c["learned"]["ratio"])
+        above = [c for c in band if c["learned"]["diff"] - c["learned"]["ci95"] > 0]
+        lines += ["", f"Learned router (`{meta['learned']}`): worst cell {worst['pool']} ×{worst['load']:g} "
+                  f"×{worst['learned']['ratio']:.3f} (issue 20: never below ×0.98); paired 95 % interval above "
+                  f"the strongest in {len(above)} of the {len(band)} band cells"
+                  + (f" ({', '.join(c['pool'] + ' ×' + format(c['load'], 'g') for c in above)})" if above else "")
+                  + "."]
     bound = [(c["pool"], c["load"], np.mean(c["lookahead"].get("bound_elsewhere", [0])),
               np.mean(c["hindsight"].get("bound_elsewhere", [0]))) for c in cs]
     lines += ["", "Share of arrivals the teachers bound elsewhere than rlsched's router would: "
               + "; ".join(f"{p} ×{x:g} {100 * a:.1f} % / {100 * b:.1f} %" for p, x, a, b in bound) + "."]
     for pool, why in meta["skipped"].items():
         lines += ["", f"Not measured: {pool} — {why}."]
-    lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {meta['workers']} workers)."]
+    reused = f"; {meta['reused']} runs reused from the previous ceiling.json" if meta.get("reused") else ""
+    lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {meta['workers']} workers"
+              f"{reused})."]
     return "\n".join(lines) + "\n"
 
 
@@ -175,12 +193,14 @@ def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
               ("static@central (late binding)", "central", style_of("static@central")),
               ("look-ahead teacher (realizable ceiling)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
               ("hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
+    if all("learned" in c for c in cs):
+        series.append(("learned router", "learned", replace(TABLE["pick"], linestyle="-")))
     for ax, pool in zip(axes[0], pools):
         pts = sorted((c for c in cs if c["pool"] == pool), key=lambda c: c["load"])
         x0 = np.array([c["load"] for c in pts])
         low = 100.0
         for k, (name, role, st) in enumerate(series):
-            x = x0 + (k - 1.5) * 0.012  # side by side, so the intervals do not hide each other
+            x = x0 + (k - (len(series) - 1) / 2) * 0.012  # side by side, so the intervals do not hide each other
             if role is None:
                 y, e = np.array([c["strongest_value"] for c in pts]), np.zeros(len(pts))
             else:  # the strongest's mean plus the paired difference, its interval as error bar
@@ -213,6 +233,11 @@ def main() -> None:
                    help="a pool's own window (the trace's first hour is nearly empty at x0.5-x1)")
     p.add_argument("--horizon", type=float, default=180.0, help="seconds each fork runs (hindsight: and sees)")
     p.add_argument("--top", type=int, default=3, help="hindsight tries at most this many replicas (0: all)")
+    p.add_argument("--learned", default="checkpoints/router",
+                   help="learned router checkpoint shown beside the teachers ('' for none)")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the runs of OUT/ceiling.json that match this command's tasks; run only the rest "
+                        "(e.g. the learned router's, after retraining it: pass the same pools, loads, seeds, windows)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="results/router-ceiling")
     p.add_argument("--replot", action="store_true", help="re-write ceiling.md and ceiling.png from OUT/ceiling.json")
@@ -235,7 +260,7 @@ def main() -> None:
         if pool in windows:
             windows[pool] = float(secs)
     seeds = list(range(args.seed0, args.seed0 + args.seeds))
-    roles = {pool: specs(pool, args.horizon, args.top) for pool in pools}
+    roles = {pool: specs(pool, args.horizon, args.top, args.learned) for pool in pools}
     for pool in pools:  # every spec builds (files read) before the first run
         for spec in roles[pool].values():
             policy, router = split_pair(spec)
@@ -248,8 +273,19 @@ def main() -> None:
                    key=lambda t: (-("@hindsight" in t[1]), -("@lookahead" in t[1]), -t[3], t[0], t[1], t[2]))
     from rich.progress import Progress
 
+    out = Path(args.out)
+    rows, reused = [], 0
+    if args.reuse and (out / "ceiling.json").is_file():
+        old = json.loads((out / "ceiling.json").read_text())
+        want = {(t[0], t[1], t[2], t[3]): t for t in tasks}
+        for r in old["runs"]:
+            key = (r["pool"], r["spec"], r["seed"], r["load"])
+            if key in want and old["windows"].get(r["pool"]) == windows[r["pool"]]:
+                rows.append(r)
+                del want[key]
+        reused = len(rows)
+        tasks = [t for t in tasks if (t[0], t[1], t[2], t[3]) in want]
     t0 = time.perf_counter()
-    rows = []
     with Progress() as bar:
         job = bar.add_task("router ceilings", total=len(tasks))
         for row in run_tasks(run, tasks, args.workers):
@@ -259,9 +295,8 @@ def main() -> None:
     cs = cells(rows, pools, loads, seeds, roles)
     meta = {"pools": pools, "loads": loads, "seeds": seeds, "windows": windows, "horizon_s": args.horizon,
             "top": args.top, "specs": roles, "skipped": {k: v for k, v in SKIPPED.items() if k not in pools},
-            "workers": args.workers, "wall_s": wall,
+            "workers": args.workers, "wall_s": wall, "reused": reused, "learned": args.learned,
             "command": "python scripts/router_ceiling.py " + " ".join(sys.argv[1:])}
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(cs, meta)
     write_atomic(out / "ceiling.md", text)

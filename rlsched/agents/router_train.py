@@ -128,6 +128,13 @@ class RouteLabelTask:
     scorer: Any = None
     """A ``Scorer`` (DAgger: the learned router routes) or None (rlsched's router does)."""
 
+    def __post_init__(self) -> None:
+        from rlsched.evaluation import VALIDATION_SEED_BASE
+
+        if not 0 <= self.seed < VALIDATION_SEED_BASE:
+            raise ConfigError("router.labels.seeds", f"labels use training seeds [0, {VALIDATION_SEED_BASE}), "
+                                                     f"not {self.seed}")
+
 
 def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
     """Arrays ``glob`` (N, RG), ``cand`` (N, MAX_REPLICAS, RF) and ``q`` (N, MAX_REPLICAS; NaN where

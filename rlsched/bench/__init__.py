@@ -23,6 +23,7 @@ MODULES: dict[str, str] = {
     "projection": "rlsched.bench.projection",
     "env": "rlsched.bench.env",
     "decision": "rlsched.bench.decision",
+    "route": "rlsched.bench.decision",
     "plugin": "rlsched.bench.plugin",
 }
 """Bench name -> the module that registers it."""

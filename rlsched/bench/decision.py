@@ -78,3 +78,38 @@ def decision_speed(args: argparse.Namespace) -> dict[str, Any]:
             us[i] = (time.perf_counter_ns() - t) / 1e3
         out[str(n)] = percentiles_us(us)
     return out
+
+
+ROUTE_WAITING = 256
+ROUTE_CALLS = 2000
+
+
+@bench("route")
+def route_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """p50/p99 of one routing decision on the 8-replica scenario (``qwen-image-8gpu``) with 256
+    requests waiting across the replicas: the learned router (``router:checkpoints/router``, or
+    ``--policies`` router specs) beside rlsched's and vLLM-Omni's round-robin. Target: p99 <= 1 ms."""
+    from rlsched.policies.routers import make_router
+    from rlsched.sim.stage import Stage
+
+    pool = load_scenario("qwen-image-8gpu")
+    cost = pool.cost()
+    reqs = pool.requests(0, rate_scale=1.0, duration_s=pool.duration_s, cost=cost)
+    waiting, probes = reqs[:ROUTE_WAITING], [dataclasses.replace(r, arrival_s=0.0) for r in reqs[ROUTE_WAITING:]]
+    routers = args.policies.split(",") if args.policies else ["router", "rlsched", "round-robin"]
+    out: dict[str, Any] = {"scenario": pool.name, "waiting": ROUTE_WAITING}
+    calls = max(100, int(ROUTE_CALLS * max(1, args.repeats) / 5))
+    for spec in routers:
+        stage = Stage([], pool.replica_specs(cost))
+        for i, r in enumerate(waiting):  # queued, none started: every replica holds 32
+            stage.bind(dataclasses.replace(r, arrival_s=0.0), i % len(stage.replicas))
+        router = make_router(spec)
+        router.reset(stage)
+        us = np.empty(calls)
+        for i in range(calls):
+            req = probes[i % len(probes)]
+            t = time.perf_counter_ns()
+            router.route(req, stage)
+            us[i] = (time.perf_counter_ns() - t) / 1e3
+        out[spec] = percentiles_us(us)
+    return out

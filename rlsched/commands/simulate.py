@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
         r = rows[0]
         title = (f"{scenario.name} ({r['mode']} mode, seed {args.seed}, rate x{args.rate_scale}): "
                  f"{r['requests_total']} requests")
-        if "per_replica" in r:
+        if scenario.replicas:  # the scenario's own pool (--replicas/--sp apply to one-GPU scenarios)
+            title += f" on {r['replicas']} replicas, {r['gpus']} GPUs"
+        elif "per_replica" in r:
             title += f" on {args.replicas} replicas x {args.sp} GPU(s)"
         show(metrics_table(rows, title))
     return 0

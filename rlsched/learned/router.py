@@ -83,16 +83,17 @@ class RouteFeatures(RlschedRouter):
         deadline = request.arrival_s + request.slo_s
         works = [p.record.work_s for p in preds]
         fastest = min(works)
-        cand = np.zeros((len(preds), RF), np.float32)
+        rows = []
         for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
             key = p.record.key
             same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
-            cand[i] = (i == proposal or sim.cost.fits([p.record]), i == proposal, p.finish_s <= deadline,
-                       np.clip((deadline - p.finish_s) / slo, -3.0, 3.0), min((p.finish_s - now) / slo, 5.0),
-                       min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
-                       min(work.due_after(deadline) / 8.0, 4.0), min(p.record.work_s / SCALE_S, 10.0),
-                       math.log(max(p.record.work_s, 1e-9) / max(fastest, 1e-9)), self._gpus[i] / 8.0,
-                       min(same, 4) / 4.0, min((len(sim.waiting) + len(sim.running)) / 8.0, 4.0))
+            rows.append((i == proposal or sim.cost.fits([p.record]), i == proposal, p.finish_s <= deadline,
+                         min(max((deadline - p.finish_s) / slo, -3.0), 3.0), min((p.finish_s - now) / slo, 5.0),
+                         min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
+                         min(work.due_after(deadline) / 8.0, 4.0), min(p.record.work_s / SCALE_S, 10.0),
+                         math.log(max(p.record.work_s, 1e-9) / max(fastest, 1e-9)), self._gpus[i] / 8.0,
+                         min(same, 4) / 4.0, min((len(sim.waiting) + len(sim.running)) / 8.0, 4.0)))
+        cand = np.array(rows, np.float32)
         backlog = sum(p.busy_s for p in preds) + sum(max(w.work_s, 0.0) for w in self.work)
         loads = []
         for j, (h, seen) in enumerate(zip(HISTORY_S, self._history)):

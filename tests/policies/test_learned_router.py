@@ -1,0 +1,159 @@
+"""The learned router (``POLICY@router:CHECKPOINT``): features, masking, checkpoints, the recipe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlsched.errors import CheckpointError, ConfigError
+from rlsched.evaluation import RunSpec, prepare_stage
+from rlsched.learned.router import RF, RG, ROUTE_FIELDS, LearnedRouter, RouteFeatures, load_router
+from rlsched.policies import make_policy
+from rlsched.policies.routers import RlschedRouter, check_spec, make_router
+from rlsched.sim import load_scenario
+from rlsched.sim.request import Request
+from rlsched.sim.stage import Stage
+
+STATIC = "static:agents/tuned/default.json"
+PROPOSAL = ROUTE_FIELDS.index("proposal")
+
+
+def pool(name: str = "qwen-image-hetero", seed: int = 3, load: float = 1.3, duration: float = 900.0) -> Stage:
+    return prepare_stage(RunSpec(name, "t", seed, load, duration), load_scenario(name))
+
+
+def run(stage: Stage, router: Any) -> dict[int, tuple]:
+    stage.run([make_policy(STATIC) for _ in stage.replicas], router)
+    return {rid: (r.status, r.finish_s, stage.routed[rid]) for rid, r in stage.records.items()}
+
+
+def proposal_only(g: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    return cand[:, PROPOSAL].astype(np.float64)
+
+
+def test_a_router_that_keeps_the_proposal_is_rlscheds_router() -> None:
+    assert run(pool(), LearnedRouter(proposal_only)) == run(pool(), RlschedRouter())
+
+
+class Recorder(RouteFeatures):
+    def reset(self, stage: Stage) -> None:
+        super().reset(stage)
+        self.rows: list[tuple[int, np.ndarray, np.ndarray]] = []
+
+    def route(self, request: Request, stage: Stage) -> int:
+        proposal, g, c = self.describe(request, stage)
+        self.rows.append((proposal, g, c))
+        return proposal
+
+
+def test_features_flag_the_proposal_and_describe_every_replica() -> None:
+    stage = pool()
+    rec = Recorder()
+    run(stage, rec)
+    assert len(rec.rows) == stage.total_requests
+    for proposal, g, c in rec.rows:
+        assert g.shape == (RG,) and c.shape == (len(stage.replicas), RF)
+        assert np.isfinite(g).all() and np.isfinite(c).all()
+        assert c[:, PROPOSAL].sum() == 1 and c[proposal, PROPOSAL] == 1 and c[proposal, 0] == 1
+        assert g[:3].sum() == 1  # one class
+    fit = np.array([c[:, ROUTE_FIELDS.index("fit")] for _, _, c in rec.rows])
+    assert (fit >= 0).all() and (fit.min(axis=1) == 0).all()  # the fastest replica's own time is the unit
+    # the hetero pool's SP2 replicas are faster for some shapes: layout fit differs between replicas
+    assert (fit.max(axis=1) > 0).any()
+    loads = np.array([g[-3:] for _, g, _ in rec.rows])
+    assert (loads[len(loads) // 2:] > 0).all()  # once requests arrived, every horizon sees them
+
+
+def test_the_router_never_picks_a_masked_replica() -> None:
+    class Masked(LearnedRouter):
+        def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
+            proposal, g, c = super().describe(request, stage)
+            c[:, 0] = 0
+            c[proposal, 0] = 1
+            c[(proposal + 1) % len(c), 0] = 1
+            return proposal, g, c
+
+    wants_masked = lambda g, c: np.where(c[:, 0] > 0, 0.0, 100.0) + c[:, PROPOSAL]  # noqa: E731
+    # the masked replicas score 100, the proposal 1, the other valid one 0: every request goes to the proposal
+    assert run(pool(), Masked(wants_masked)) == run(pool(), RlschedRouter())
+
+
+@pytest.fixture(scope="module")
+def tiny_router(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    pytest.importorskip("torch")
+    from rlsched.agents.router_train import learn_router, load_router_config
+
+    tmp = tmp_path_factory.mktemp("router")
+    cfg_file = tmp / "tiny.yaml"
+    cfg_file.write_text(
+        "kind: router\npools: [qwen-image-8gpu]\nstatic: {qwen-image-8gpu: agents/tuned/default.json}\n"
+        "labels: {episodes_per_pool: 2, duration_s: 600, dagger_rounds: 1, dagger_episodes_per_pool: 1}\n"
+        "imitation: {epochs: 3, margins: [1.0, 0.25]}\n"
+        "validation: {seeds: [900, 901], rate_scales: [1.5], duration_s: 600}\nworkers: 1\n")
+    cfg = load_router_config(cfg_file)
+    out = tmp / "ckpt"
+    report = learn_router(cfg, tmp / "run", out, progress=False)
+    return out, report
+
+
+def test_the_recipe_exports_a_router_that_serves(tiny_router: tuple[Path, dict[str, Any]]) -> None:
+    out, report = tiny_router
+    assert report["chosen"] in ("imitation@1", "imitation@0.25") and report["states"] > 0
+    meta = json.loads((out / "policy.json").read_text())
+    assert meta["kind"] == "router" and meta["stage"] == report["chosen"] and meta["pools"] == ["qwen-image-8gpu"]
+    assert (out.parent / "run" / "labels" / "dagger1.npz").is_file()
+    assert any((out.parent / "run" / "tb" / "router").iterdir())
+    router = make_router(f"router:{out}")
+    recs = run(pool("qwen-image-8gpu"), router)
+    assert len(recs) == pool("qwen-image-8gpu").total_requests
+    check_spec(f"{STATIC}@router:{out}")
+
+
+def test_the_recipe_is_deterministic(tiny_router: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    from rlsched.agents.router_train import learn_router, load_router_config
+
+    out, report = tiny_router
+    cfg = load_router_config(out.parent / "tiny.yaml", workers=2)
+    again = learn_router(cfg, tmp_path / "run", tmp_path / "ckpt", progress=False)
+    assert again["weights_sha256"] == report["weights_sha256"]
+    a, b = (json.loads((p / "policy.json").read_text())["content_sha256"] for p in (out, tmp_path / "ckpt"))
+    assert a == b
+
+
+def test_bad_router_checkpoints_are_refused(tiny_router: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    from rlsched.learned.checkpoint import content_hash
+
+    out, _ = tiny_router
+    with pytest.raises(CheckpointError, match="is not a learned router"):
+        load_router("checkpoints/pick")
+    for key, value, match in (("route_schema", "dit-route-obs/0", "retrain"), ("global_dim", RG + 1, "global_dim")):
+        bad = tmp_path / key
+        bad.mkdir()
+        (bad / "policy.safetensors").write_bytes((out / "policy.safetensors").read_bytes())
+        meta = json.loads((out / "policy.json").read_text())
+        meta[key] = value
+        meta["content_sha256"] = content_hash((bad / "policy.safetensors").read_bytes(), meta)
+        (bad / "policy.json").write_text(json.dumps(meta))
+        with pytest.raises(CheckpointError, match=match):
+            load_router(bad)
+    with pytest.raises(CheckpointError, match="expected policy.safetensors"):
+        make_router(f"router:{tmp_path / 'missing'}")
+    with pytest.raises(ConfigError, match="takes no options"):
+        make_router(f"router:{out};margin=2")
+
+
+def test_labels_hold_the_proposal_in_slot_zero_and_refuse_held_out_seeds() -> None:
+    from rlsched.agents.router_train import RouteLabelTask, label_route_episode
+
+    part = label_route_episode(RouteLabelTask("qwen-image-hetero", 4, 1.4, "agents/tuned/default.json", 120.0, 2,
+                                              600.0))
+    assert len(part["q"]) > 0
+    assert (part["cand"][:, 0, PROPOSAL] == 1).all() and (part["cand"][:, 1:, PROPOSAL] == 0).all()
+    valid = part["cand"][:, :, 0] > 0
+    assert (np.isfinite(part["q"]) == valid).all()
+    with pytest.raises(ConfigError, match="training seeds"):
+        RouteLabelTask("qwen-image-8gpu", 900, 1.0, "agents/tuned/default.json", 120.0, 1, 600.0)
