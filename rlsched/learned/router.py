@@ -7,10 +7,11 @@ not fit on alone (memory at that replica's layout) is masked, so the network cho
 feasible replicas only; the proposal is always allowed (it is what the engine would get
 anyway). Each candidate is described by ``ROUTE_FIELDS``: whether the request still meets
 its SLO there, its predicted finish and slack (in SLOs), the running batch's remaining time,
-the work queued there that is due first and how many requests are due after it (what it
-pushes back), its own standalone time at that replica's layout and that time over the
-fastest replica's (layout fit: large shapes to wide replicas), the replica's GPUs, requests
-of its compatibility key already there (batching affinity) and the queue length. Beside
+the work queued there that is due first, how many requests are due after it (what it
+pushes back) and how many of those it makes late (class-weighted, run in deadline order),
+its own standalone time at that replica's layout and that time over the fastest replica's
+(layout fit: large shapes to wide replicas), the replica's GPUs, requests of its
+compatibility key already there (batching affinity) and the queue length. Beside
 them ``GLOBAL_FIELDS``: the request's class and SLO, the stage's backlog per replica, the
 share of replicas where it is savable, and the offered load of the recent arrivals at three
 horizons (1, 5 and 20 minutes: bursts and trends of the arrival process).
@@ -41,15 +42,15 @@ from rlsched.policies.routers import Prediction, RlschedRouter
 from rlsched.sim.request import CLASS_INDEX, Request
 from rlsched.sim.stage import Stage
 
-ROUTE_FIELDS = ("valid", "proposal", "meets", "slack", "finish", "busy", "due", "pushed_back", "own_work",
-                "fit", "gpus", "affinity", "queue")
+ROUTE_FIELDS = ("valid", "proposal", "meets", "slack", "finish", "busy", "due", "pushed_back", "made_late",
+                "own_work", "fit", "gpus", "affinity", "queue")
 RF = len(ROUTE_FIELDS)
 HISTORY_S = (60.0, 300.0, 1200.0)
 """Horizons of the offered-load features (seconds)."""
 GLOBAL_FIELDS = ("realtime", "batch", "background", "slo", "min_work", "backlog", "savable_share",
                  *(f"load_{int(h)}s" for h in HISTORY_S))
 RG = len(GLOBAL_FIELDS)
-ROUTE_SCHEMA = "dit-route-obs/1"
+ROUTE_SCHEMA = "dit-route-obs/2"
 """Bump whenever a feature changes (checkpoints record it)."""
 MAX_REPLICAS = 8
 """Candidate slots in the training labels (stages with more replicas are served, not labelled)."""
@@ -90,7 +91,9 @@ class RouteFeatures(RlschedRouter):
             rows.append((i == proposal or sim.cost.fits([p.record]), i == proposal, p.finish_s <= deadline,
                          min(max((deadline - p.finish_s) / slo, -3.0), 3.0), min((p.finish_s - now) / slo, 5.0),
                          min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
-                         min(work.due_after(deadline) / 8.0, 4.0), min(p.record.work_s / SCALE_S, 10.0),
+                         min(work.due_after(deadline) / 8.0, 4.0),
+                         min(work.made_late(deadline, now + p.busy_s, p.record.work_s) / 4.0, 4.0),
+                         min(p.record.work_s / SCALE_S, 10.0),
                          math.log(max(p.record.work_s, 1e-9) / max(fastest, 1e-9)), self._gpus[i] / 8.0,
                          min(same, 4) / 4.0, min((len(sim.waiting) + len(sim.running)) / 8.0, 4.0)))
         cand = np.array(rows, np.float32)

@@ -33,6 +33,7 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
+from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Simulator
 from rlsched.sim.stage import INF, Router, Stage
@@ -56,6 +57,8 @@ class QueueWork:
         self._by_deadline: list[tuple[float, int]] = []
         self._works: list[float] = []
         """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
+        self._weights: list[float] = []
+        """Parallel to ``_by_deadline``: each request's class weight."""
 
     def sync(self, state: QueueView) -> None:
         # a new state (a fork starts with an empty journal and a full queue), or a journal trimmed
@@ -84,6 +87,18 @@ class QueueWork:
         replica policy runs after a request of that deadline: what it pushes back)."""
         return len(self._by_deadline) - bisect_right(self._by_deadline, (deadline_s, _LAST))
 
+    def made_late(self, deadline_s: float, start_s: float, extra_s: float) -> float:
+        """Class-weighted count of the waiting requests due after ``deadline_s`` that would finish
+        in time, run in deadline order from ``start_s``, but not with ``extra_s`` more work ahead
+        of them (the collateral of inserting a request of that deadline and standalone time)."""
+        i = bisect_right(self._by_deadline, (deadline_s, _LAST))
+        t, lost = start_s + sum(self._works[:i]), 0.0
+        for (due, _), w, weight in zip(self._by_deadline[i:], self._works[i:], self._weights[i:]):
+            t += w
+            if t <= due < t + extra_s:
+                lost += weight
+        return lost
+
     def _add(self, rec: RequestRecord) -> None:
         self._remove(rec)  # a re-enqueue (preemption) replaces the entry
         rid, w = rec.request.id, rec.remaining_s
@@ -93,6 +108,7 @@ class QueueWork:
         i = bisect_left(self._by_deadline, (rec.deadline_s, rid))
         self._by_deadline.insert(i, (rec.deadline_s, rid))
         self._works.insert(i, w)
+        self._weights.insert(i, CLASS_WEIGHTS[rec.request.priority])
 
     def _remove(self, rec: RequestRecord) -> None:
         rid = rec.request.id
@@ -105,7 +121,7 @@ class QueueWork:
         if not self.keys[rec.key]:
             del self.keys[rec.key]
         i = bisect_left(self._by_deadline, (deadline, rid))
-        del self._by_deadline[i], self._works[i]
+        del self._by_deadline[i], self._works[i], self._weights[i]
 
 
 _LAST = 1 << 62

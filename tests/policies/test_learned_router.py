@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,28 @@ def test_labels_hold_the_proposal_in_slot_zero_and_refuse_held_out_seeds() -> No
     assert (np.isfinite(part["q"]) == valid).all()
     with pytest.raises(ConfigError, match="training seeds"):
         RouteLabelTask("qwen-image-8gpu", 900, 1.0, "agents/tuned/default.json", 120.0, 1, 600.0)
+
+
+def test_made_late_counts_the_requests_an_insertion_pushes_past_their_deadline() -> None:
+    from rlsched.policies.routers import QueueWork
+    from rlsched.sim.metrics import CLASS_WEIGHTS
+
+    full = pool("qwen-image-8gpu", seed=5, load=1.0, duration=600.0)
+    stage = Stage([], full.specs)
+    for r in full._arrivals[:40]:
+        stage.bind(dataclasses.replace(r, arrival_s=0.0), 0)
+    sim = stage.replicas[0]
+    work = QueueWork()
+    work.sync(sim)
+    queue = sorted(sim.waiting.values(), key=lambda rec: (rec.deadline_s, rec.request.id))
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        deadline = float(rng.uniform(queue[0].deadline_s, queue[-1].deadline_s))
+        start, extra = float(rng.uniform(0, 50)), float(rng.uniform(1, 200))
+        t, expected = start, 0.0
+        for rec in queue:
+            t += rec.remaining_s
+            if rec.deadline_s > deadline and t <= rec.deadline_s < t + extra:
+                expected += CLASS_WEIGHTS[rec.request.priority]
+        assert work.made_late(deadline, start, extra) == pytest.approx(expected)
+    assert work.due_after(-1.0) == len(queue) and work.due_after(float("inf")) == 0
