@@ -176,9 +176,10 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
               + "; ".join(f"{p} ×{x:g} {100 * a:.1f} % / {100 * b:.1f} %" for p, x, a, b in bound) + "."]
     for pool, why in meta["skipped"].items():
         lines += ["", f"Not measured: {pool} — {why}."]
-    reused = f"; {meta['reused']} runs reused from the previous ceiling.json" if meta.get("reused") else ""
-    lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {meta['workers']} workers"
-              f"{reused})."]
+    reused = (f" in all: {meta['reused']} runs reused from the previous ceiling.json, the rest run now"
+              if meta.get("reused") else "")
+    lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall{reused}, {meta['workers']} "
+              f"workers)."]
     return "\n".join(lines) + "\n"
 
 
@@ -274,9 +275,10 @@ def main() -> None:
     from rich.progress import Progress
 
     out = Path(args.out)
-    rows, reused = [], 0
+    rows, reused, earlier_s = [], 0, 0.0
     if args.reuse and (out / "ceiling.json").is_file():
         old = json.loads((out / "ceiling.json").read_text())
+        earlier_s = float(old.get("wall_s", 0.0))
         want = {(t[0], t[1], t[2], t[3]): t for t in tasks}
         for r in old["runs"]:
             key = (r["pool"], r["spec"], r["seed"], r["load"])
@@ -295,7 +297,8 @@ def main() -> None:
     cs = cells(rows, pools, loads, seeds, roles)
     meta = {"pools": pools, "loads": loads, "seeds": seeds, "windows": windows, "horizon_s": args.horizon,
             "top": args.top, "specs": roles, "skipped": {k: v for k, v in SKIPPED.items() if k not in pools},
-            "workers": args.workers, "wall_s": wall, "reused": reused, "learned": args.learned,
+            "workers": args.workers, "wall_s": wall + (earlier_s if reused else 0.0), "reused": reused,
+            "learned": args.learned,
             "command": "python scripts/router_ceiling.py " + " ".join(sys.argv[1:])}
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(cs, meta)

@@ -50,22 +50,22 @@ class CandidateNet(nn.Module):
                 for k, v in self.state_dict().items()}
 
 
-def split(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return obs[:, :GLOBAL_DIM], obs[:, GLOBAL_DIM:].reshape(-1, K, F)
+def split(obs: torch.Tensor, g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> tuple[torch.Tensor, torch.Tensor]:
+    return obs[:, :g_dim], obs[:, g_dim:].reshape(-1, k, f_dim)
 
 
-def _extractor_class() -> Any:
+def _extractor_class(g_dim: int, k: int, f_dim: int) -> Any:
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     class PickExtractor(BaseFeaturesExtractor):
-        """Features = [K logits | pooled activations | queue features]."""
+        """Features = [k logits | pooled activations | global features]."""
 
         def __init__(self, observation_space: Any) -> None:
-            super().__init__(observation_space, features_dim=K + HIDDEN + GLOBAL_DIM)
-            self.net = CandidateNet()
+            super().__init__(observation_space, features_dim=k + HIDDEN + g_dim)
+            self.net = CandidateNet(g_dim=g_dim, f_dim=f_dim)
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            g, cand = split(obs)
+            g, cand = split(obs, g_dim, k, f_dim)
             logits, h = self.net(g, cand)
             valid = cand[..., 0:1]
             pooled = (h * valid).sum(1) / valid.sum(1).clamp(min=1.0)
@@ -74,17 +74,19 @@ def _extractor_class() -> Any:
     return PickExtractor
 
 
-def policy_class() -> Any:
+def policy_class(g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> Any:
+    """The actor-critic over ``k`` candidates of ``f_dim`` fields and ``g_dim`` global features
+    (defaults: the candidate policy's; the learned router passes its own)."""
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
     class Logits(nn.Module):
         def forward(self, latent: torch.Tensor) -> torch.Tensor:
-            return latent[:, :K]
+            return latent[:, :k]
 
     class PickActorCritic(MaskableActorCriticPolicy):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs.update(features_extractor_class=_extractor_class(), net_arch={"pi": [], "vf": [64, 64]},
-                          activation_fn=nn.Tanh, ortho_init=False)
+            kwargs.update(features_extractor_class=_extractor_class(g_dim, k, f_dim),
+                          net_arch={"pi": [], "vf": [64, 64]}, activation_fn=nn.Tanh, ortho_init=False)
             super().__init__(*args, **kwargs)
 
         def _build(self, lr_schedule: Any) -> None:

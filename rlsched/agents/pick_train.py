@@ -16,6 +16,7 @@ gives the same labels, weights and checkpoint content hash, however many workers
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -202,44 +203,53 @@ def choose_stage(order: list[str], diffs: dict[str, np.ndarray]) -> tuple[str, l
 
 
 def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
-    import torch
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
-
     from rlsched.agents.pick import policy_class
     from rlsched.envs.pick import DiTPickEnv
 
     p = cfg.ppo
     static = {sc: cfg.static.format(scenario=sc) for sc in cfg.scenarios}
+    return maskable_ppo(p, cfg.seed, net, lambda: DiTPickEnv(list(cfg.scenarios), static, cfg.rate_scale,
+                                                             p.window_s, p.burn_in_s),
+                        policy_class(), run, progress)
+
+
+def maskable_ppo(p: PPOStage, seed: int, net: Any, make_env: Any, policy: Any, run: Path, progress: bool,
+                 tag: str = "pick", shadow: str = "shadow heuristic (static)") -> Any:
+    """Fine-tune ``net`` (a ``CandidateNet``) with sb3-contrib's ``MaskablePPO`` on ``p.n_envs``
+    copies of ``make_env()`` (paired-reward environments: ``info`` carries deviations, decisions
+    and both credits), TensorBoard in ``RUN/tb``, the differential-return curve in
+    ``RUN/ppo_curve.*``; returns the trained network (a new one of ``net``'s shape)."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     def make(rank: int) -> Any:
         def thunk() -> Any:
-            env = Monitor(DiTPickEnv(list(cfg.scenarios), static, cfg.rate_scale, p.window_s, p.burn_in_s),
-                          info_keywords=("deviations", "decisions", "agent_credit", "shadow_credit"))
-            env.reset(seed=cfg.seed + 7919 * rank)
+            env = Monitor(make_env(), info_keywords=("deviations", "decisions", "agent_credit", "shadow_credit"))
+            env.reset(seed=seed + 7919 * rank)
             return env
         return thunk
 
     venv = VecNormalize(DummyVecEnv([make(i) for i in range(p.n_envs)]), norm_obs=False, norm_reward=True,
                         gamma=p.gamma)
-    model = MaskablePPO(policy_class(), venv, learning_rate=p.learning_rate, n_steps=p.n_steps,
+    model = MaskablePPO(policy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps,
                         batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
-                        clip_range=p.clip_range, ent_coef=p.ent_coef, seed=cfg.seed, device="cpu",
+                        clip_range=p.clip_range, ent_coef=p.ent_coef, seed=seed, device="cpu",
                         tensorboard_log=str(run / "tb"), verbose=0)
     with torch.no_grad():
         for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
             mod.net.load_state_dict(net.state_dict())  # type: ignore[union-attr]
-    metrics = _PickMetrics()
+    metrics = _PickMetrics(tag)
     model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo", callback=metrics)
     venv.close()
-    _write_curve(metrics.episodes, run)
-    trained = type(net)()
+    _write_curve(metrics.episodes, run, shadow)
+    trained = copy.deepcopy(net)
     trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())  # type: ignore[union-attr]
     return trained
 
 
-def _PickMetrics() -> Any:  # noqa: N802  (a class built lazily: SB3 imports stay inside training)
+def _PickMetrics(tag: str = "pick") -> Any:  # noqa: N802  (a class built lazily: SB3 imports stay inside training)
     from stable_baselines3.common.callbacks import BaseCallback
 
     class PickMetrics(BaseCallback):
@@ -255,17 +265,18 @@ def _PickMetrics() -> Any:  # noqa: N802  (a class built lazily: SB3 imports sta
                 if ep is not None:
                     self.episodes.append((self.num_timesteps, float(ep["r"]),
                                           float(info["deviations"]) / max(1.0, float(info["decisions"]))))
-                    self.logger.record_mean("pick/differential_return", float(ep["r"]))
-                    self.logger.record_mean("pick/agent_credit", float(info["agent_credit"]))
-                    self.logger.record_mean("pick/shadow_credit", float(info["shadow_credit"]))
-                    self.logger.record_mean("pick/deviation_share",
+                    self.logger.record_mean(f"{tag}/differential_return", float(ep["r"]))
+                    self.logger.record_mean(f"{tag}/agent_credit", float(info["agent_credit"]))
+                    self.logger.record_mean(f"{tag}/shadow_credit", float(info["shadow_credit"]))
+                    self.logger.record_mean(f"{tag}/deviation_share",
                                             float(info["deviations"]) / max(1.0, float(info["decisions"])))
             return True
 
     return PickMetrics()
 
 
-def _write_curve(episodes: list[tuple[int, float, float]], run: Path) -> None:
+def _write_curve(episodes: list[tuple[int, float, float]], run: Path,
+                 shadow: str = "shadow heuristic (static)") -> None:
     """``RUN/ppo_curve.csv`` and ``.png``: the differential return against the shadow heuristic
     (SLO credits, realtime = 1) per training episode, with a rolling mean."""
     import csv
@@ -290,10 +301,10 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.plot(steps, ret, ".", color=pick.color, ms=2, alpha=0.3, label="episode")
     ax.plot(steps[k - 1:], roll, color=pick.color, lw=2, label=f"rolling mean ({k} episodes)")
-    ax.axhline(0, color=static.color, lw=1.2, linestyle="--", label="shadow heuristic (static)")
+    ax.axhline(0, color=static.color, lw=1.2, linestyle="--", label=shadow)
     ax.set_xlabel("PPO timesteps")
-    ax.set_ylabel("agent − shadow heuristic\n(SLO credits)")
-    ax.set_title(f"deviation from the heuristic's batch: {100 * dev[-k:].mean():.0f} % of decisions (last {k})",
+    ax.set_ylabel("agent − shadow\n(SLO credits)")
+    ax.set_title(f"deviation from the shadow's choice: {100 * dev[-k:].mean():.0f} % of decisions (last {k})",
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -433,5 +444,5 @@ def with_margin(net: Any, margin: float) -> Any:
     return out
 
 
-__all__ = ["EXECUTION_FIELDS", "PickConfig", "choose_stage", "initial_net", "learn", "load_pick_config",
-           "recipe_config", "validate", "weights_digest", "with_margin"]
+__all__ = ["EXECUTION_FIELDS", "PPOStage", "PickConfig", "choose_stage", "initial_net", "learn", "load_pick_config",
+           "maskable_ppo", "recipe_config", "validate", "weights_digest", "with_margin"]

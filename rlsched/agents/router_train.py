@@ -1,4 +1,4 @@
-"""The learned router's recipe, one command: labels → imitation → DAgger → validation → export.
+"""The learned router's recipe, one command: labels → imitation → DAgger → MaskablePPO → validation → export.
 
 1. Label arrivals on the multi-replica pools with the realizable look-ahead teacher
    (``LookaheadRouter.replica_gain``: the request tried on a fork of each replica it fits on,
@@ -8,19 +8,17 @@
 2. Imitate: regress score(replica) − score(proposal) on the label advantage
    (``rlsched.agents.pick.imitate``, the candidate policy's loss; proposal = rlsched's choice).
 3. Validate each proposal margin paired against ``static@rlsched`` (the strongest heuristic
-   router on every pool: results/router-ceiling) on validation seeds (900+), keep a margin by
-   ``choose_stage`` (the largest, unless a smaller one wins by more than the paired 95 %
-   interval) and export the frozen scorer (``kind: router``) that ``POLICY@router:FOLDER`` serves.
+   router on every pool: results/router-ceiling) on validation seeds (900+) and keep one by
+   ``choose_stage`` (the largest, unless a smaller one wins by more than the paired 95 % interval).
+4. Fine-tune it with sb3-contrib's ``MaskablePPO`` on ``rlsched/DiTRoute-v0`` (reward: SLO
+   credit minus rlsched's router's on an identical copy of the workload, after a burn-in;
+   loads drawn over ``rate_scale``), TensorBoard in ``RUN/tb``; PPO replaces the imitation
+   stage only if it wins on the validation cells by more than the paired interval.
+5. Export the stage kept as a frozen scorer (``kind: router``) that ``POLICY@router:FOLDER`` serves.
 
-Workload seeds: labels below 900, validation 900-999, evaluation >= 1000. Deterministic for
-its ``seed``: the same config gives the same labels, weights and content hash, whichever
-number of workers ran it (each label task is one seeded episode).
-
-Why no PPO stage (unlike ``pick``): the router's realizable ceiling is x1.03 the strongest
-heuristic router in the 40-80 % cells (results/router-ceiling) and the candidate policy's
-PPO stage never cleared its paired interval over imitation on one GPU; the labels are
-exact (a realizable label is deterministic, not a one-future sample), so imitation reaches
-what the teacher knows.
+Workload seeds: labels and PPO below 900, validation 900-999, evaluation >= 1000.
+Deterministic for its ``seed``: the same config gives the same labels, weights and content
+hash, whichever number of workers ran it (each label task is one seeded episode).
 """
 
 from __future__ import annotations
@@ -76,6 +74,12 @@ class RouteValidationConfig(_Strict):
         return v
 
 
+def _ppo_stage() -> Any:
+    from rlsched.agents.pick_train import PPOStage
+
+    return PPOStage(timesteps=60_000)
+
+
 class RouterConfig(_Strict):
     kind: Literal["router"]
     name: str = "router"
@@ -87,10 +91,19 @@ class RouterConfig(_Strict):
     rate_scale: tuple[float, float] = (0.5, 1.5)
     labels: RouteLabelConfig = RouteLabelConfig()
     imitation: RouteImitationConfig = RouteImitationConfig()
+    ppo: Any = Field(default_factory=_ppo_stage)
+    """A ``PPOStage`` (the candidate policy's settings; ``timesteps: 0`` skips PPO)."""
     validation: RouteValidationConfig = RouteValidationConfig()
     workers: int = Field(default=2, ge=1)
     ray: str | None = None
     seed: int = Field(default=0, ge=0)
+
+    @field_validator("ppo", mode="before")
+    @classmethod
+    def _ppo(cls, v: Any) -> Any:
+        from rlsched.agents.pick_train import PPOStage
+
+        return v if isinstance(v, PPOStage) else PPOStage(**(v or {}))
 
     @field_validator("static")
     @classmethod
@@ -282,8 +295,8 @@ def summarize_validation(cfg: RouterConfig, diffs: dict[str, np.ndarray]) -> dic
     return out
 
 
-SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps closest to rlsched's router); a "
-                  "smaller margin replaces the one kept only if its paired difference to it on the validation "
+SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps closest to rlsched's router), then "
+                  "PPO; a later stage replaces the one kept only if its paired difference to it on the validation "
                   "cells has a 95 % interval above zero (mean > ci95)")
 
 
@@ -331,12 +344,29 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
     timing["validation_s"] = time.perf_counter() - t
     chosen, comparisons = choose_stage(list(nets), diffs)
+    if cfg.ppo.timesteps:
+        t = time.perf_counter()
+        nets["ppo"] = _ppo(cfg, nets[chosen], run, progress)
+        timing["ppo_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        diffs.update(validation_differences(cfg, {"ppo": numpy_scorer(nets["ppo"])}))
+        timing["validation_ppo_s"] = time.perf_counter() - t
+        chosen, more = choose_stage([chosen, "ppo"], diffs)
+        comparisons += more
     validation = summarize_validation(cfg, diffs)
+    # every stage against the teacher on the states the imitated router visited (the last round's)
+    from rlsched.agents.pick import evaluate_labels
+
+    visited = load_labels(files[-1:])
+    teacher = {name: evaluate_labels(net, visited, np.arange(len(visited["q"]))) for name, net in nets.items()}
+    for i, row in enumerate(teacher.values()):
+        for key in ("agreement", "regret", "deviate"):
+            log.add_scalar(f"stages/teacher_{key}", row[key], i)
     for i, row in enumerate(validation.values()):
         log.add_scalar("validation/mean_vs_rlsched_router", row["mean"], i)
         log.add_scalar("validation/worst_cell_vs_rlsched_router", row["worst_cell"], i)
     log.close()
-    report = {"imitation": stats, "validation": validation, "chosen": chosen,
+    report = {"imitation": stats, "validation": validation, "teacher": teacher, "chosen": chosen,
               "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
               "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
               "labels": [f.name for f in files], "states": int(sum(len(load_labels([f])["q"]) for f in files)),
@@ -345,6 +375,21 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     if out is not None:
         export_router(cfg, nets[chosen], out, report, origin)
     return report
+
+
+def _ppo(cfg: RouterConfig, net: Any, run: Path, progress: bool) -> Any:
+    """MaskablePPO on ``rlsched/DiTRoute-v0`` from the chosen imitation stage (paired reward against
+    rlsched's router on an identical copy of each episode's workload)."""
+    from rlsched.agents.pick import policy_class
+    from rlsched.agents.pick_train import maskable_ppo
+    from rlsched.envs.route import DiTRouteEnv
+    from rlsched.learned.router import MAX_REPLICAS, RF, RG
+
+    p = cfg.ppo
+    pools, static = list(cfg.pools), dict(cfg.static)
+    return maskable_ppo(p, cfg.seed, net, lambda: DiTRouteEnv(pools, static, cfg.rate_scale, p.window_s, p.burn_in_s),
+                        policy_class(RG, MAX_REPLICAS, RF), run, progress, tag="router",
+                        shadow="rlsched's router (static@rlsched)")
 
 
 def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:

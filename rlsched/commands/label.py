@@ -121,9 +121,9 @@ def _learn_router(args: argparse.Namespace) -> int:
     """``kind: router`` presets: the learned router's recipe (``rlsched.agents.router_train``)."""
     from rlsched.agents.router_train import learn_router, load_router_config
 
-    if args.timesteps is not None:
-        raise ConfigError("--timesteps", "the router's recipe has no PPO stage (see rlsched/agents/router_train.py)")
     cfg = load_router_config(args.agent, workers=args.workers, ray=args.ray)
+    if args.timesteps is not None:
+        cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
     report = learn_router(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
     print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
     print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")

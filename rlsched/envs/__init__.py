@@ -12,6 +12,8 @@ from typing import Any
 ENV_ID = "rlsched/DiTBatch-v0"
 PICK_ENV_ID = "rlsched/DiTPick-v0"
 """Choose one of K feasible candidate batches (``rlsched.envs.pick``)."""
+ROUTE_ENV_ID = "rlsched/DiTRoute-v0"
+"""Choose the replica of each arriving request on a multi-replica pool (``rlsched.envs.route``)."""
 MAX_EPISODE_STEPS = 2048
 
 try:
@@ -23,6 +25,8 @@ else:
         register(id=ENV_ID, entry_point="rlsched.envs.dit_batch:DiTBatchEnv", max_episode_steps=MAX_EPISODE_STEPS)
     if PICK_ENV_ID not in registry:
         register(id=PICK_ENV_ID, entry_point="rlsched.envs.pick:DiTPickEnv")
+    if ROUTE_ENV_ID not in registry:
+        register(id=ROUTE_ENV_ID, entry_point="rlsched.envs.route:DiTRouteEnv")
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +36,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ENV_ID", "MAX_EPISODE_STEPS", "PICK_ENV_ID", "DiTBatchEnv"]
+__all__ = ["ENV_ID", "MAX_EPISODE_STEPS", "PICK_ENV_ID", "ROUTE_ENV_ID", "DiTBatchEnv"]

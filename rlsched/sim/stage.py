@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -97,18 +97,40 @@ class Stage:
         """Run to the end (or the horizon): early binding with ``router``, or late binding with
         policies made by ``central`` (one per replica kind) picking batches from one queue.
         Returns self."""
-        if len(policies) != len(self.replicas):
-            raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
         if (router is None) == (central is None):
             raise ConfigError("stage", "give a router (early binding) or a central policy (late binding)")
+        if router is None:
+            for _ in self._loop(policies, central):  # late binding: nothing to route
+                pass
+            return self
+        steps = self._loop(policies, None, router)
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(router.route(request, self))
+        except StopIteration:
+            pass
+        return self
+
+    def routing(self, policies: Sequence[PolicyLike]) -> Generator[Request, int, None]:
+        """Early binding with the caller as the router (an environment, one decision a step): a
+        generator that yields each arriving request at its arrival instant and is sent the index
+        of its replica; ``run(policies, router)`` is this generator driven by ``router.route``.
+        Exhausted when the run ends (the stage's own state is then that of a finished run)."""
+        return self._loop(policies, None, None)
+
+    def _loop(self, policies: Sequence[PolicyLike], central: Callable[[], PolicyLike] | None,
+              router: Router | None) -> Generator[Request, int, None]:
+        if len(policies) != len(self.replicas):
+            raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
         for sim, policy in zip(self.replicas, policies):
             policy.reset(sim)
         hubs: list[PolicyLike] = []
         if central is not None:
             hubs = self._open_central(central)
-        else:
-            router.reset(self)  # type: ignore[union-attr]
-        deliver = self._route if router is not None else self._hold
+        elif router is not None:
+            router.reset(self)
+        who = getattr(router, "name", router) if router is not None else "routing()"
         sims = self._all()
         hub = len(self.replicas)  # the central views' first index in sims, when there are any
         arrivals, n = self._arrivals, len(self._arrivals)
@@ -128,7 +150,11 @@ class Stage:
                     sim.fire_next()
             while self._next < n and arrivals[self._next].arrival_s == t:
                 self._next += 1  # consumed before routing: a fork taken by the router holds what is still to come
-                touched.append(deliver(arrivals[self._next - 1], router))
+                req = arrivals[self._next - 1]
+                if hubs:
+                    touched.append(self._hold(req))
+                else:
+                    touched.append(self._bind_routed(req, (yield req), who))
             if hubs:
                 touched += self._dispatch(hubs)
             for r in sorted(set(touched)):
@@ -141,16 +167,13 @@ class Stage:
                 times[r] = sims[r].next_event_s()
         for sim in self.replicas:  # one makespan for every replica's utilisation
             sim.now = max(sim.now, self.now)
-        return self
 
     def _all(self) -> list[Simulator]:
         return [*self.replicas, *self.hubs]
 
-    def _route(self, req: Request, router: Any) -> int:
-        r = router.route(req, self)
+    def _bind_routed(self, req: Request, r: Any, who: Any) -> int:
         if type(r) is not int or not 0 <= r < len(self.replicas):
-            raise InvalidDecision(f"router {getattr(router, 'name', router)!r} chose replica {r!r} "
-                                  f"of {len(self.replicas)}")
+            raise InvalidDecision(f"router {who!r} chose replica {r!r} of {len(self.replicas)}")
         self.routed[req.id] = r
         self.replicas[r].receive(req, self.now)
         return r
@@ -215,7 +238,7 @@ class Stage:
             for callback in view.on_finish:
                 callback(rec)
 
-    def _hold(self, req: Request, router: Any) -> int:
+    def _hold(self, req: Request) -> int:
         for view in self.hubs:
             view.receive(req, self.now)
         return len(self.replicas)

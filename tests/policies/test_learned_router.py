@@ -85,7 +85,7 @@ def test_the_router_never_picks_a_masked_replica() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_router(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    pytest.importorskip("torch")
+    pytest.importorskip("sb3_contrib")
     from rlsched.agents.router_train import learn_router, load_router_config
 
     tmp = tmp_path_factory.mktemp("router")
@@ -94,6 +94,7 @@ def tiny_router(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
         "kind: router\npools: [qwen-image-8gpu]\nstatic: {qwen-image-8gpu: agents/tuned/default.json}\n"
         "labels: {episodes_per_pool: 2, duration_s: 600, dagger_rounds: 1, dagger_episodes_per_pool: 1}\n"
         "imitation: {epochs: 3, margins: [1.0, 0.25]}\n"
+        "ppo: {timesteps: 128, n_steps: 64, batch_size: 32, n_epochs: 1, n_envs: 1, window_s: [600, 900]}\n"
         "validation: {seeds: [900, 901], rate_scales: [1.5], duration_s: 600}\nworkers: 1\n")
     cfg = load_router_config(cfg_file)
     out = tmp / "ckpt"
@@ -103,11 +104,13 @@ def tiny_router(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
 
 def test_the_recipe_exports_a_router_that_serves(tiny_router: tuple[Path, dict[str, Any]]) -> None:
     out, report = tiny_router
-    assert report["chosen"] in ("imitation@1", "imitation@0.25") and report["states"] > 0
+    assert report["chosen"] in ("imitation@1", "imitation@0.25", "ppo") and report["states"] > 0
+    assert set(report["validation"]) == {"imitation@1", "imitation@0.25", "ppo"} and "ppo_s" in report["timing"]
+    assert set(report["teacher"]["ppo"]) >= {"agreement", "regret"}
     meta = json.loads((out / "policy.json").read_text())
     assert meta["kind"] == "router" and meta["stage"] == report["chosen"] and meta["pools"] == ["qwen-image-8gpu"]
     assert (out.parent / "run" / "labels" / "dagger1.npz").is_file()
-    assert any((out.parent / "run" / "tb" / "router").iterdir())
+    assert any((out.parent / "run" / "tb" / "router").iterdir()) and (out.parent / "run" / "ppo_curve.csv").is_file()
     router = make_router(f"router:{out}")
     recs = run(pool("qwen-image-8gpu"), router)
     assert len(recs) == pool("qwen-image-8gpu").total_requests
