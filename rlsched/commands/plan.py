@@ -1,4 +1,5 @@
-"""``rlsched plan``: the layout (replicas × sequence-parallel degree) N GPUs should serve a scenario with."""
+"""``rlsched plan``: the layout (replicas × sequence-parallel degree × CFG-parallel degree) N GPUs should
+serve a scenario with."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
 
 
-@command("plan", "Simulate every replicas x SP-degree layout of N GPUs on training seeds; recommend one and "
-                 "write its vLLM-Omni stage keys.")
+@command("plan", "Simulate every replicas x SP-degree (x CFG-parallel, where the profile has it) layout of N GPUs "
+                 "on training seeds; recommend one and write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1)")
     p.add_argument("--profile", default=None,
                    help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
-                        "e.g. qwen-image-h200-vllm-omni")
+                        "CFG-parallel layouts one with a 'cfg_parallel' block (derived), e.g. "
+                        "qwen-image-h200-vllm-omni")
     p.add_argument("--policy", default="static:agents/tuned/default.json@rlsched",
                    help="POLICY@ROUTER every layout is run with (@central: late binding)")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
@@ -71,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['scenario']} on {result['gpus']} GPUs ({result['profile']}), {result['policy']}, "
           f"seeds {result['seeds']}: class-weighted SLO attainment %")
-    print(f"{'layout':>10} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
+    print(f"{'layout':>12} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
     for r in result["rows"]:
-        print(f"{r['layout']:>10} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
+        print(f"{r['layout']:>12} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
               + f"  {100 * r['mean']:6.1f}")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
