@@ -75,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
           f"seeds {result['seeds']}: class-weighted SLO attainment %")
     print(f"{'layout':>12} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
     for r in result["rows"]:
-        print(f"{r['layout']:>12} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
+        mark = "*" if r.get("cfg_parallel", 1) > 1 else ""
+        print(f"{r['layout'] + mark:>12} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
               + f"  {100 * r['mean']:6.1f}")
+    if any(r.get("cfg_parallel", 1) > 1 for r in result["rows"]):
+        print("* CFG-parallel: the profile's cfg_parallel coefficients are derived, not measured")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
                                                             "no plot (matplotlib is not installed here)"))
