@@ -60,14 +60,18 @@ class Layout:
         return f"{self.replicas}x {sp}CFG{self.cfg}"
 
 
-def layouts(gpus: int, profile: Any) -> list[Layout]:
+def layouts(gpus: int, profile: Any, cfg_degrees: Sequence[int] = CFG_DEGREES) -> list[Layout]:
     """Every R × d × c = ``gpus`` the profile's models can run (degree > 1 needs an ``sp`` block,
-    c = 2 a ``cfg_parallel`` block), narrow replicas first, each SP degree without then with CFG."""
+    c = 2 a ``cfg_parallel`` block; c among ``cfg_degrees``), narrow replicas first, each SP degree
+    without then with CFG."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", f"must be an integer >= 1, not {gpus!r}")
+    bad = [c for c in cfg_degrees if c not in CFG_DEGREES]
+    if bad or not cfg_degrees:
+        raise ConfigError("--cfg-degrees", f"must be some of {list(CFG_DEGREES)}, not {list(cfg_degrees)}")
     out = []
     for d in DEGREES:
-        for c in CFG_DEGREES:
+        for c in sorted(set(cfg_degrees)):
             if gpus % (d * c):
                 continue
             try:
@@ -107,9 +111,11 @@ def profile_of(sc: Any) -> str:
 
 def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
-         progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = ()) -> dict[str, Any]:
+         progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = (),
+         cfg_degrees: Sequence[int] = CFG_DEGREES) -> dict[str, Any]:
     """Simulate every layout (see the module docstring); returns the table and the choice.
-    ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1)."""
+    ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1);
+    ``cfg_degrees``: the CFG-parallel degrees to consider ((1,): SP layouts only)."""
     bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
     if bad:
         raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
@@ -124,7 +130,7 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
                                         "one profile (evaluate the pool as it is with rlsched eval)")
     gpus = sc.gpus if gpus is None else gpus
     profile = profile or profile_of(sc)
-    options = layouts(gpus, load_profile(profile))
+    options = layouts(gpus, load_profile(profile), cfg_degrees)
     split_pair(spec)  # a typo fails here, not after the first layout
 
     def simulate(seed_list: Sequence[int]) -> np.ndarray:

@@ -44,6 +44,9 @@ def test_layouts_are_what_the_gpus_and_the_profile_allow() -> None:
     assert all(lay.replicas * lay.gpus_per_replica == 8 for lay in layouts(8, WIDE))
     assert [lay.name for lay in layouts(6, WIDE)] == ["6x SP1", "3x CFG2", "3x SP2"]
     assert [lay.name for lay in layouts(8, load_profile("qwen-image-h200"))] == ["8x SP1"]  # no sp block
+    assert [lay.name for lay in layouts(8, WIDE, (1,))] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]  # --cfg-degrees 1
+    with pytest.raises(ConfigError, match="--cfg-degrees"):
+        layouts(8, WIDE, (1, 3))
     # FLUX.1-dev's profile has sp but no cfg_parallel block: no CFG layouts
     assert [lay.name for lay in layouts(8, load_profile("flux1-dev-h100"))] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]
     with pytest.raises(ConfigError, match="--gpus"):
@@ -69,6 +72,11 @@ def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
     assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x CFG2", "1x SP2"}
     assert (out / "plan.png").stat().st_size > 0 and (out / "stage.yaml").read_text() == result["stage_yaml"]
     assert (out / "deploy.sh").read_text().splitlines()[-1] == result["deploy_command"]
+    res = subprocess.run([sys.executable, "-m", "rlsched", "plan", "--gpus", "2", "--profile",
+                          "qwen-image-h200-vllm-omni", "--seeds", "0", "--loads", "1.0", "--out", str(out),
+                          "--cfg-degrees", "1"], capture_output=True, text=True, timeout=300, check=True)
+    assert "1x CFG2" not in res.stdout and "2x SP1" in res.stdout
+    assert {r["layout"] for r in json.loads((out / "plan.json").read_text())["rows"]} == {"2x SP1", "1x SP2"}
 
 
 def test_the_deploy_line_serves_the_recommended_layout_with_the_planned_policy_and_router() -> None:

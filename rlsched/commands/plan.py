@@ -28,6 +28,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
     p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
                    help="loads, x the scenario's nominal rate per GPU x --gpus")
+    p.add_argument("--cfg-degrees", default="1,2",
+                   help="CFG-parallel degrees to consider (2 only where the profile has a cfg_parallel block, "
+                        "whose coefficients are derived); 1: sequence-parallel layouts only")
     p.add_argument("--check-seeds", default="",
                    help="evaluation seeds (>= 1000) to re-run every layout on after choosing: what the "
                         "recommendation loses to the best layout in hindsight")
@@ -54,10 +57,11 @@ def run(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     profile = args.profile or profile_of(sc)
     gpus = sc.gpus if args.gpus is None else args.gpus
-    total = len(layouts(gpus, load_profile(profile))) * len(loads) * (len(seeds) + len(check))
+    cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees")
+    total = len(layouts(gpus, load_profile(profile), cfg_degrees)) * len(loads) * (len(seeds) + len(check))
     with _bar(total, args.json) as advance:
         result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
-                      check)
+                      check, cfg_degrees)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
