@@ -9,7 +9,7 @@ as a ``Stage`` on paired training seeds (< 900; the same workloads for every lay
 each load (× the scenario's nominal rate per GPU × N; a multi-replica scenario's rate is
 its whole stage's, so × N / its GPUs) under one ``POLICY@ROUTER``. The recommendation is
 the layout with the highest mean class-weighted SLO attainment over the loads (ties: the
-narrower replicas, which lose less to communication). ``check_seeds`` (evaluation seeds)
+narrower replicas, which lose less to communication; then no CFG parallelism). ``check_seeds`` (evaluation seeds)
 re-runs every layout on workloads the choice never saw and reports what the
 recommendation loses to the best layout in hindsight.
 """
@@ -30,7 +30,7 @@ from rlsched.evaluation import EVAL_SEED_BASE
 from rlsched.parallel import run_tasks
 from rlsched.policies.routers import run_spec, split_pair
 from rlsched.sim import load_scenario
-from rlsched.sim.cost import SPLayout, load_profile
+from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.metrics import summarize_stage
 from rlsched.sim.stage import Stage
@@ -44,25 +44,41 @@ TRAINING_SEED_LIMIT = 900
 class Layout:
     replicas: int
     degree: int
+    """Sequence-parallel degree of each replica (of each CFG group)."""
+    cfg: int = 1
+    """CFG-parallel degree of each replica (1 or 2 groups of ``degree`` GPUs)."""
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.degree * self.cfg
 
     @property
     def name(self) -> str:
-        return f"{self.replicas}x SP{self.degree}"
+        if self.cfg == 1:
+            return f"{self.replicas}x SP{self.degree}"
+        sp = f"SP{self.degree}+" if self.degree > 1 else ""
+        return f"{self.replicas}x {sp}CFG{self.cfg}"
 
 
-def layouts(gpus: int, profile: Any) -> list[Layout]:
-    """Every R × d = ``gpus`` the profile's models can run (degree > 1 needs an ``sp`` block)."""
+def layouts(gpus: int, profile: Any, cfg_degrees: Sequence[int] = CFG_DEGREES) -> list[Layout]:
+    """Every R × d × c = ``gpus`` the profile's models can run (degree > 1 needs an ``sp`` block,
+    c = 2 a ``cfg_parallel`` block; c among ``cfg_degrees``), narrow replicas first, each SP degree
+    without then with CFG."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError("--gpus", f"must be an integer >= 1, not {gpus!r}")
+    bad = [c for c in cfg_degrees if c not in CFG_DEGREES]
+    if bad or not cfg_degrees:
+        raise ConfigError("--cfg-degrees", f"must be some of {list(CFG_DEGREES)}, not {list(cfg_degrees)}")
     out = []
     for d in DEGREES:
-        if gpus % d:
-            continue
-        try:
-            at_layout(profile, d)
-        except ConfigError:
-            continue  # no sp coefficients for this degree: not a layout this profile can predict
-        out.append(Layout(gpus // d, d))
+        for c in sorted(set(cfg_degrees)):
+            if gpus % (d * c):
+                continue
+            try:
+                at_layout(profile, d, c)
+            except ConfigError:
+                continue  # no sp / cfg_parallel coefficients: not a layout this profile can predict
+            out.append(Layout(gpus // (d * c), d, c))
     return out
 
 
@@ -81,7 +97,7 @@ def run_one(task: PlanTask) -> float:
     """Class-weighted SLO attainment of one layout, seed and load."""
     sc = load_scenario(task.scenario)
     cost = load_profile(task.profile)
-    wide = at_layout(cost, task.layout.degree)
+    wide = at_layout(cost, task.layout.degree, task.layout.cfg)
     reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus / sc.gpus, cost=cost)
     stage = Stage.uniform(reqs, task.layout.replicas, wide, sc.serving, seed=task.seed)
     run_spec(stage, task.spec)
@@ -95,9 +111,11 @@ def profile_of(sc: Any) -> str:
 
 def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
-         progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = ()) -> dict[str, Any]:
+         progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = (),
+         cfg_degrees: Sequence[int] = CFG_DEGREES) -> dict[str, Any]:
     """Simulate every layout (see the module docstring); returns the table and the choice.
-    ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1)."""
+    ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1);
+    ``cfg_degrees``: the CFG-parallel degrees to consider ((1,): SP layouts only)."""
     bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
     if bad:
         raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
@@ -107,12 +125,12 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     if not loads or any(not (math.isfinite(x) and x > 0) for x in loads):
         raise ConfigError("--loads", f"must be finite numbers > 0, not {list(loads)}")
     sc = load_scenario(scenario)
-    if len({(g.profile, g.sp_degree) for g in sc.replicas}) > 1:
+    if len({(g.profile, g.sp_degree, g.cfg_parallel) for g in sc.replicas}) > 1:
         raise ConfigError("--scenario", f"{sc.name!r} declares a heterogeneous pool; plan enumerates layouts of "
                                         "one profile (evaluate the pool as it is with rlsched eval)")
     gpus = sc.gpus if gpus is None else gpus
     profile = profile or profile_of(sc)
-    options = layouts(gpus, load_profile(profile))
+    options = layouts(gpus, load_profile(profile), cfg_degrees)
     split_pair(spec)  # a typo fails here, not after the first layout
 
     def simulate(seed_list: Sequence[int]) -> np.ndarray:
@@ -126,10 +144,11 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
         return np.asarray(values).reshape(len(options), len(loads), len(seed_list))
 
     grid = simulate(seeds)
-    rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree,
+    rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree, "cfg_parallel": lay.cfg,
              "by_load": {f"{x:g}": float(grid[i, j].mean()) for j, x in enumerate(loads)},
              "mean": float(grid[i].mean())} for i, lay in enumerate(options)]
-    best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].degree))
+    best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].gpus_per_replica,
+                                                   -options[i].cfg))
     worst = min(rows, key=lambda r: r["mean"])
     out = {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
            "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
@@ -151,9 +170,11 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
 
 def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
     """The vLLM-Omni stage keys for ``layout`` (as vLLM-Omni's own deploy files spell them:
-    ``num_replicas``/``devices`` on the stage, ``parallel_config`` under the engine args)."""
+    ``num_replicas``/``devices`` on the stage, ``parallel_config`` under the engine args;
+    ``cfg_parallel_size`` only on a CFG-parallel layout, so ``world_size`` = sp × cfg)."""
     methods = {m.sp.method for m in profile.models.values() if m.sp is not None} or {"ulysses"}
     sp = SPLayout.of(layout.degree, sorted(methods)[0])
+    cfg = [f"  cfg_parallel_size: {layout.cfg}"] if layout.cfg > 1 else []
     return "\n".join([
         "# vLLM-Omni 0.30 diffusion stage: merge into your stage (rlsched deploy writes the rest)",
         f"num_replicas: {layout.replicas}",
@@ -162,6 +183,7 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
         f"  sequence_parallel_size: {layout.degree}",
         f"  ulysses_degree: {sp.ulysses}",
         f"  ring_degree: {sp.ring}",
+        *cfg,
         ""])
 
 
@@ -176,7 +198,8 @@ def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: 
         return None
     argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
             "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
-            "--policy", policy, "--router", router, "--profile", profile,
+            *(["--cfg-parallel", str(layout.cfg)] if layout.cfg > 1 else []), "--policy", policy,
+            "--router", router, "--profile", profile,
             "--max-num-seqs", str(serving.max_num_seqs)]
     if serving.mode == "step":
         argv.append("--step-execution")

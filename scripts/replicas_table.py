@@ -98,6 +98,7 @@ def plan_table(root: Path) -> list[str]:
         r = json.loads(path.read_text())
         for row in r["rows"]:
             mark = " **(recommended)**" if row["layout"] == r["recommended"] else ""
+            mark = (" (CFG-parallel: derived)" if row.get("cfg_parallel", 1) > 1 else "") + mark
             out.append(f"| {r['scenario']} | {row['layout']}{mark} | {100 * row['mean']:.1f} | "
                        f"{100 * row.get('check_mean', float('nan')):.1f} |")
         if "hindsight_best" in r:

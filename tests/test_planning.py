@@ -39,9 +39,16 @@ def test_a_replica_on_d_gpus_sees_the_sp_cost_model() -> None:
 
 
 def test_layouts_are_what_the_gpus_and_the_profile_allow() -> None:
-    assert [lay.name for lay in layouts(8, WIDE)] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]
-    assert [lay.name for lay in layouts(6, WIDE)] == ["6x SP1", "3x SP2"]
+    assert [lay.name for lay in layouts(8, WIDE)] == ["8x SP1", "4x CFG2", "4x SP2", "2x SP2+CFG2", "2x SP4",
+                                                      "1x SP4+CFG2", "1x SP8"]
+    assert all(lay.replicas * lay.gpus_per_replica == 8 for lay in layouts(8, WIDE))
+    assert [lay.name for lay in layouts(6, WIDE)] == ["6x SP1", "3x CFG2", "3x SP2"]
     assert [lay.name for lay in layouts(8, load_profile("qwen-image-h200"))] == ["8x SP1"]  # no sp block
+    assert [lay.name for lay in layouts(8, WIDE, (1,))] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]  # --cfg-degrees 1
+    with pytest.raises(ConfigError, match="--cfg-degrees"):
+        layouts(8, WIDE, (1, 3))
+    # FLUX.1-dev's profile has sp but no cfg_parallel block: no CFG layouts
+    assert [lay.name for lay in layouts(8, load_profile("flux1-dev-h100"))] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]
     with pytest.raises(ConfigError, match="--gpus"):
         layouts(0, WIDE)
 
@@ -62,9 +69,14 @@ def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
                           "qwen-image-h200-vllm-omni", "--seeds", "0", "--loads", "1.0", "--out", str(out),
                           "--json"], capture_output=True, text=True, timeout=300, check=True)
     result = json.loads(res.stdout)
-    assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x SP2"}
+    assert {r["layout"] for r in result["rows"]} == {"2x SP1", "1x CFG2", "1x SP2"}
     assert (out / "plan.png").stat().st_size > 0 and (out / "stage.yaml").read_text() == result["stage_yaml"]
     assert (out / "deploy.sh").read_text().splitlines()[-1] == result["deploy_command"]
+    res = subprocess.run([sys.executable, "-m", "rlsched", "plan", "--gpus", "2", "--profile",
+                          "qwen-image-h200-vllm-omni", "--seeds", "0", "--loads", "1.0", "--out", str(out),
+                          "--cfg-degrees", "1"], capture_output=True, text=True, timeout=300, check=True)
+    assert "1x CFG2" not in res.stdout and "2x SP1" in res.stdout
+    assert {r["layout"] for r in json.loads((out / "plan.json").read_text())["rows"]} == {"2x SP1", "1x SP2"}
 
 
 def test_the_deploy_line_serves_the_recommended_layout_with_the_planned_policy_and_router() -> None:
@@ -86,9 +98,11 @@ def test_plans_deploy_line_runs_and_writes_the_stage_plan_recommended(tmp_path, 
     assert main(argv[1:]) == 0
     (stage,) = yaml.safe_load((tmp_path / "deploy.yaml").read_text())["stages"]
     keys = yaml.safe_load(result["stage_yaml"])
-    replicas, degree = (int(x) for x in result["recommended"].replace("x SP", " ").split())
-    assert stage["num_replicas"] == keys["num_replicas"] == replicas and stage["devices"] == keys["devices"]
-    assert stage.get("parallel_config", {"sequence_parallel_size": 1})["sequence_parallel_size"] == degree
+    row = next(r for r in result["rows"] if r["layout"] == result["recommended"])
+    assert stage["num_replicas"] == keys["num_replicas"] == row["replicas"] and stage["devices"] == keys["devices"]
+    parallel = stage.get("parallel_config", {"sequence_parallel_size": 1})
+    assert parallel["sequence_parallel_size"] == row["sp_degree"]
+    assert parallel.get("cfg_parallel_size", 1) == row["cfg_parallel"]
     assert stage["extras"]["rlsched"]["policy"] == "edf" and stage["extras"]["rlsched_router"]["router"] == "rlsched"
     assert stage["max_num_seqs"] == 4  # the scenario's, as simulated
     assert "vllm serve MODEL --omni --stage-overrides" in capsys.readouterr().out

@@ -64,6 +64,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", help="GPUs of the stage, comma-separated (R x D of them; needed with --replicas > 1 "
                                      "or --sp > 1)")
     p.add_argument("--sp", type=positive_int, default=1, help="sequence-parallel degree of each replica")
+    p.add_argument("--cfg-parallel", type=int, choices=(1, 2), default=1,
+                   help="CFG-parallel degree of each replica (parallel_config.cfg_parallel_size): 2 runs a CFG "
+                        "request's two guidance branches on two groups of --sp GPUs (R x SP x 2 --devices)")
     p.add_argument("--router", help="route requests across replicas with this rlsched router (rlsched, least-work, "
                                     "affinity ...; extras.rlsched_router): vLLM-Omni round-robins without it. "
                                     "--policy POLICY@ROUTER says the same")
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stage-id", f"{args.stage_id} without --base-config: a generic diffusion model has "
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
-    layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile))
+    layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile), args.cfg_parallel)
     routing = RouterConfig(router=router, budget_ms=args.router_budget_ms) if router else None
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base,
                         layout=layout, router=routing)
@@ -145,28 +148,29 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
     return doc
 
 
-def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any) -> dict[str, Any]:
-    """The stage keys of ``replicas`` replicas of ``degree`` GPUs on ``devices`` (``planning.stage_yaml``'s
-    spelling); empty for one replica on one GPU without ``devices`` (vLLM-Omni's defaults)."""
-    if replicas == 1 and degree == 1 and not devices:
+def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any, cfg: int = 1) -> dict[str, Any]:
+    """The stage keys of ``replicas`` replicas of ``degree`` × ``cfg`` GPUs on ``devices``
+    (``planning.stage_yaml``'s spelling); empty for one replica on one GPU without ``devices``
+    (vLLM-Omni's defaults)."""
+    if replicas == 1 and degree == 1 and cfg == 1 and not devices:
         return {}
+    width, by = degree * cfg, f"--sp {degree}" + (f" x --cfg-parallel {cfg}" if cfg > 1 else "")
     if not devices:
-        raise ConfigError("--devices", f"name the stage's {replicas * degree} GPUs (--replicas {replicas} x --sp "
-                                       f"{degree}), e.g. {','.join(map(str, range(replicas * degree)))}")
+        raise ConfigError("--devices", f"name the stage's {replicas * width} GPUs (--replicas {replicas} x {by}), "
+                                       f"e.g. {','.join(map(str, range(replicas * width)))}")
     ids = [d.strip() for d in devices.split(",")]
     if not all(d.isdigit() for d in ids) or len(set(ids)) != len(ids):
         raise ConfigError("--devices", f"{devices!r}: expected distinct GPU indices, comma-separated")
-    if len(ids) != replicas * degree:
-        raise ConfigError("--devices", f"{len(ids)} GPUs for --replicas {replicas} x --sp {degree} = "
-                                       f"{replicas * degree}")
+    if len(ids) != replicas * width:
+        raise ConfigError("--devices", f"{len(ids)} GPUs for --replicas {replicas} x {by} = {replicas * width}")
     from rlsched.planning import Layout, stage_yaml
 
     try:
-        keys = yaml.safe_load(stage_yaml(Layout(replicas, degree), len(ids), profile))
+        keys = yaml.safe_load(stage_yaml(Layout(replicas, degree, cfg), len(ids), profile))
     except ConfigError as exc:
         raise ConfigError("--sp", f"{degree}: {exc}") from None
     keys["devices"] = ",".join(ids)
-    if degree == 1:
+    if width == 1:
         del keys["parallel_config"]
     return keys
 

@@ -1,4 +1,5 @@
-"""``rlsched plan``: the layout (replicas × sequence-parallel degree) N GPUs should serve a scenario with."""
+"""``rlsched plan``: the layout (replicas × sequence-parallel degree × CFG-parallel degree) N GPUs should
+serve a scenario with."""
 
 from __future__ import annotations
 
@@ -12,20 +13,24 @@ from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
 
 
-@command("plan", "Simulate every replicas x SP-degree layout of N GPUs on training seeds; recommend one and "
-                 "write its vLLM-Omni stage keys.")
+@command("plan", "Simulate every replicas x SP-degree (x CFG-parallel, where the profile has it) layout of N GPUs "
+                 "on training seeds; recommend one and write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1)")
     p.add_argument("--profile", default=None,
                    help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
-                        "e.g. qwen-image-h200-vllm-omni")
+                        "CFG-parallel layouts one with a 'cfg_parallel' block (derived), e.g. "
+                        "qwen-image-h200-vllm-omni")
     p.add_argument("--policy", default="static:agents/tuned/default.json@rlsched",
                    help="POLICY@ROUTER every layout is run with (@central: late binding)")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
     p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
                    help="loads, x the scenario's nominal rate per GPU x --gpus")
+    p.add_argument("--cfg-degrees", default="1,2",
+                   help="CFG-parallel degrees to consider (2 only where the profile has a cfg_parallel block, "
+                        "whose coefficients are derived); 1: sequence-parallel layouts only")
     p.add_argument("--check-seeds", default="",
                    help="evaluation seeds (>= 1000) to re-run every layout on after choosing: what the "
                         "recommendation loses to the best layout in hindsight")
@@ -52,10 +57,11 @@ def run(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     profile = args.profile or profile_of(sc)
     gpus = sc.gpus if args.gpus is None else args.gpus
-    total = len(layouts(gpus, load_profile(profile))) * len(loads) * (len(seeds) + len(check))
+    cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees")
+    total = len(layouts(gpus, load_profile(profile), cfg_degrees)) * len(loads) * (len(seeds) + len(check))
     with _bar(total, args.json) as advance:
         result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
-                      check)
+                      check, cfg_degrees)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
@@ -71,10 +77,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['scenario']} on {result['gpus']} GPUs ({result['profile']}), {result['policy']}, "
           f"seeds {result['seeds']}: class-weighted SLO attainment %")
-    print(f"{'layout':>10} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
+    print(f"{'layout':>12} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
     for r in result["rows"]:
-        print(f"{r['layout']:>10} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
+        mark = "*" if r.get("cfg_parallel", 1) > 1 else ""
+        print(f"{r['layout'] + mark:>12} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
               + f"  {100 * r['mean']:6.1f}")
+    if any(r.get("cfg_parallel", 1) > 1 for r in result["rows"]):
+        print("* CFG-parallel: the profile's cfg_parallel coefficients are derived, not measured")
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
                                                             "no plot (matplotlib is not installed here)"))

@@ -38,7 +38,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--out", type=Path, required=True, help="measurement CSV to write")
     m.set_defaults(handler=run_measure)
     q = sub.add_parser("predict", help="predicted standalone latency and per-GPU memory of a request,"
-                                       " on one GPU or over --sp GPUs (sequence parallelism)",
+                                       " on one GPU or over --sp GPUs (sequence parallelism) x --cfg-parallel",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     q.add_argument("profile", metavar="PROFILE",
                    help="shipped profile name (envs/profiles/NAME.yaml) or a profile file")
@@ -47,7 +47,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--frames", default="1", help="frames (1 for an image)")
     q.add_argument("--steps", required=True, help="denoise steps")
     q.add_argument("--sp", default="1", help="sequence-parallel GPUs: D (the profile's sp.method), ulyssesD, ringD"
-                                            " or ulyssesUxringR (u2r2)")
+                                            " or ulyssesUxringR (u2r2); a CFG-parallel degree may follow (u2c2, c2)")
+    q.add_argument("--cfg-parallel", default="1",
+                   help="CFG-parallel degree, 1 or 2 (vLLM-Omni cfg_parallel_size; the profile's cfg_parallel block, "
+                        "derived): a --cfg request's two guidance branches on two groups of --sp GPUs")
     q.add_argument("--batch", default="1", help="same-shape requests run together")
     q.add_argument("--cfg", action="store_true", help="classifier-free guidance on (two DiT passes per step)")
     q.add_argument("--model", help="model of the profile (default: its only model)")
@@ -106,13 +109,15 @@ def run_predict(args: argparse.Namespace) -> int:
 
     dims = {k: int_flag(f"--{k}", getattr(args, k)) for k in ("height", "width", "frames", "steps", "batch")}
     cost = resolve_profile(args.profile)
-    p = predict_request(cost, sp=args.sp, model=args.model, cfg=args.cfg, **dims)
+    p = predict_request(cost, sp=args.sp, model=args.model, cfg=args.cfg, cfg_parallel=args.cfg_parallel, **dims)
     if args.json:
         print_json(p.as_dict())
         return 0
     frames = f"x{p.frames}f" if p.frames > 1 else ""
     print(f"{p.model} on {p.profile} ({p.gpu}), {p.width}x{p.height}{frames}, {p.steps} steps"
-          f"{', CFG' if p.cfg else ''}, batch {p.batch}, sp {p.layout}:")
+          f"{', CFG' if p.cfg else ''}, batch {p.batch}, sp {p.layout.sp_only}"
+          + (f", cfg-parallel {p.layout.cfg} (derived coefficients), {p.layout.gpus} GPUs" if p.layout.cfg > 1 else "")
+          + ":")
     print(f"latency_s        {p.latency_s:.4g}")
     print(f"step_s           {p.step_s:.4g}")
     print(f"peak_gb_per_gpu  {p.peak_gb_per_gpu:.4g} of {p.gpu_memory_gb:g}"

@@ -23,6 +23,11 @@ A measurement set is a folder ``envs/profiles/measurements/NAME/`` holding
           start: {ulysses_comm_s_per_mtok: 5, ulysses_sync_s_per_degree: 0.01}
           fit: [ulysses_comm_s_per_mtok, ulysses_sync_s_per_degree]  # fitted to use=fit rows of degree > 1
           derive: {from: OTHER_SET, model: M}   # optional: start from another set's fitted sp block
+        cfg_parallel:                        # optional: CFG parallelism (rlsched.sim.cost.CFGCost), DERIVED:
+          bytes_per_token: 128               # copied into the profile as is (no CFG-parallel row is fitted)
+          link_gb_s: 80
+          latency_s: 2.4e-5
+          source: "derived: how each number was obtained"
 
 Coefficients not in ``fit`` keep their ``start`` value: they are estimates, and the
 profile's sources say so. The fit minimises the relative error of every ``use=fit`` row
@@ -53,7 +58,7 @@ STEP_KEYS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
 COEFFS = (*STEP_KEYS, "encode_s", "decode_s_per_mpx", "weights_gb", "act_gb_per_ktok", "vae_gb_per_mpx")
 SIG_DIGITS = 5
 SET_KEYS = ("name", "comment", "gpu", "max_mfu", "stack", "sources", "models")
-MODEL_KEYS = ("spec", "start", "fit", "derive", "sp")
+MODEL_KEYS = ("spec", "start", "fit", "derive", "sp", "cfg_parallel")
 SP_FIT_KEYS = ("method", "start", "fit", "derive")
 SP_COEFFS = SP_KEYS[1:]
 
@@ -188,7 +193,7 @@ def _fit_model(name: str, m: dict[str, Any], rows: list[Measurement], spec: dict
             raise ConfigError(where, f"{len(free)} coefficients to fit but only {len(mine)} 'fit' rows")
         coeffs.update(_least_squares(name, m, coeffs, free, mine, spec, where))
     sp = _fit_sp(name, m, coeffs, rows, spec, spec_path) if "sp" in m else None
-    return _model_entry(m.get("spec", {}), coeffs, sp)
+    return _model_entry(m.get("spec", {}), coeffs, sp, m.get("cfg_parallel"))
 
 
 def _fit_sp(name: str, m: dict[str, Any], coeffs: dict[str, float], rows: list[Measurement],
@@ -317,7 +322,8 @@ def _derived(d: dict[str, Any], spec_path: Path, where: str) -> dict[str, float]
         raise ConfigError(where, f"derive.scale: unknown coefficient {exc}") from None
 
 
-def _model_entry(spec: dict[str, Any], c: dict[str, float], sp: dict[str, Any] | None = None) -> dict[str, Any]:
+def _model_entry(spec: dict[str, Any], c: dict[str, float], sp: dict[str, Any] | None = None,
+                 cfg_parallel: dict[str, Any] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {k: v for k, v in spec.items() if k != "flops"}
     entry["step"] = {k: _num(c[k]) for k in STEP_KEYS}
     for k in COEFFS[len(STEP_KEYS):]:
@@ -326,6 +332,8 @@ def _model_entry(spec: dict[str, Any], c: dict[str, float], sp: dict[str, Any] |
         entry["flops"] = dict(spec["flops"])
     if sp is not None:
         entry["sp"] = dict(sp)
+    if cfg_parallel is not None:
+        entry["cfg_parallel"] = dict(cfg_parallel)
     return entry
 
 

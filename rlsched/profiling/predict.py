@@ -1,5 +1,6 @@
 """``rlsched profile predict``: what a profile says one request (or a batch) costs, alone,
-on one GPU or split over ``--sp`` GPUs with sequence parallelism.
+on one GPU or split over ``--sp`` GPUs with sequence parallelism, and over two CFG groups
+with ``--cfg-parallel 2`` (or ``--sp u2c2``; the profile's ``cfg_parallel`` block, derived).
 
 Latency is the request-mode wave of ``CostModel.batch_duration_sp``: encode, every denoise
 step (split over the SP group), VAE decode; no queueing and no engine overhead. Memory is
@@ -10,6 +11,7 @@ activations / degree and its decode peak. Inputs are checked here, each error a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ class Prediction:
         return {"profile": self.profile, "gpu": self.gpu, "model": self.model, "height": self.height,
                 "width": self.width, "frames": self.frames, "steps": self.steps, "batch": self.batch,
                 "cfg": self.cfg, "sp": str(self.layout), "sp_degree": self.layout.degree,
+                "cfg_parallel": self.layout.cfg, "gpus": self.layout.gpus,
                 "latency_s": self.latency_s, "step_s": self.step_s, "peak_gb_per_gpu": self.peak_gb_per_gpu,
                 "gpu_memory_gb": self.gpu_memory_gb, "fits_in_memory": self.peak_gb_per_gpu <= self.gpu_memory_gb}
 
@@ -63,6 +66,13 @@ def int_flag(flag: str, value: object) -> int:
     return n
 
 
+def _cfg_flag(value: object) -> int:
+    text = str(value).strip()
+    if text not in ("1", "2"):
+        raise ConfigError("--cfg-parallel", f"must be 1 or 2 (one GPU group per guidance branch), not {value!r}")
+    return int(text)
+
+
 def resolve_profile(name: str) -> CostModel:
     """A shipped profile by name, or a profile file by path (errors name the PROFILE argument)."""
     path = Path(name)
@@ -73,9 +83,11 @@ def resolve_profile(name: str) -> CostModel:
 
 
 def predict_request(cost: CostModel, *, height: int, width: int, frames: int = 1, steps: int, sp: str = "1",
-                    batch: int = 1, model: str | None = None, cfg: bool = False) -> Prediction:
+                    batch: int = 1, model: str | None = None, cfg: bool = False,
+                    cfg_parallel: int | str = 1) -> Prediction:
     """What ``cost`` predicts for ``batch`` same-shape requests run alone on an ``sp`` layout
-    (``4``: the profile's SP method; ``ulysses4``, ``ring2``, ``u2r2``)."""
+    (``4``: the profile's SP method; ``ulysses4``, ``ring2``, ``u2r2``, ``u2c2``) with CFG-parallel
+    degree ``cfg_parallel`` (or the layout's own ``c``)."""
     if model is None:
         if len(cost.models) != 1:
             raise ConfigError("--model", f"profile {cost.name!r} serves {sorted(cost.models)}: choose one")
@@ -89,10 +101,16 @@ def predict_request(cost: CostModel, *, height: int, width: int, frames: int = 1
         raise ConfigError("--sp", str(exc).split(": ", 1)[-1]) from None
     if layout.degree > MAX_SP_DEGREE:
         raise ConfigError("--sp", f"at most {MAX_SP_DEGREE} GPUs, not {layout.degree}")
+    c = _cfg_flag(cfg_parallel)
+    if c != 1:
+        if layout.cfg not in (1, c):
+            raise ConfigError("--cfg-parallel", f"{c} and --sp {sp!r}'s CFG degree {layout.cfg} disagree")
+        layout = dataclasses.replace(layout, cfg=c)
     try:
         m.sp_layout(layout)
     except ConfigError as exc:
-        raise ConfigError("--sp", f"profile {cost.name!r}: {exc}") from None
+        flag = "--cfg-parallel" if "cfg_parallel" in str(exc) else "--sp"
+        raise ConfigError(flag, f"profile {cost.name!r}: {exc}") from None
     try:
         reqs = [Request(i, 0.0, model, m.modality, height, width, frames, steps, cfg, "batch", float("inf"))
                 for i in range(batch)]

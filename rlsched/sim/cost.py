@@ -17,6 +17,18 @@ step split over ``d = ulysses·ring`` GPUs costs
 of the traffic) and ``sync`` the per-degree rate of the slowest method in the layout. At
 ``d = 1`` it is exactly :meth:`ModelCost.step_time`. Per GPU, weights are replicated and
 activations split (``/d``); the VAE decode peak is not (decode runs on one rank).
+
+CFG parallelism (optional ``cfg_parallel`` block of a model, see :class:`CFGCost`; vLLM-Omni's
+``parallel_config.cfg_parallel_size``): a layout with CFG degree ``c = 2`` runs the guidance
+branches of a CFG request on ``c`` groups of ``d`` GPUs (``c·d`` GPUs), each group one branch
+(vLLM-Omni's ``CFGParallelMixin``: branch ``i`` on rank ``i % c``, then an ``all_gather`` of the
+noise predictions and the combine on every rank). A step of a CFG batch then costs one group's
+share, ``step_sp(ΣT·p'/p, ΣQ·p'/p, passes=p')`` with ``p' = ⌈p/c⌉`` branches per group (so a
+``sequential`` stack pays ``p'`` forwards, not ``p``), plus the exchange
+``latency_s + bytes_per_token·ΣT·(c-1)/c / link``. A request without CFG gains nothing:
+vLLM-Omni runs its one conditional forward on every group (no exchange), so its step is the
+SP layout's. Per GPU the weights are not split and activations hold one group's branches.
+The block is DERIVED (no public measurement of CFG-parallel speed-up is calibrated).
 """
 
 from __future__ import annotations
@@ -40,49 +52,81 @@ SP_METHODS = ("ulysses", "ring")
 SP_KEYS = ("method", "ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok",
            "ring_sync_s_per_degree")
 """Keys of a model's ``sp`` block (the coefficient keys are ``rlsched profile fit`` names)."""
+CFG_DEGREES = (1, 2)
+"""CFG-parallel degrees: one GPU group per guidance branch (vLLM-Omni's Qwen-Image pipelines have two)."""
+CFG_KEYS = ("bytes_per_token", "link_gb_s", "latency_s", "source")
+"""Keys of a model's ``cfg_parallel`` block (see :class:`CFGCost`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SPLayout:
     """How one request's denoise step is split over GPUs: ``ulysses`` (all-to-all over attention
-    heads) times ``ring`` (ring attention over the sequence); ``degree = ulysses·ring`` GPUs."""
+    heads) times ``ring`` (ring attention over the sequence), ``degree = ulysses·ring`` GPUs per
+    group, times ``cfg`` groups (CFG parallelism: one guidance branch per group); ``gpus =
+    degree·cfg``."""
 
     ulysses: int = 1
     ring: int = 1
+    cfg: int = 1
+    """CFG-parallel degree (vLLM-Omni ``cfg_parallel_size``): 1, or 2 groups of ``degree`` GPUs."""
 
     @property
     def degree(self) -> int:
+        """The sequence-parallel degree (GPUs of one CFG group)."""
         return self.ulysses * self.ring
 
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica on this layout (vLLM-Omni's ``world_size``: sp × cfg)."""
+        return self.degree * self.cfg
+
+    @property
+    def sp_only(self) -> SPLayout:
+        """This layout without CFG parallelism (what one group runs)."""
+        return SPLayout(self.ulysses, self.ring) if self.cfg != 1 else self
+
     def __str__(self) -> str:
-        parts = [f"{m}{n}" for m, n in (("ulysses", self.ulysses), ("ring", self.ring)) if n > 1]
+        parts = [f"{m}{n}" for m, n in (("ulysses", self.ulysses), ("ring", self.ring), ("cfg", self.cfg)) if n > 1]
         return "x".join(parts) or "1"
 
     @classmethod
-    def of(cls, degree: int, method: str = "ulysses") -> SPLayout:
-        """``degree`` GPUs with one method (``ulysses`` or ``ring``)."""
+    def of(cls, degree: int, method: str = "ulysses", cfg: int = 1) -> SPLayout:
+        """``degree`` GPUs with one method (``ulysses`` or ``ring``), times ``cfg`` CFG groups."""
         if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
             raise ConfigError("sp degree", f"must be an integer >= 1, not {degree!r}")
         degree = int(degree)
         if method not in SP_METHODS:
             raise ConfigError("sp method", f"must be one of {SP_METHODS}, not {method!r}")
-        return cls(degree, 1) if method == "ulysses" else cls(1, degree)
+        cfg = _cfg_degree(cfg, "cfg-parallel degree")
+        return cls(degree, 1, cfg) if method == "ulysses" else cls(1, degree, cfg)
 
     @classmethod
     def parse(cls, text: str, default_method: str = "ulysses") -> SPLayout:
-        """``4`` (the default method), ``ulysses4``/``u4``, ``ring2``/``r2``, ``ulysses2xring2``/``u2r2``."""
+        """``4`` (the default method), ``ulysses4``/``u4``, ``ring2``/``r2``, ``ulysses2xring2``/``u2r2``,
+        each with an optional CFG-parallel degree: ``u2c2``/``ulysses2xcfg2``, ``2c2``, ``c2``/``cfg2``."""
         import re
 
         raw = str(text).strip().lower()
         if raw.isdigit():
             return cls.of(int(raw), default_method)
-        m = re.fullmatch(r"(?:(?:ulysses|u)(\d+))?x?(?:(?:ring|r)(\d+))?", raw)
-        if not raw or m is None or not (m.group(1) or m.group(2)):
-            raise ConfigError("sp layout", f"{text!r} is not D, ulyssesD, ringD or ulyssesUxringR (u2r2)")
+        numbered = re.fullmatch(r"(\d+)x?(?:cfg|c)(\d+)", raw)
+        if numbered:
+            return cls.of(int(numbered.group(1)), default_method, _cfg_degree(int(numbered.group(2)), text))
+        m = re.fullmatch(r"(?:(?:ulysses|u)(\d+))?x?(?:(?:ring|r)(\d+))?x?(?:(?:cfg|c)(\d+))?", raw)
+        if not raw or m is None or not any(m.groups()):
+            raise ConfigError("sp layout", f"{text!r} is not D, ulyssesD, ringD or ulyssesUxringR (u2r2), each "
+                                           "with an optional CFG-parallel degree (u2c2, 2c2, c2)")
         u, r = int(m.group(1) or 1), int(m.group(2) or 1)
         if u < 1 or r < 1:
             raise ConfigError("sp layout", f"{text!r}: degrees must be >= 1")
-        return cls(u, r)
+        return cls(u, r, _cfg_degree(int(m.group(3) or 1), text))
+
+
+def _cfg_degree(cfg: object, what: object) -> int:
+    if isinstance(cfg, bool) or not isinstance(cfg, numbers.Integral) or int(cfg) not in CFG_DEGREES:
+        raise ConfigError("cfg-parallel degree", f"{what!r}: must be one of {CFG_DEGREES} (one GPU group per "
+                                                 f"guidance branch), not {cfg!r}")
+    return int(cfg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +164,28 @@ class SPCost:
             comm += self.ring_comm_s_per_mtok * tokens_m * (r - 1) / (r * u)
             rate = max(rate, self.ring_sync_s_per_degree)
         return comm + k * rate * (layout.degree - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CFGCost:
+    """CFG-parallel coefficients of one model on the profile's GPUs and interconnect, DERIVED
+    (no public CFG-parallel measurement is calibrated; ``source`` says how each was derived).
+
+    Per step of a CFG batch every rank receives the other groups' noise predictions
+    (vLLM-Omni's ``all_gather`` over the CFG group): ``latency_s + bytes_per_token·ΣT·(c-1)/c /
+    (link_gb_s·1e9)`` with ``ΣT`` the batch's effective tokens (every branch)."""
+
+    bytes_per_token: float
+    """Noise-prediction bytes per latent token per branch (output channels × bytes of the dtype)."""
+    link_gb_s: float
+    """Effective GB/s of the exchange per GPU."""
+    latency_s: float
+    """Fixed seconds of the exchange per step (one collective's launch and synchronisation)."""
+    source: str = ""
+
+    def exchange_s(self, tokens_m: float, cfg: int) -> float:
+        received = tokens_m * 1e6 * self.bytes_per_token * (cfg - 1) / cfg
+        return self.latency_s + received / (self.link_gb_s * 1e9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +230,8 @@ class ModelCost:
     """Architecture: attention FLOP per token² per pass (4·hidden·layers; 0: not given)."""
     sp: SPCost | None = None
     """Sequence-parallel coefficients (``None``: only degree 1 is calibrated)."""
+    cfg_parallel: CFGCost | None = None
+    """CFG-parallel coefficients, derived (``None``: CFG parallelism is not modelled for it)."""
 
     def latent_tokens(self, req: Request) -> int:
         if self.token_rule == "sequence":
@@ -192,6 +260,10 @@ class ModelCost:
             layout = SPLayout.of(degree, default)
         if layout.ulysses < 1 or layout.ring < 1:
             raise ConfigError("sp layout", f"degrees must be >= 1, not {layout!r}")
+        _cfg_degree(layout.cfg, str(layout))
+        if layout.cfg > 1 and self.cfg_parallel is None:
+            raise ConfigError(f"model {self.name!r}", f"no 'cfg_parallel' block in its profile: CFG parallelism"
+                              f" (layout {layout}) is not modelled for it")
         if layout.degree == 1:
             return layout
         if self.sp is None:
@@ -207,8 +279,11 @@ class ModelCost:
                      degree: int | str | SPLayout = 1) -> float:
         """Seconds for one denoise step of a batch with these sums split over ``degree`` GPUs
         (an int: the profile's ``sp.method``; or an :class:`SPLayout`). Degree 1 returns
-        exactly :meth:`step_time`."""
+        exactly :meth:`step_time`. A CFG-parallel layout runs a CFG batch's branches on separate
+        groups (see the module docstring); a batch without CFG runs as on ``layout.sp_only``."""
         layout = self.sp_layout(degree)
+        if layout.cfg > 1 and passes > 1:
+            return self._cfg_step(tokens_m, quad_g, passes, layout)
         if layout.degree == 1:
             return self.step_time(tokens_m, quad_g, passes)
         assert self.sp is not None  # sp_layout refuses degree > 1 without it
@@ -217,12 +292,30 @@ class ModelCost:
                       k * self.a_s + (self.b_s_per_mtok * tokens_m + self.c_s_per_gtok2 * quad_g) / layout.degree)
         return compute + self.sp.overhead_s(tokens_m, k, layout)
 
-    def request_memory_gb(self, tokens_m: float, mpx: float, degree: int | str | SPLayout = 1) -> float:
+    def _cfg_step(self, tokens_m: float, quad_g: float, passes: int, layout: SPLayout) -> float:
+        """One step of a CFG batch on a CFG-parallel layout: one group's branches, then the exchange."""
+        assert self.cfg_parallel is not None  # sp_layout refuses cfg > 1 without it
+        per = self.group_passes(passes, layout)
+        share = per / passes
+        group = self.step_time_sp(tokens_m * share, quad_g * share, per, layout.sp_only)
+        return group + self.cfg_parallel.exchange_s(tokens_m, layout.cfg)
+
+    @staticmethod
+    def group_passes(passes: int, layout: SPLayout) -> int:
+        """Guidance branches one CFG group runs (vLLM-Omni deals branch ``i`` to rank ``i % cfg``)."""
+        return -(-passes // layout.cfg)
+
+    def request_memory_gb(self, tokens_m: float, mpx: float, degree: int | str | SPLayout = 1,
+                          passes: int = 1) -> float:
         """Per-GPU memory of one request beyond the weights: activations (split over the
-        ``degree`` GPUs) and the VAE-decode peak (not split); degree 1 equals
+        ``degree`` GPUs; on a CFG-parallel layout only one group's share of the request's
+        ``passes`` branches) and the VAE-decode peak (not split); degree 1 equals
         ``record(req).mem_gb`` exactly."""
-        d = self.sp_layout(degree).degree
+        layout = self.sp_layout(degree)
+        d = layout.degree
         act, vae = self.act_gb_per_ktok * tokens_m * 1e3, self.vae_gb_per_mpx * mpx
+        if layout.cfg > 1 and passes > 1:
+            act = act * self.group_passes(passes, layout) / passes
         if d > 1:
             act = act / d
         return max(act, vae) if self.memory_form == "max" else act + vae
@@ -302,7 +395,7 @@ class CostModel:
     def standalone_s(self, req: Request) -> float:
         return self.record(req).work_s
 
-    # Sequence parallelism: one batch over ``degree`` GPUs (weights replicated per GPU).
+    # Sequence (and CFG) parallelism: one batch over ``degree`` GPUs (weights replicated per GPU).
     # Degree 1 gives exactly batch_step_time / batch_memory_gb / batch_duration.
 
     def batch_step_time_sp(self, records: Sequence[RequestRecord], degree: int | str | SPLayout = 1) -> float:
@@ -315,9 +408,11 @@ class CostModel:
         """Peak memory per GPU of a batch on ``degree`` GPUs: every model's weights (replicated)
         plus each request's activations / degree and its decode peak."""
         m = self.models[records[0].request.model]
-        if m.sp_layout(degree).degree == 1:
+        layout = m.sp_layout(degree)
+        if layout.gpus == 1:
             return self.batch_memory_gb(list(records))
-        return self.weights_gb + sum(m.request_memory_gb(r.tokens, _output_mpx(r), degree) for r in records)
+        return self.weights_gb + sum(m.request_memory_gb(r.tokens, _output_mpx(r), layout, m.passes(r.request))
+                                     for r in records)
 
     def batch_duration_sp(self, batch: Sequence[RequestRecord], degree: int | str | SPLayout = 1,
                           step_mode: bool = False, overhead_ms: float = 0.0, overhead_ms_per_mpx: float = 0.0,
@@ -325,7 +420,7 @@ class CostModel:
         """:meth:`batch_duration` with the denoise steps split over ``degree`` GPUs (encode and
         VAE decode are not split: they run on one rank)."""
         layout = self.models[batch[0].request.model].sp_layout(degree)
-        if layout.degree == 1:
+        if layout.gpus == 1:
             return self.batch_duration(batch, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
         step = self.batch_step_time_sp(batch, layout)
         return _wave(batch, step, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
@@ -334,7 +429,7 @@ class CostModel:
         """Seconds one request takes alone on ``degree`` GPUs (degree 1: :meth:`standalone_s`)."""
         rec = self.record(req)
         layout = self.model(req.model).sp_layout(degree)
-        if layout.degree == 1:
+        if layout.gpus == 1:
             return rec.work_s
         return rec.encode_s + req.num_inference_steps * self.batch_step_time_sp([rec], layout) + rec.decode_s
 
@@ -368,23 +463,52 @@ def _model(name: str, spec: ModelSpec, sequential_cfg: bool = False) -> ModelCos
                      **spec.model_dump(exclude={"step", "flops"}))
 
 
-def _take_sp(data: Any, where: str) -> tuple[Any, dict[str, SPCost]]:
-    """``data`` without its models' ``sp`` blocks (not mutated), and those blocks validated."""
+def _take_sp(data: Any, where: str) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """``data`` without its models' ``sp`` and ``cfg_parallel`` blocks (not mutated), and those
+    blocks validated: ``{model: {"sp": SPCost, "cfg_parallel": CFGCost}}`` (the ones it has)."""
     models = data.get("models") if isinstance(data, dict) else None
-    if not isinstance(models, dict) or not any(isinstance(m, dict) and "sp" in m for m in models.values()):
+    keys = ("sp", "cfg_parallel")
+    if not isinstance(models, dict) or not any(isinstance(m, dict) and any(k in m for k in keys)
+                                               for m in models.values()):
         return data, {}
-    blocks = {name: _sp(m["sp"], f"{where}: models.{name}.sp") for name, m in models.items()
-              if isinstance(m, dict) and "sp" in m}
-    stripped = {name: {k: v for k, v in m.items() if k != "sp"} if isinstance(m, dict) else m
+    parse = {"sp": _sp, "cfg_parallel": _cfg_parallel}
+    blocks = {name: {k: parse[k](m[k], f"{where}: models.{name}.{k}") for k in keys if k in m}
+              for name, m in models.items() if isinstance(m, dict) and any(k in m for k in keys)}
+    stripped = {name: {k: v for k, v in m.items() if k not in keys} if isinstance(m, dict) else m
                 for name, m in models.items()}
     return {**data, "models": stripped}, blocks
 
 
-def _with_sp(cost: CostModel, blocks: dict[str, SPCost]) -> CostModel:
+def _with_sp(cost: CostModel, blocks: dict[str, dict[str, Any]]) -> CostModel:
     if not blocks:
         return cost
-    models = {name: replace(m, sp=blocks[name]) if name in blocks else m for name, m in cost.models.items()}
+    models = {name: replace(m, **blocks[name]) if name in blocks else m for name, m in cost.models.items()}
     return replace(cost, models=models)
+
+
+def _cfg_parallel(data: Any, where: str) -> CFGCost:
+    """A model's ``cfg_parallel`` block, validated: exactly the known keys, positive finite
+    bandwidth and bytes, a finite latency >= 0, and a ``source`` that says it is derived."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, "must be a mapping")
+    extra, missing = sorted(set(data) - set(CFG_KEYS)), [k for k in CFG_KEYS if k not in data]
+    if extra:
+        raise ConfigError(where, f"unknown keys {extra} (known: {list(CFG_KEYS)})")
+    if missing:
+        raise ConfigError(where, f"missing keys {missing}")
+    values: dict[str, float] = {}
+    for key, low_ok in (("bytes_per_token", False), ("link_gb_s", False), ("latency_s", True)):
+        v = data[key]
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v <= 1e9
+        if not ok or v < 0 or (v == 0 and not low_ok):
+            bound = ">= 0" if low_ok else "> 0"
+            raise ConfigError(where, f"{key} must be a finite number {bound} (at most 1e9), not {v!r}")
+        values[key] = float(v)
+    source = data["source"]
+    if not isinstance(source, str) or not source.strip().lower().startswith("derived"):
+        raise ConfigError(where, f"source must be a string starting 'derived' (no CFG-parallel measurement is "
+                                 f"calibrated), not {source!r}")
+    return CFGCost(**values, source=source)
 
 
 def _sp(data: Any, where: str) -> SPCost:

@@ -60,12 +60,19 @@ class ShapeSpec:
 
 @dataclass(frozen=True)
 class ReplicaGroup:
-    """``count`` replicas of ``sp_degree`` GPUs each on ``profile`` (``""``: the scenario's)."""
+    """``count`` replicas of ``sp_degree`` × ``cfg_parallel`` GPUs each on ``profile`` (``""``: the
+    scenario's)."""
 
     count: int = 1
     sp_degree: int = 1
     profile: str = ""
     name: str = ""
+    cfg_parallel: int = 1
+    """CFG-parallel degree: 2 groups of ``sp_degree`` GPUs, one guidance branch each."""
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.sp_degree * self.cfg_parallel
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Scenario:
     @property
     def gpus(self) -> int:
         """GPUs the scenario serves on (1 without ``replicas``)."""
-        return sum(g.count * g.sp_degree for g in self.replicas) or 1
+        return sum(g.count * g.gpus_per_replica for g in self.replicas) or 1
 
     def require_one_gpu(self, what: str) -> None:
         """``ConfigError`` when this scenario declares replicas and ``what`` models one GPU."""
@@ -117,14 +124,15 @@ class Scenario:
         for i, g in enumerate(self.replicas):
             where = f"{self.path}: replicas[{i}]"
             try:
-                wide = at_layout(load_profile(g.profile) if g.profile else base, g.sp_degree)
+                wide = at_layout(load_profile(g.profile) if g.profile else base, g.sp_degree, g.cfg_parallel)
             except ConfigError as exc:
                 raise ConfigError(where, str(exc)) from None
             try:
                 self._check_shapes(wide)
             except (ConfigError, TraceFormatError) as exc:
                 raise ConfigError(where, f"a shape cannot run on this group: {exc}") from None
-            name = g.name or f"{g.profile or self.profile}@sp{g.sp_degree}"
+            cfg = f"cfg{g.cfg_parallel}" if g.cfg_parallel > 1 else ""
+            name = g.name or f"{g.profile or self.profile}@sp{g.sp_degree}{cfg}"
             out += [ReplicaSpec(f"{name}-{j}", wide, self.serving) for j in range(g.count)]
         return out
 
@@ -417,5 +425,6 @@ def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> 
         classes={c: ClassSpec(**v.model_dump()) for c, v in spec.classes.items()},
         mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix),
         shapes_from=spec.shapes_from.model_dump() if spec.shapes_from else {},
-        replicas=tuple(ReplicaGroup(g.count, g.sp_degree, g.profile or "", g.name or "") for g in spec.replicas),
+        replicas=tuple(ReplicaGroup(g.count, g.sp_degree, g.profile or "", g.name or "", g.cfg_parallel)
+                       for g in spec.replicas),
         description=spec.description, path=where)

@@ -146,10 +146,14 @@ MAX_REPLICAS = 1024
 
 
 class ReplicaGroupSpec(_Strict):
-    """``count`` replicas of ``sp_degree`` GPUs each, on ``profile`` (default: the scenario's)."""
+    """``count`` replicas of ``sp_degree`` × ``cfg_parallel`` GPUs each, on ``profile`` (default: the
+    scenario's)."""
 
     count: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     sp_degree: Literal[1, 2, 4, 8] = 1
+    cfg_parallel: Literal[1, 2] = 1
+    """CFG-parallel degree (vLLM-Omni ``cfg_parallel_size``): 2 runs a CFG request's two guidance
+    branches on two groups of ``sp_degree`` GPUs; the profile needs a ``cfg_parallel`` block."""
     profile: str | None = None
     name: str | None = None
     """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
@@ -251,7 +255,8 @@ class FlopsSpec(_Strict):
 
 class ModelSpec(_Strict):
     """One model of a profile; see ``rlsched.sim.cost.ModelCost`` for what each key means (its ``sp``
-    block is taken out and checked by ``rlsched.sim.cost`` before this schema sees the model)."""
+    and ``cfg_parallel`` blocks are taken out and checked by ``rlsched.sim.cost`` before this schema
+    sees the model)."""
 
     modality: Modality
     step: StepCoeffs

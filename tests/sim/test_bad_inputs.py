@@ -248,10 +248,13 @@ def test_every_shipped_profile_loads_with_its_file_values() -> None:
         for name, spec in raw["models"].items():
             m = cost.model(name)
             flat = {**spec["step"], **(spec.get("flops") or {}),
-                    **{k: v for k, v in spec.items() if k not in ("step", "flops", "sp")}}
+                    **{k: v for k, v in spec.items() if k not in ("step", "flops", "sp", "cfg_parallel")}}
             assert {k: getattr(m, k) for k in flat} == flat, (path, name)
             if "sp" in spec:  # sequence-parallel coefficients
                 assert {k: getattr(m.sp, k) for k in spec["sp"]} == spec["sp"], (path, name)
+            if "cfg_parallel" in spec:  # CFG-parallel coefficients (derived)
+                block = spec["cfg_parallel"]
+                assert {k: getattr(m.cfg_parallel, k) for k in block} == block, (path, name)
 
 
 # ------------------------------------------------------------------ 3. request and period caps

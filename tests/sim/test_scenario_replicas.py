@@ -131,7 +131,8 @@ def test_eval_over_a_pool_reports_against_vllm_omni_and_the_plain_combinations(t
 
 def test_plan_on_a_homogeneous_pool_uses_its_gpus_and_rechecks_on_evaluation_seeds() -> None:
     result = plan("qwen-image-8gpu", None, "edf@least-work", [0], [1.0], check_seeds=[1000])
-    assert result["gpus"] == 8 and [r["layout"] for r in result["rows"]] == ["8x SP1", "4x SP2", "2x SP4", "1x SP8"]
+    assert result["gpus"] == 8 and [r["layout"] for r in result["rows"]] == [
+        "8x SP1", "4x CFG2", "4x SP2", "2x SP2+CFG2", "2x SP4", "1x SP4+CFG2", "1x SP8"]
     best = max(result["rows"], key=lambda r: r["check_mean"])
     assert result["hindsight_best"] == best["layout"]
     mine = next(r for r in result["rows"] if r["layout"] == result["recommended"])
