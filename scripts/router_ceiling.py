@@ -83,10 +83,20 @@ def run(task: tuple[str, str, int, float, float]) -> dict[str, Any]:
         stage.run([make_policy(policy) for _ in stage.replicas], router)
         if hasattr(router, "looked"):
             extra = {"looked": router.looked, "changed": router.changed, "forks": router.forks}
+    if router_spec.split(":", 1)[0] == "router":  # which learned router: --reuse must not mix two
+        extra["checkpoint"] = _checkpoint_hash(router_spec)
     m = summarize_stage(stage)
     return {"pool": pool, "spec": spec, "seed": seed, "load": load, "requests": stage.total_requests,
             "weighted": float(m["weighted_slo_attainment"]), "slo": float(m["slo_attainment"]),
             "wall_s": time.perf_counter() - t0, **extra}
+
+
+def _checkpoint_hash(router_spec: str) -> str:
+    from rlsched.learned.checkpoint import META, checkpoint_path
+    from rlsched.learned.router import DEFAULT_CHECKPOINT
+
+    folder = checkpoint_path(router_spec.partition(":")[2], DEFAULT_CHECKPOINT)
+    return str(json.loads((folder / META).read_text())["content_sha256"])
 
 
 def cells(rows: list[dict[str, Any]], pools: list[str], loads: list[float], seeds: list[int],
@@ -282,7 +292,8 @@ def main() -> None:
         want = {(t[0], t[1], t[2], t[3]): t for t in tasks}
         for r in old["runs"]:
             key = (r["pool"], r["spec"], r["seed"], r["load"])
-            if key in want and old["windows"].get(r["pool"]) == windows[r["pool"]]:
+            stale = "checkpoint" in r and r["checkpoint"] != _checkpoint_hash(split_pair(r["spec"])[1])
+            if key in want and old["windows"].get(r["pool"]) == windows[r["pool"]] and not stale:
                 rows.append(r)
                 del want[key]
         reused = len(rows)

@@ -100,7 +100,7 @@ class Stage:
         if (router is None) == (central is None):
             raise ConfigError("stage", "give a router (early binding) or a central policy (late binding)")
         if router is None:
-            for _ in self._loop(policies, central):  # late binding: nothing to route
+            for _ in self._loop(policies, central, None):  # late binding: nothing to route
                 pass
             return self
         steps = self._loop(policies, None, router)
