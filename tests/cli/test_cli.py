@@ -59,6 +59,12 @@ def test_bench_backlog_reports_every_policy_relative_to_fifo() -> None:
     assert out["requests"] > 19000 and set(out["x_fifo"]) == {"fifo", "edf"} and out["x_fifo"]["fifo"] == 1.0
 
 
+def test_bench_route_times_every_router_spec() -> None:
+    out = json.loads(rlsched("bench", "route", "--repeats", "1", "--policies", "router,round-robin", "--json").stdout)
+    assert out["waiting"] == 256 and set(out) >= {"router", "round-robin"}
+    assert out["router"]["calls"] >= 100 and 0 < out["router"]["cpu"]["p50_us"] <= out["router"]["cpu"]["p99_us"]
+
+
 def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
     args = ("simulate", "--scenario", "default", "--duration", "1800", "--rate-scale", "2", "--json")
     out = json.loads(rlsched(*args, "--policy", "static:;shed_lost=true").stdout)
