@@ -20,7 +20,7 @@ import copy
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -28,12 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rlsched.errors import ConfigError
 from rlsched.sim.yamlio import read_yaml
 
+M = TypeVar("M", bound=BaseModel)
 
-class _Strict(BaseModel):
+
+class Strict(BaseModel):
+    """A recipe config block: unknown keys refused, frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class LabelConfig(_Strict):
+class LabelConfig(Strict):
     episodes_per_scenario: int = Field(default=24, ge=1)
     seed0: int = Field(default=0, ge=0, lt=900)
     future_s: float = Field(default=600.0, ge=0)
@@ -44,7 +48,7 @@ class LabelConfig(_Strict):
     dagger_episodes_per_scenario: int = Field(default=12, ge=1)
 
 
-class ImitationConfig(_Strict):
+class ImitationConfig(Strict):
     epochs: int = Field(default=40, ge=1)
     learning_rate: float = Field(default=3e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
@@ -54,7 +58,7 @@ class ImitationConfig(_Strict):
     """Margin of the policy that visits the states of a DAgger round."""
 
 
-class PPOStage(_Strict):
+class PPOStage(Strict):
     timesteps: int = Field(default=100_000, ge=0)
     learning_rate: float = Field(default=1e-4, gt=0)
     n_steps: int = Field(default=512, ge=8)
@@ -69,7 +73,7 @@ class PPOStage(_Strict):
     burn_in_s: float = Field(default=300.0, ge=0)
 
 
-class ValidationConfig(_Strict):
+class ValidationConfig(Strict):
     seeds: tuple[int, ...] = tuple(range(900, 910))
     rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
     duration_s: float = Field(default=7200.0, gt=0)
@@ -82,7 +86,7 @@ class ValidationConfig(_Strict):
         return v
 
 
-class PickConfig(_Strict):
+class PickConfig(Strict):
     name: str = "pick"
     kind: str = "pick"
     scenarios: tuple[str, ...] = ("default", "omni-mix", "trace-azure", "bursty")
@@ -101,12 +105,18 @@ class PickConfig(_Strict):
 
 
 def load_pick_config(path: str | Path, **overrides: Any) -> PickConfig:
+    return load_config(PickConfig, path, **overrides)
+
+
+def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
+    """A recipe preset (YAML) as ``model``, with ``overrides`` that are not None; the first
+    invalid field is a ``ConfigError`` naming the file and the field."""
     from pydantic import ValidationError
 
     data = read_yaml(Path(path)) or {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return PickConfig(**data)
+        return model(**data)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
@@ -364,30 +374,40 @@ def recipe_config(cfg: PickConfig) -> dict[str, Any]:
 
 def _imitation_rounds(cfg: PickConfig, run: Path, progress: bool, timing: dict[str, float],
                       log: Any) -> tuple[Any, dict[str, dict[str, float]], list[Path]]:
-    """Round-0 labels and fit, then each DAgger round; returns the last network, each round's
-    held-out statistics and the label files."""
+    lc = cfg.labels
+    return imitation_rounds(cfg.seed, cfg.imitation, lc.dagger_rounds, lc.episodes_per_scenario,
+                            lc.dagger_episodes_per_scenario, lc.seed0,
+                            lambda name, n, seed0, scorer: _label(cfg, run, name, n, seed0, scorer, progress),
+                            timing, log)
+
+
+def imitation_rounds(seed: int, ic: ImitationConfig, rounds: int, episodes: int, dagger_episodes: int, seed0: int,
+                     label: Any, timing: dict[str, float], log: Any,
+                     **dims: int) -> tuple[Any, dict[str, dict[str, float]], list[Path]]:
+    """Round-0 labels (``label(name, episodes, seed0, None)`` -> labels file) and fit, then each
+    DAgger round (labels of the states the imitated network visits, at ``ic.dagger_margin``, on
+    the next seeds; all rounds' labels refit); returns the last network (``CandidateNet(**dims)``),
+    each round's held-out statistics and the label files."""
     from rlsched.agents.labels import load_labels
     from rlsched.agents.pick import imitate, numpy_scorer
 
-    lc, ic = cfg.labels, cfg.imitation
     stats: dict[str, dict[str, float]] = {}
 
     def fit(files: list[Path], name: str) -> Any:
-        net = initial_net(cfg.seed)
-        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
+        net = initial_net(seed, **dims)
+        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, seed, log,
                               f"imitation_{name}")
         return net
 
     t = time.perf_counter()
-    files = [_label(cfg, run, "round0", lc.episodes_per_scenario, lc.seed0, None, progress)]
+    files = [label("round0", episodes, seed0, None)]
     timing["labels_round0_s"] = time.perf_counter() - t
     net = fit(files, "round0")
-    seed0 = lc.seed0 + lc.episodes_per_scenario
-    for r in range(1, lc.dagger_rounds + 1):
+    seed0 += episodes
+    for r in range(1, rounds + 1):
         t = time.perf_counter()
-        files.append(_label(cfg, run, f"dagger{r}", lc.dagger_episodes_per_scenario, seed0,
-                            numpy_scorer(with_margin(net, ic.dagger_margin)), progress))
-        seed0 += lc.dagger_episodes_per_scenario
+        files.append(label(f"dagger{r}", dagger_episodes, seed0, numpy_scorer(with_margin(net, ic.dagger_margin))))
+        seed0 += dagger_episodes
         timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
         net = fit(files, f"dagger{r}")
     return net, stats, files
@@ -444,5 +464,6 @@ def with_margin(net: Any, margin: float) -> Any:
     return out
 
 
-__all__ = ["EXECUTION_FIELDS", "PPOStage", "PickConfig", "choose_stage", "initial_net", "learn", "load_pick_config",
+__all__ = ["EXECUTION_FIELDS", "ImitationConfig", "PPOStage", "PickConfig", "Strict", "ValidationConfig",
+           "choose_stage", "imitation_rounds", "initial_net", "learn", "load_config", "load_pick_config",
            "maskable_ppo", "recipe_config", "validate", "weights_digest", "with_margin"]

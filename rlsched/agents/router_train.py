@@ -30,17 +30,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from rlsched.agents.pick_train import ImitationConfig, PPOStage, Strict, ValidationConfig, load_config
 from rlsched.errors import ConfigError
-from rlsched.sim.yamlio import read_yaml
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RouteLabelConfig(_Strict):
+class RouteLabelConfig(Strict):
     episodes_per_pool: int = Field(default=12, ge=1)
     seed0: int = Field(default=0, ge=0, lt=900)
     horizon_s: float = Field(default=180.0, gt=0)
@@ -52,35 +48,17 @@ class RouteLabelConfig(_Strict):
     dagger_episodes_per_pool: int = Field(default=6, ge=1)
 
 
-class RouteImitationConfig(_Strict):
-    epochs: int = Field(default=40, ge=1)
-    learning_rate: float = Field(default=3e-3, gt=0)
-    weight_decay: float = Field(default=1e-4, ge=0)
+class RouteImitationConfig(ImitationConfig):
     margins: tuple[float, ...] = (2.0, 1.0, 0.5, 0.25)
-    """Proposal margins (class-weighted requests) tried on the validation seeds."""
+    """Proposal margins (class-weighted requests) tried on the validation seeds, largest first."""
     dagger_margin: float = Field(default=0.5, ge=0)
 
 
-class RouteValidationConfig(_Strict):
-    seeds: tuple[int, ...] = tuple(range(900, 910))
-    rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
+class RouteValidationConfig(ValidationConfig):
     duration_s: float = Field(default=3600.0, gt=0)
 
-    @field_validator("seeds")
-    @classmethod
-    def _validation_seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(not 900 <= s < 1000 for s in v):
-            raise ValueError("validation seeds lie in [900, 1000) (labels below, evaluation from 1000)")
-        return v
 
-
-def _ppo_stage() -> Any:
-    from rlsched.agents.pick_train import PPOStage
-
-    return PPOStage(timesteps=60_000)
-
-
-class RouterConfig(_Strict):
+class RouterConfig(Strict):
     kind: Literal["router"]
     name: str = "router"
     pools: tuple[str, ...]
@@ -91,19 +69,12 @@ class RouterConfig(_Strict):
     rate_scale: tuple[float, float] = (0.5, 1.5)
     labels: RouteLabelConfig = RouteLabelConfig()
     imitation: RouteImitationConfig = RouteImitationConfig()
-    ppo: Any = Field(default_factory=_ppo_stage)
-    """A ``PPOStage`` (the candidate policy's settings; ``timesteps: 0`` skips PPO)."""
+    ppo: PPOStage = PPOStage(timesteps=60_000)
+    """The candidate policy's PPO settings (``timesteps: 0`` skips PPO)."""
     validation: RouteValidationConfig = RouteValidationConfig()
     workers: int = Field(default=2, ge=1)
     ray: str | None = None
     seed: int = Field(default=0, ge=0)
-
-    @field_validator("ppo", mode="before")
-    @classmethod
-    def _ppo(cls, v: Any) -> Any:
-        from rlsched.agents.pick_train import PPOStage
-
-        return v if isinstance(v, PPOStage) else PPOStage(**(v or {}))
 
     @field_validator("static")
     @classmethod
@@ -115,15 +86,7 @@ class RouterConfig(_Strict):
 
 
 def load_router_config(path: str | Path, **overrides: Any) -> RouterConfig:
-    from pydantic import ValidationError
-
-    data = read_yaml(Path(path)) or {}
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return RouterConfig(**data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"{path}: {'.'.join(str(x) for x in err['loc'])}", err["msg"]) from None
+    return load_config(RouterConfig, path, **overrides)
 
 
 # ------------------------------------------------------------------ labels
@@ -306,8 +269,8 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     from torch.utils.tensorboard import SummaryWriter
 
     from rlsched.agents.labels import load_labels
-    from rlsched.agents.pick import imitate, numpy_scorer
-    from rlsched.agents.pick_train import choose_stage, initial_net, weights_digest, with_margin
+    from rlsched.agents.pick import numpy_scorer
+    from rlsched.agents.pick_train import choose_stage, imitation_rounds, weights_digest, with_margin
     from rlsched.agents.reproducible import provenance, seed_everything
     from rlsched.learned.router import RF, RG
 
@@ -319,26 +282,10 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     timing: dict[str, float] = {}
     log = SummaryWriter(str(run / "tb" / "router"))
     lc, ic = cfg.labels, cfg.imitation
-    stats: dict[str, dict[str, float]] = {}
-
-    def fit(files: list[Path], name: str) -> Any:
-        net = initial_net(cfg.seed, g_dim=RG, f_dim=RF)
-        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, cfg.seed, log,
-                              f"imitation_{name}")
-        return net
-
-    t = time.perf_counter()
-    files = [_label(cfg, run, "round0", lc.episodes_per_pool, lc.seed0, None, progress)]
-    timing["labels_round0_s"] = time.perf_counter() - t
-    net = fit(files, "round0")
-    seed0 = lc.seed0 + lc.episodes_per_pool
-    for r in range(1, lc.dagger_rounds + 1):
-        t = time.perf_counter()
-        files.append(_label(cfg, run, f"dagger{r}", lc.dagger_episodes_per_pool, seed0,
-                            numpy_scorer(with_margin(net, ic.dagger_margin)), progress))
-        seed0 += lc.dagger_episodes_per_pool
-        timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
-        net = fit(files, f"dagger{r}")
+    net, stats, files = imitation_rounds(
+        cfg.seed, ic, lc.dagger_rounds, lc.episodes_per_pool, lc.dagger_episodes_per_pool, lc.seed0,
+        lambda name, n, seed0, scorer: _label(cfg, run, name, n, seed0, scorer, progress), timing, log,
+        g_dim=RG, f_dim=RF)
     t = time.perf_counter()
     nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(ic.margins, reverse=True)}
     diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})

@@ -100,31 +100,21 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from rlsched.agents.pick_train import learn, load_pick_config
     from rlsched.sim.yamlio import read_yaml
 
     check_out_dir(args.run_dir, "--run-dir")
     if args.out:
         check_out_dir(args.out, "--out")
-    if (read_yaml(Path(args.agent)) or {}).get("kind") == "router":
-        return _learn_router(args)
-    cfg = load_pick_config(args.agent, workers=args.workers, ray=args.ray)
+    if (read_yaml(Path(args.agent)) or {}).get("kind") == "router":  # the learned router's recipe
+        from rlsched.agents.router_train import learn_router as learn
+        from rlsched.agents.router_train import load_router_config as load
+    else:
+        from rlsched.agents.pick_train import learn
+        from rlsched.agents.pick_train import load_pick_config as load
+    cfg = load(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
     report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
-    print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
-    print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
-    return 0
-
-
-def _learn_router(args: argparse.Namespace) -> int:
-    """``kind: router`` presets: the learned router's recipe (``rlsched.agents.router_train``)."""
-    from rlsched.agents.router_train import learn_router, load_router_config
-
-    cfg = load_router_config(args.agent, workers=args.workers, ray=args.ray)
-    if args.timesteps is not None:
-        cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
-    report = learn_router(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
     print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
     print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
     return 0

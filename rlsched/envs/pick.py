@@ -21,7 +21,6 @@ before its top-K slots) then K × ``CAND_FIELDS`` per-candidate features, in [-5
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 import gymnasium as gym
@@ -29,22 +28,16 @@ import numpy as np
 from gymnasium import spaces
 
 from rlsched.envs.episodes import EpisodeSampler
+from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.learned.observation import GLOBAL_DIM
 from rlsched.learned.pick import CandidateView, F, K, PickPolicy
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.static import load_static
-from rlsched.sim.metrics import CLASS_WEIGHTS
-from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import Decision, Simulator
 
 OBS_SIZE = GLOBAL_DIM + K * F
-_TOP = max(CLASS_WEIGHTS.values())
 _RETRIES = 20
-
-
-def _credit(rec: RequestRecord) -> float:
-    return CLASS_WEIGHTS[rec.request.priority] / _TOP if rec.slo_met else 0.0
 
 
 class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
@@ -90,14 +83,10 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
         while sim.advance_to_next_decision() and sim.now < start:  # burn-in: the heuristic alone
             sim.apply(self.policy.base.decide(sim))
         # both copies are identical up to here; credits count from the first decision after it
-        self._t = sim.now if sim.needs_decision else float("inf")
+        t0 = sim.now if sim.needs_decision else float("inf")
         shadow = Simulator(ep.requests, ep.cost, ep.scenario.serving).run(self._base(name))
-        done = sorted((r.finish_s, _credit(r)) for r in shadow.records.values() if r.finish_s > self._t)
-        self._shadow_t = [t for t, _ in done]
-        self._shadow_c = np.concatenate([[0.0], np.cumsum([c for _, c in done])])
-        self._pending = 0.0
-        sim.on_finish.append(self._on_finish)
-        self.agent_credit = self.shadow_credit = 0.0
+        self.credit = PairedCredit(shadow.records.values(), t0)
+        sim.on_finish.append(self.credit.on_finish)
         self.decisions = self.deviations = 0
         self._decision: Decision | None = None
         alive = self._advance(first=True)
@@ -114,8 +103,8 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
         self.deviations += j != 0
         self.sim.apply(self.policy.choose(self._decision, self.view, j))
         alive = self._advance()
-        reward = self._reward(final=not alive)
-        info = {"agent_credit": self.agent_credit, "shadow_credit": self.shadow_credit,
+        reward = self.credit.take(self.sim.now if alive else float("inf"))
+        info = {"agent_credit": self.credit.agent_credit, "shadow_credit": self.credit.shadow_credit,
                 "deviations": self.deviations, "decisions": self.decisions}
         return self._obs(), reward, not alive, False, info
 
@@ -134,9 +123,6 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
         base = self._bases[scenario]
         return ProjectedPolicy(base.params, base.config)
 
-    def _on_finish(self, rec: RequestRecord) -> None:
-        self._pending += _credit(rec)
-
     def _advance(self, first: bool = False) -> bool:
         """Run to the next decision point with a choice; False when the workload is drained."""
         sim = self.sim
@@ -150,16 +136,6 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
             sim.apply(decision)
         self._decision, self.view = None, None
         return False
-
-    def _reward(self, final: bool) -> float:
-        now = float("inf") if final else self.sim.now
-        i0, i1 = bisect.bisect_right(self._shadow_t, self._t), bisect.bisect_right(self._shadow_t, now)
-        shadow = float(self._shadow_c[i1] - self._shadow_c[i0])
-        self._t = now
-        agent, self._pending = self._pending, 0.0
-        self.agent_credit += agent
-        self.shadow_credit += shadow
-        return agent - shadow
 
     def _obs(self) -> np.ndarray:
         out = np.zeros(OBS_SIZE, dtype=np.float32)

@@ -13,7 +13,8 @@ decision's candidates — about when it became impossible to meet, rather than a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -73,3 +74,41 @@ class SloReward:
     def attainment(self) -> dict[str, float]:
         """Per class with finished requests: the share of them that met their SLO."""
         return {c: m / f for c, m, f in zip(PRIORITY_CLASSES, self.met, self.finished, strict=True) if f}
+
+
+_TOP = max(CLASS_WEIGHTS.values())
+
+
+def credit(rec: RequestRecord) -> float:
+    """A finished request's SLO credit in the paired environments: its class weight over
+    realtime's (1, 2/3, 1/3) when it met its SLO, else 0."""
+    return CLASS_WEIGHTS[rec.request.priority] / _TOP if rec.slo_met else 0.0
+
+
+class PairedCredit:
+    """The paired reward of ``DiTPick-v0`` and ``DiTRoute-v0`` (an input-dependent baseline, as in
+    Decima / RLTune): the credit the agent's run earns between two steps minus what a shadow run of
+    the heuristic earned over the same simulated interval on an identical copy of the workload. The
+    shadow is deterministic, so its finish times, run once, are the lockstep copy; credits count
+    after ``t0`` (the first decision, where both copies are still identical)."""
+
+    def __init__(self, shadow: Iterable[RequestRecord], t0: float) -> None:
+        done = sorted((r.finish_s, credit(r)) for r in shadow if r.finish_s > t0)
+        self._shadow_t = [t for t, _ in done]
+        self._shadow_c = np.concatenate([[0.0], np.cumsum([c for _, c in done])])
+        self._t, self._pending = t0, 0.0
+        self.agent_credit = self.shadow_credit = 0.0
+
+    def on_finish(self, rec: RequestRecord) -> None:
+        """A request of the agent's run finished (the simulators' ``on_finish`` hook)."""
+        self._pending += credit(rec)
+
+    def take(self, now: float) -> float:
+        """The reward since the last call, up to simulated time ``now`` (``inf``: the end)."""
+        i0, i1 = bisect.bisect_right(self._shadow_t, self._t), bisect.bisect_right(self._shadow_t, now)
+        shadow = float(self._shadow_c[i1] - self._shadow_c[i0])
+        self._t = now
+        agent, self._pending = self._pending, 0.0
+        self.agent_credit += agent
+        self.shadow_credit += shadow
+        return agent - shadow

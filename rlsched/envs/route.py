@@ -23,7 +23,6 @@ Observation: ``RG`` global features, then ``MAX_REPLICAS`` × ``RF`` replica fea
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Generator
 from typing import Any
 
@@ -32,21 +31,16 @@ import numpy as np
 from gymnasium import spaces
 
 from rlsched.envs.episodes import TRAIN_SEEDS
+from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
 from rlsched.policies.routers import RlschedRouter
 from rlsched.sim import load_scenario
-from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import Stage
 
 OBS_SIZE = RG + MAX_REPLICAS * RF
-_TOP = max(CLASS_WEIGHTS.values())
-
-
-def _credit(rec: RequestRecord) -> float:
-    return CLASS_WEIGHTS[rec.request.priority] / _TOP if rec.slo_met else 0.0
 
 
 class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
@@ -96,8 +90,8 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
         self.decisions += 1
         self.deviations += j != 0
         alive = self._advance(self._order[j])
-        reward = self._reward(final=not alive)
-        info = {"agent_credit": self.agent_credit, "shadow_credit": self.shadow_credit,
+        reward = self.credit.take(self.stage.now if alive else float("inf"))
+        info = {"agent_credit": self.credit.agent_credit, "shadow_credit": self.credit.shadow_credit,
                 "deviations": self.deviations, "decisions": self.decisions}
         return self._obs(), reward, not alive, False, info
 
@@ -124,26 +118,22 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
         shadow = Stage(reqs, specs, seed=seed).run([make_policy(spec) for _ in specs], RlschedRouter())
         self.stage = Stage(reqs, specs, seed=seed)
         self.features = RouteFeatures()
-        self._pending = 0.0
         self._steps = self.stage.routing([make_policy(spec) for _ in specs])
         self.features.reset(self.stage)
+        self.credit = PairedCredit((), 0.0)  # rebuilt at the first choice; finishes before it do not count
         for sim in self.stage.replicas:
             sim.on_finish.append(self._on_finish)
-        self.agent_credit = self.shadow_credit = 0.0
         self.decisions = self.deviations = 0
         self._burn_in_until = start + self.burn_in_s
         self._t = start
         self._request: Request | None = next(self._steps, None)
         alive = self._request is not None and self._advance(None)
         # both copies are identical up to the first choice; credits count from there
-        done = sorted((r.finish_s, _credit(r)) for r in shadow.records.values() if r.finish_s > self._t)
-        self._shadow_t = [t for t, _ in done]
-        self._shadow_c = np.concatenate([[0.0], np.cumsum([c for _, c in done])])
-        self._pending = 0.0
+        self.credit = PairedCredit(shadow.records.values(), self._t)
         return alive
 
     def _on_finish(self, rec: RequestRecord) -> None:
-        self._pending += _credit(rec)
+        self.credit.on_finish(rec)
 
     def _advance(self, replica: int | None) -> bool:
         """Send ``replica`` for the pending request (None: none pending), then route by rlsched's
@@ -172,16 +162,6 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
             self._mask = np.zeros(MAX_REPLICAS, dtype=bool)
             self._mask[0] = True
             return False
-
-    def _reward(self, final: bool) -> float:
-        now = float("inf") if final else self.stage.now
-        i0, i1 = bisect.bisect_right(self._shadow_t, self._t), bisect.bisect_right(self._shadow_t, now)
-        shadow = float(self._shadow_c[i1] - self._shadow_c[i0])
-        self._t = now
-        agent, self._pending = self._pending, 0.0
-        self.agent_credit += agent
-        self.shadow_credit += shadow
-        return agent - shadow
 
     def _obs(self) -> np.ndarray:
         out = np.zeros(OBS_SIZE, dtype=np.float32)

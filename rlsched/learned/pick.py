@@ -164,20 +164,28 @@ def load_scorer(folder: str | Path) -> FrozenScorer:
     if meta.get("pick_schema") != PICK_SCHEMA or meta.get("obs_schema") != SCHEMA_VERSION:
         raise CheckpointError(f"{where}: features {meta.get('pick_schema')!r}/{meta.get('obs_schema')!r} do not "
                               f"match this rlsched ({PICK_SCHEMA!r}/{SCHEMA_VERSION!r}); retrain")
-    g_dim, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
-    if g_dim != GLOBAL_DIM:
-        raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {GLOBAL_DIM}; retrain")
-    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out, "global_dim", "global_out")
+    scorer = read_scorer(where, meta, t, GLOBAL_DIM, F, "candidate")
+    _base_action(where, meta.get("base_action"))
+    check_projection(where, meta.get("projection", {}))
+    return scorer
+
+
+def read_scorer(where: str, meta: dict[str, Any], t: dict[str, np.ndarray], g_dim: int, f_dim: int,
+                what: str) -> FrozenScorer:
+    """The scorer's layers from a checkpoint's tensors, every shape checked: ``g_dim`` global
+    features, ``f_dim`` fields per ``what`` (candidate batch, replica)."""
+    g_in, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
+    if g_in != g_dim:
+        raise CheckpointError(f"{where}: global_dim {g_in} != this rlsched's {g_dim}; retrain")
+    (glob,) = read_layers(where, t, ["glob"], g_in, g_out, "global_dim", "global_out")
     last = t.get("hidden.1.weight")  # its width is the scorer's; read_layers checks the rest
     width = last.shape[0] if last is not None and last.ndim == 2 else 0
-    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], F + g_out, width, f"{F} candidate fields + global_out",
-                         "hidden.1.weight's rows")
+    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], f_dim + g_out, width,
+                         f"{f_dim} {what} fields + global_out", "hidden.1.weight's rows")
     (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1, "hidden.1", "one score")
     bias = t.get("proposal_bias")
     if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
         raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
-    _base_action(where, meta.get("base_action"))
-    check_projection(where, meta.get("projection", {}))
     return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
 
 
@@ -281,4 +289,4 @@ def pick_from_spec(spec: PolicySpec) -> PickPolicy:
 
 
 __all__ = ["CAND_FIELDS", "F", "K", "PICK_SCHEMA", "CandidateView", "FrozenScorer", "PickPolicy", "describe",
-           "load_scorer", "pick_policy"]
+           "load_scorer", "pick_policy", "read_scorer"]

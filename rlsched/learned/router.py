@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import CheckpointError
-from rlsched.learned.checkpoint import META, WEIGHTS, checkpoint_path, read_checkpoint, read_dim, read_layers
-from rlsched.learned.pick import FrozenScorer
+from rlsched.learned.checkpoint import META, checkpoint_path, read_checkpoint
+from rlsched.learned.pick import FrozenScorer, read_scorer
 from rlsched.policies.base import PolicySpec, no_options
 from rlsched.policies.routers import Prediction, RlschedRouter
 from rlsched.sim.request import CLASS_INDEX, Request
@@ -134,19 +134,7 @@ def load_router(folder: str | Path) -> FrozenScorer:
     if meta.get("route_schema") != ROUTE_SCHEMA:
         raise CheckpointError(f"{where}: features {meta.get('route_schema')!r} do not match this rlsched "
                               f"({ROUTE_SCHEMA!r}); retrain")
-    g_dim, g_out = read_dim(where, meta, "global_dim"), read_dim(where, meta, "global_out")
-    if g_dim != RG:
-        raise CheckpointError(f"{where}: global_dim {g_dim} != this rlsched's {RG}; retrain")
-    (glob,) = read_layers(where, t, ["glob"], g_dim, g_out, "global_dim", "global_out")
-    last = t.get("hidden.1.weight")
-    width = last.shape[0] if last is not None and last.ndim == 2 else 0
-    hidden = read_layers(where, t, ["hidden.0", "hidden.1"], RF + g_out, width, f"{RF} replica fields + global_out",
-                         "hidden.1.weight's rows")
-    (out,) = read_layers(where, t, ["out"], hidden[-1][0].shape[0], 1, "hidden.1", "one score")
-    bias = t.get("proposal_bias")
-    if bias is None or bias.shape != (1,) or not np.isfinite(bias).all():
-        raise CheckpointError(f"{where}: proposal_bias must be one finite number in {WEIGHTS}")
-    return FrozenScorer(glob, hidden, out, float(bias[0]), meta)
+    return read_scorer(where, meta, t, RG, RF, "replica")
 
 
 def learned_router(spec: PolicySpec) -> LearnedRouter:
