@@ -21,7 +21,7 @@ from rlsched.commands.args import (
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
 from rlsched.integrations.vllm_omni.router import EXTRAS_KEY as ROUTER_KEY
-from rlsched.integrations.vllm_omni.router import RouterConfig
+from rlsched.integrations.vllm_omni.router import CENTRAL, RouterConfig
 from rlsched.policies import make_policy
 from rlsched.policies.routers import split_pair
 from rlsched.sim.cost import load_profile
@@ -66,9 +66,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sp", type=positive_int, default=1, help="sequence-parallel degree of each replica")
     p.add_argument("--router", help="route requests across replicas with this rlsched router (rlsched, least-work, "
                                     "affinity ...; extras.rlsched_router): vLLM-Omni round-robins without it. "
-                                    "--policy POLICY@ROUTER says the same")
+                                    "central: late binding, --policy picks batches from a central queue for "
+                                    "free replicas, which run them FIFO. --policy POLICY@ROUTER says the same")
     p.add_argument("--router-budget-ms", type=float, default=2.0,
-                   help="a slower routing decision is discarded and vLLM-Omni's round-robin routes that request")
+                   help="a slower routing (central: batch) decision is discarded and vLLM-Omni's round-robin "
+                        "routes that request (central: every parked one)")
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
@@ -87,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out", f"folder {out.parent} does not exist")
     check_out_file(out, "--out")
     policy, router = _split_router(args.policy, args.router)
+    central = policy if router == CENTRAL else ""
+    if central:  # late binding: the policy picks batches centrally; each replica runs them FIFO (as POLICY@central)
+        make_policy(central)
+        policy = "fifo"
     settings = PluginConfig(
         policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
@@ -109,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
     layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile))
-    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms) if router else None
+    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, policy=central) if router else None
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base,
                         layout=layout, router=routing)
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
@@ -140,6 +146,8 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
              **(layout or {}), "extras": {EXTRAS_KEY: section}}
     if router is not None:
         stage["extras"][ROUTER_KEY] = {"router": router.router, "budget_ms": router.budget_ms}
+        if router.central:
+            stage["extras"][ROUTER_KEY]["policy"] = router.policy or "fifo"
     doc: dict[str, Any] = {"base_config": base_config} if base_config else {}
     doc["stages"] = [stage]
     return doc

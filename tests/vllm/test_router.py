@@ -308,7 +308,7 @@ def test_router_config_checks_its_fields() -> None:
     assert RouterConfig.from_extras({}, environ={"RLSCHED_ROUTER": "affinity"}).router == "affinity"
     assert RouterConfig.from_extras({"rlsched_router": {"router": "random:3"}}, environ={"RLSCHED_ROUTER": "x"}) \
         .router == "random:3"
-    for bad in ({"router": "central"}, {"router": "rlsched", "budget_ms": 0}, {"router": "rlsched", "oops": 1},
+    for bad in ({"router": "central:1"}, {"router": "rlsched", "budget_ms": 0}, {"router": "rlsched", "oops": 1},
                 {"router": "rlsched", "seed": True}):
         with pytest.raises(ValueError):
             RouterConfig.from_extras({"rlsched_router": bad}, environ={})
