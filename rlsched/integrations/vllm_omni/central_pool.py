@@ -113,9 +113,9 @@ class CentralStagePool(RouterStagePool):
         self._task: asyncio.Task[None] | None = None
         self._wait_until = math.inf
         """The earliest ``wait_until`` a central policy asked for (plugin clock)."""
-        self.central_dispatched = 0
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
         """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
+        self._decided = self.router_metrics.decisions.labels(router="central")
         self._queue_gauge = self.router_metrics.central_queue.labels(stage=str(stage_id))
         self._queue_gauge.set(0)
 
@@ -318,6 +318,7 @@ class CentralStagePool(RouterStagePool):
 
     def _plan(self) -> list[tuple[int, list[tuple[str, Parked]]]]:
         self._follow_live()
+        self._ledger.stage.now = max(self._clock() - self._t0, 0.0)  # the choice log's ``t``: when sent
         if self._parked and self._wall() - next(iter(self._parked.values())).since > self.router_config.stall_ms / 1e3 \
                 and any(self._free(s) for s in self._ledger.slots):
             self._flush("stalled")
@@ -383,10 +384,9 @@ class CentralStagePool(RouterStagePool):
             for rid, it in [(name, item), *item.companions]:
                 self._bind(rid, slot, it.entry, "central")
                 out.append((rid, it))
-        self.central_dispatched += len(out)
         self.central_log.append((slot, tuple(names)))
-        self.router_decisions += 1
-        self._decided.inc()
+        self.router_decisions += len(out)
+        self._decided.inc(len(out))
         return out
 
     def _bind(self, rid: str, slot: int, entry: Request, how: str) -> None:
