@@ -17,7 +17,8 @@ Run with the e2e venv (make test-e2e installs it):
 With ``--replicas R`` (> 1) each policy is a ``POLICY@ROUTER`` spec: the simulator runs a ``Stage``
 of R replicas behind that router, and the server runs ``num_replicas`` R on devices ``0..R-1`` with
 that policy in every replica and the router in the API process (``round-robin``: vLLM-Omni's own
-pool, no rlsched router). The simulated router is run twice: on the replicas' state, as the
+pool, no rlsched router; ``central``: late binding, the policy deciding from the API process's
+central queue and FIFO replicas, on both sides). The simulated router is run twice: on the replicas' state, as the
 simulator's results do, and on the engine's information (``LedgerRouter``: a ledger of the requests it
 routed and that have not finished, all waiting at their full standalone time — what the
 ``RouterStagePool`` sees in the orchestrator). ``--out DIR`` writes ``table.md`` and ``rows.json``:
@@ -88,6 +89,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=100.0, help="profile seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--decision-budget-ms", type=float, default=20.0)
+    p.add_argument("--router-budget-ms", type=float, default=20.0,
+                   help="the router's (central: the central policy's) budget in the API process")
     p.add_argument("--min-gap-ms", type=float, default=0.0,
                    help="spread arrivals at least this much wall time apart, on both sides (see spread)")
     p.add_argument("--replicas", type=int, default=1,
@@ -323,12 +326,15 @@ def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, f
     serving = dataclasses.replace(sc.serving, engine_overhead_ms=fixed, engine_overhead_ms_per_mpx=per_mpx)
     stage = Stage.uniform(reqs, args.replicas, sc.cost(), serving, seed=args.seed)
     policy, router_spec = split_pair(spec)
-    router = make_router(router_spec)
-    pols = [make_policy(policy) for _ in stage.replicas]
-    for pol in pols:
-        if hasattr(pol, "telemetry"):
-            pol.telemetry = NoTelemetry()
-    stage.run(pols, LedgerRouter(router) if ledger else router)
+    if router_spec == "central":  # late binding, as rlsched's run_spec: the policy central, FIFO replicas
+        pols = [make_policy("fifo") for _ in stage.replicas]
+        # the engine's central pool decides on the same information (the queue; a replica with nothing
+        # outstanding is free), so there is no separate ledger variant
+        stage.run(pols, central=lambda: _quiet(make_policy(policy)))
+    else:
+        router = make_router(router_spec)
+        pols = [_quiet(make_policy(policy)) for _ in stage.replicas]
+        stage.run(pols, LedgerRouter(router) if ledger else router)
     out: dict[str, Any] = {"routed": {str(i): r for i, r in stage.routed.items()}, "batches": {}, "queue_s": {}}
     pairs = []
     for k, sim in enumerate(stage.replicas):
@@ -342,12 +348,19 @@ def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, f
     return out
 
 
+def _quiet(policy: Any) -> Any:
+    if hasattr(policy, "telemetry"):
+        policy.telemetry = NoTelemetry()
+    return policy
+
+
 def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The same workload through a real server of ``args.replicas`` replicas (``round-robin``: vLLM-Omni's pool)."""
     _, reqs = workload(args)
     planned = loadgen.plan(reqs, args.time_scale, max_requests=len(reqs))
     policy, router = split_pair(spec)
-    routing = [] if router == "round-robin" else ["--router", router]
+    routing = [] if router == "round-robin" else ["--router", router, "--router-budget-ms",
+                                                  str(args.router_budget_ms)]
     stage = deploy_stage(sys.executable, "--policy", policy, *routing, "--replicas", str(args.replicas),
                          "--devices", ",".join(map(str, range(args.replicas))), "--max-num-seqs",
                          str(args.max_num_seqs), "--time-scale", str(args.time_scale), "--decision-budget-ms",

@@ -31,7 +31,8 @@ Sent at once by vLLM-Omni's own rule (round-robin), counted in ``rlsched_router_
 longer than ``budget_ms``, or chose a batch a replica cannot run: every parked request is sent),
 ``backoff`` (new requests after an overrun: 1, 2, 4 ... 64), ``stalled`` (see ``stall_ms``),
 ``streaming`` (a resumable request: its updates need its replica), ``no_orchestrator`` (no way to fail
-a request sent later; or an orchestrator that reads the replica id ``submit_initial`` returns).
+a request sent later; or an orchestrator that reads the replica id ``submit_initial`` returns),
+``distributed`` (a hub attached: ``pick`` and vLLM-Omni's load balancer route, not followed here).
 A CFG companion follows its parent: sent at once to the parent's replica, or parked with a parked
 parent and sent right after it.
 """
@@ -61,7 +62,7 @@ PARKED = -1
 orchestrator discards the value (``_handle_add_request``); an orchestrator that reads it
 (``_on_stage_submitted`` overridden) gets every request sent at once instead."""
 CENTRAL_REASONS = ("policy_exception", "policy_over_budget", "policy_invalid", "backoff", "stalled", "streaming",
-                   "no_orchestrator", "internal_error")
+                   "no_orchestrator", "distributed", "internal_error")
 IDLE_POLL_S = 1.0
 """The dispatcher's longest sleep: it re-checks ``stall_ms`` and the orchestrator's shutdown this often."""
 
@@ -131,6 +132,8 @@ class CentralStagePool(RouterStagePool):
     def _why_not_park(self, req_state: Any) -> str | None:
         if self._broken:
             return "internal_error"
+        if self.is_distributed:  # replicas come and go on the hub's word: not followed here, sent at once
+            return "distributed"
         orch = self._orchestrator
         if orch is None or not hasattr(orch, "_dispatch_or_fail_request"):
             return "no_orchestrator"
