@@ -28,6 +28,10 @@ from rlsched.sim.cost import load_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 
 ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
+CENTRAL_WAIT_MS = 10.0
+"""``--router central``'s default admission wait: the central pool sends a batch's requests one after
+another, and a replica that started on the first would split the batch. vLLM-Omni ends the wait once
+no request came for min(50 ms, wait / 5) = 2 ms, or the batch is full: a few ms per wave."""
 
 
 @command("deploy", "Write a vLLM-Omni deploy config that runs a policy inside DiffusionEngine.")
@@ -42,8 +46,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the diffusion stage of the pipeline: one of --base-config's stages (without it only 0, "
                         "the one stage of a generic diffusion model, can be checked and is accepted)")
     p.add_argument("--max-num-seqs", type=positive_int, default=4, help="largest batch (vLLM-Omni max_num_seqs)")
-    p.add_argument("--max-wait-ms", type=nonnegative_float, default=0.0,
-                   help="request_batch_max_wait_ms: engine admission wait before each wave (0: the policy "
+    p.add_argument("--max-wait-ms", type=nonnegative_float, default=None,
+                   help=f"request_batch_max_wait_ms: engine admission wait before each wave (default 0; with "
+                        f"--router central {CENTRAL_WAIT_MS:g}: a central batch reaches its replica one request "
+                        "after another, and the replica starts once none came for a fifth of it; 0: the policy "
                         "alone decides, as in the simulator)")
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
@@ -116,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
     layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile))
     routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, policy=central) if router else None
-    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base,
+    wait = args.max_wait_ms if args.max_wait_ms is not None else CENTRAL_WAIT_MS if central else 0.0
+    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, wait, args.step_execution, base,
                         layout=layout, router=routing)
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
