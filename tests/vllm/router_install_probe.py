@@ -38,7 +38,8 @@ class Records(logging.Handler):
 
 
 def plan(extras: Any, stage_type: str = "diffusion") -> Any:
-    cfg = SimpleNamespace(diffusion_config=SimpleNamespace(extras=extras, step_execution=False, max_num_seqs=3),
+    cfg = SimpleNamespace(diffusion_config=SimpleNamespace(extras=extras, step_execution=False),
+                          scheduler_config=SimpleNamespace(max_num_seqs=3),  # where vLLM-Omni 0.30 moves it
                           parallel_config=SimpleNamespace(sequence_parallel_size=1))
     return SimpleNamespace(stage_idx=0, stage_id=0,
                            replicas=[SimpleNamespace(stage_cfg=cfg, metadata=SimpleNamespace(stage_type=stage_type))])

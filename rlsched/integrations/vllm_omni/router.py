@@ -400,15 +400,16 @@ def _routed(pool: Any, plan: Any, model: str) -> Any:
             from rlsched.integrations.vllm_omni.central_pool import CentralStagePool
 
             cls = CentralStagePool
-        seqs = stage_setting(stage_cfg, "max_num_seqs")
+        seqs = max_num_seqs(stage_cfg)
         # the central policy's batches are capped by the replicas' max_num_seqs; the routers' ledger
         # predicts standalone work only (unchanged: max_num_seqs 1)
         serving = ServingConfig("step" if stage_setting(stage_cfg, "step_execution") else "request",
                                 seqs if config.central and type(seqs) is int and seqs >= 1 else 1)
         routed = cls.replacing(pool, config, PluginConfig.from_extras(extras), degree=sp_degree(stage_cfg),
                                serving=serving)
-        _log.info("rlsched router: stage %s routes its %d replicas with %s", pool.stage_id, pool.live_num_replicas,
-                  config.router)
+        _log.info("rlsched router: stage %s routes its %d replicas with %s%s", pool.stage_id,
+                  pool.live_num_replicas, config.router,
+                  f" (policy {config.policy or 'fifo'}, batches <= {serving.max_num_seqs})" if config.central else "")
         return routed
     except Exception:
         _log.exception("rlsched router: stage %s keeps vLLM-Omni's own routing", getattr(pool, "stage_id", "?"))
@@ -425,6 +426,13 @@ def stage_setting(stage_cfg: Any, name: str) -> Any:
     if isinstance(engine_args, Mapping):
         return engine_args.get(name)
     return getattr(engine_args, name, None)
+
+
+def max_num_seqs(stage_cfg: Any) -> Any:
+    """The stage's ``max_num_seqs``: vLLM-Omni 0.30's typed config moves it to ``scheduler_config``
+    (``_DIFFUSION_MOVED_SHARED_FIELDS``); a legacy config keeps it in ``engine_args``."""
+    value = getattr(getattr(stage_cfg, "scheduler_config", None), "max_num_seqs", None)
+    return value if value is not None else stage_setting(stage_cfg, "max_num_seqs")
 
 
 def sp_degree(stage_cfg: Any) -> int:
