@@ -353,3 +353,37 @@ def test_central_on_a_later_stage_is_refused() -> None:
         stage_type, stage_id, live_num_replicas = "diffusion", 1, 2
     pool = Pool()
     assert router_mod._routed(pool, Plan(), "m") is pool  # vLLM-Omni's pool kept, the refusal logged
+
+
+def test_a_sent_request_carries_its_central_wait_and_the_replica_dates_it_back() -> None:
+    from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
+
+    async def go() -> list[Any]:
+        clock = [0.0]
+        rig = Rig(1, "fifo", seqs=1)
+        rig.pool._wall = lambda: clock[0]
+        got: list[Any] = []
+        client = rig.pool.clients[0]
+        orig = client.add_request_async
+
+        async def spy(rid: str, request: Any, params: Any, **kw: Any) -> None:
+            got.append(params.extra_args)
+            await orig(rid, request, params, **kw)
+        client.add_request_async = spy
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await rig.settle()
+        clock[0] = 2.5  # b waits 2.5 s in the central queue
+        await rig.finish("a")
+        return got
+
+    got = run(go())
+    assert [g[PARKED_KEY] for g in got] == [0.0, 2500.0] and got[1]["priority"] == "batch"
+    now = [0.0]
+    state = PluginState(BASE, ServingConfig(), PluginConfig(profile=PROFILE, time_scale=2.0),
+                        clock=lambda: now[0])
+    now[0] = 10.0
+    sp = OmniDiffusionSamplingParams(height=512, width=512, extra_args={"slo_ms": 4000, PARKED_KEY: 1000})
+    rec, bad = state.add("b", sp, None)
+    # parked 1 s of wall time = 2 s on the x2 plugin clock: it arrived at 8, due at 8 + its 4 s SLO
+    assert bad == [] and rec.request.arrival_s == 8.0 and rec.deadline_s == 12.0

@@ -53,7 +53,7 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 from rlsched.integrations.vllm_omni.router import MAX_BACKOFF, make_request
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
 from rlsched.integrations.vllm_omni.safety import check_decision
-from rlsched.integrations.vllm_omni.state import PluginState
+from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
 
@@ -433,6 +433,11 @@ class CentralStagePool(RouterStagePool):
             if client is None or not self.is_replica_available(slot):
                 self._repark(rid, item)  # the replica left after the decision: back to the head of the queue
                 continue
+
+            # the replica dates the request back to when it was parked: its SLO (and its own policy's
+            # deadlines) count the central wait, as the simulator's do
+            item.params.extra_args = {**(item.params.extra_args or {}),
+                                      PARKED_KEY: max(self._wall() - item.since, 0.0) * 1e3}
 
             async def send(client: Any = client, rid: str = rid, item: Parked = item) -> None:
                 await client.add_request_async(rid, item.request, item.params, **item.submit_kwargs)
