@@ -190,12 +190,10 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
 def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: Any,
                    out: str = "deploy.yaml") -> str | None:
     """The ``rlsched deploy`` line that serves ``layout`` under ``spec`` (``POLICY@ROUTER``) with the
-    simulated serving settings (``max_num_seqs``, step mode); None for a router vLLM-Omni cannot run
-    (``central``: late binding, docs/deploy.md). The admission wait is left to the policy (deploy's
+    simulated serving settings (``max_num_seqs``, step mode); ``central`` (late binding) too
+    (docs/deploy.md). The admission wait is left to the policy (deploy's
     default 0): vLLM-Omni holds every wave for it, while the simulator lets only ``fifo`` wait."""
     policy, router = split_pair(spec)
-    if router.split(":")[0] == "central":
-        return None
     argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
             "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
             *(["--cfg-parallel", str(layout.cfg)] if layout.cfg > 1 else []), "--policy", policy,

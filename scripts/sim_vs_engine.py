@@ -17,7 +17,8 @@ Run with the e2e venv (make test-e2e installs it):
 With ``--replicas R`` (> 1) each policy is a ``POLICY@ROUTER`` spec: the simulator runs a ``Stage``
 of R replicas behind that router, and the server runs ``num_replicas`` R on devices ``0..R-1`` with
 that policy in every replica and the router in the API process (``round-robin``: vLLM-Omni's own
-pool, no rlsched router). The simulated router is run twice: on the replicas' state, as the
+pool, no rlsched router; ``central``: late binding, the policy deciding from the API process's
+central queue and FIFO replicas, on both sides). The simulated router is run twice: on the replicas' state, as the
 simulator's results do, and on the engine's information (``LedgerRouter``: a ledger of the requests it
 routed and that have not finished, all waiting at their full standalone time — what the
 ``RouterStagePool`` sees in the orchestrator). ``--out DIR`` writes ``table.md`` and ``rows.json``:
@@ -88,6 +89,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=100.0, help="profile seconds per wall second")
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--decision-budget-ms", type=float, default=20.0)
+    p.add_argument("--router-budget-ms", type=float, default=20.0,
+                   help="the router's (central: the central policy's) budget in the API process")
     p.add_argument("--min-gap-ms", type=float, default=0.0,
                    help="spread arrivals at least this much wall time apart, on both sides (see spread)")
     p.add_argument("--replicas", type=int, default=1,
@@ -323,12 +326,15 @@ def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, f
     serving = dataclasses.replace(sc.serving, engine_overhead_ms=fixed, engine_overhead_ms_per_mpx=per_mpx)
     stage = Stage.uniform(reqs, args.replicas, sc.cost(), serving, seed=args.seed)
     policy, router_spec = split_pair(spec)
-    router = make_router(router_spec)
-    pols = [make_policy(policy) for _ in stage.replicas]
-    for pol in pols:
-        if hasattr(pol, "telemetry"):
-            pol.telemetry = NoTelemetry()
-    stage.run(pols, LedgerRouter(router) if ledger else router)
+    if router_spec == "central":  # late binding, as rlsched's run_spec: the policy central, FIFO replicas
+        pols = [make_policy("fifo") for _ in stage.replicas]
+        # the engine's central pool decides on the same information (the queue; a replica with nothing
+        # outstanding is free), so there is no separate ledger variant
+        stage.run(pols, central=lambda: _quiet(make_policy(policy)))
+    else:
+        router = make_router(router_spec)
+        pols = [_quiet(make_policy(policy)) for _ in stage.replicas]
+        stage.run(pols, LedgerRouter(router) if ledger else router)
     out: dict[str, Any] = {"routed": {str(i): r for i, r in stage.routed.items()}, "batches": {}, "queue_s": {}}
     pairs = []
     for k, sim in enumerate(stage.replicas):
@@ -342,12 +348,19 @@ def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, f
     return out
 
 
+def _quiet(policy: Any) -> Any:
+    if hasattr(policy, "telemetry"):
+        policy.telemetry = NoTelemetry()
+    return policy
+
+
 def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The same workload through a real server of ``args.replicas`` replicas (``round-robin``: vLLM-Omni's pool)."""
     _, reqs = workload(args)
     planned = loadgen.plan(reqs, args.time_scale, max_requests=len(reqs))
     policy, router = split_pair(spec)
-    routing = [] if router == "round-robin" else ["--router", router]
+    routing = [] if router == "round-robin" else ["--router", router, "--router-budget-ms",
+                                                  str(args.router_budget_ms)]
     stage = deploy_stage(sys.executable, "--policy", policy, *routing, "--replicas", str(args.replicas),
                          "--devices", ",".join(map(str, range(args.replicas))), "--max-num-seqs",
                          str(args.max_num_seqs), "--time-scale", str(args.time_scale), "--decision-budget-ms",
@@ -362,8 +375,10 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
     arrival = {p.index: p.send_s * args.time_scale for p in planned}
     sent = {p.index: t0 + p.send_s for p in planned}
     mpx = {p.index: p.height * p.width / 1e6 for p in planned}
+    slo_of = {p.index: (p.priority, p.slo_s) for p in planned}
+    slo_of = {p.index: (p.priority, p.slo_s) for p in planned}
     batches: dict[str, list[list[int]]] = defaultdict(list)
-    routed, queue, gaps = {}, {}, []
+    routed, queue, gaps, done = {}, {}, [], []
     by_replica: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in calls:
         idx = sorted(int(c["new"][r].removeprefix(loadgen.PROMPT_PREFIX)) for r in c["ids"])
@@ -373,6 +388,7 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
         for i in idx:
             queue[i] = (c["start"] - t0) * args.time_scale - arrival[i]
             routed[str(i)] = int(c["devices"])
+            done.append((slo_of[i][0], (c["end"] - t0) * args.time_scale - arrival[i] <= slo_of[i][1]))
     for cs in by_replica.values():  # the engine's cost between waves, per replica (each its own busy loop)
         gaps += [((c["start"] - prev["end"]) * 1e3, sum(mpx[i] for i in prev["idx"]))
                  for prev, c in zip(cs, cs[1:]) if all(sent[i] < prev["end"] for i in c["idx"])]
@@ -389,7 +405,10 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
     fallbacks = {f"{dev}:{k}": v for dev, m in per_replica.items() for k, v in m.items()
                  if k.startswith("rlsched_fallbacks_total{") and v}
     fallbacks.update({k: v for k, v in api.items() if k.startswith("rlsched_router_fallbacks_total{") and v})
+    # the executor's batch ends against the planned arrivals: what the simulator measures. The plugin's own
+    # numbers start each request when its replica received it, which under late binding misses the central wait
     return {"batches": dict(batches), "routed": routed, "queue_s": queue, "attainment": plugin,
+            "executor_attainment": _attainment(done),
             "client_attainment": summary["slo_attainment"], "errors": summary["errors"], "fallbacks": fallbacks,
             "mismatches": sum(m.get("rlsched_admission_mismatches_total", 0.0) for m in per_replica.values()),
             "router_decisions": sum(v for k, v in api.items() if k.startswith("rlsched_router_decisions_total")),
@@ -401,7 +420,7 @@ def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     sims = {"sim": simulate_stage(spec, args), "sim_ledger": simulate_stage(spec, args, ledger=True),
             "sim_ledger_overhead": simulate_stage(spec, args, fit, ledger=True)}
     return {**row, "replicas": args.replicas, "engine_batches": sum(len(b) for b in eng["batches"].values()),
-            "router_decisions": eng["router_decisions"],
+            "router_decisions": eng["router_decisions"], "executor_attainment": eng["executor_attainment"],
             **{name: _versus_stage(sim, eng) for name, sim in sims.items()},
             "engine_batch_sequence": eng["batches"], "engine_routed": eng["routed"]}
 
@@ -429,16 +448,17 @@ SIM_COLUMNS = (("sim", "sim (router on replica state)"), ("sim_ledger", "sim (ro
 
 def table_stage(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     head = ("| policy | class | " + " | ".join(f"SLO % {t}" for _, t in SIM_COLUMNS)
-            + " | SLO % engine (plugin) | SLO % client (HTTP) | engine − sim (ledger) + overhead |\n"
-            + "|---" * (len(SIM_COLUMNS) + 5) + "|")
+            + " | SLO % engine (plugin) | SLO % engine (executor) | SLO % client (HTTP) "
+            "| engine (executor) − sim (ledger) + overhead |\n" + "|---" * (len(SIM_COLUMNS) + 6) + "|")
     lines = [f"{args.scenario}, seed {args.seed}, rate x{args.rate_scale:g}, {args.duration:g} s of arrivals, "
              f"{args.replicas} replicas, time scale {args.time_scale:g}, max_num_seqs {args.max_num_seqs}\n", head]
     for r in rows:
         for cls in (*PRIORITY_CLASSES, "all"):
             vals = [r[name]["attainment"].get(cls) for name, _ in SIM_COLUMNS]
             eng, cli = r["engine_attainment"].get(cls), r["client_attainment"].get(cls)
-            diff = "—" if eng is None or vals[-1] is None else f"{100 * (eng - vals[-1]):+.1f}"
-            cells = " | ".join(_pct(v) for v in [*vals, eng, cli])
+            ex = r.get("executor_attainment", {}).get(cls)
+            diff = "—" if ex is None or vals[-1] is None else f"{100 * (ex - vals[-1]):+.1f}"
+            cells = " | ".join(_pct(v) for v in [*vals, eng, ex, cli])
             lines.append(f"| {r['policy'] if cls == 'realtime' else ''} | {cls} | {cells} | {diff} |")
     lines += ["", "| policy | requests | wave gap, mean / median wall ms (waves); fit ms + ms/Mpx | batches engine | "
               + " | ".join(f"{t}: batches → in place / in common, same replica, queueing delay engine − sim "

@@ -85,9 +85,9 @@ def test_the_deploy_line_serves_the_recommended_layout_with_the_planned_policy_a
                     "--profile qwen-image-h200-vllm-omni --max-num-seqs 8 --step-execution --out deploy.yaml")
     paths = deploy_command(Layout(8, 1), 8, "static:agents/my tuned.json@rlsched", "p", ServingConfig(), out="d.yaml")
     assert shlex.split(paths)[shlex.split(paths).index("--policy") + 1] == "static:agents/my tuned.json"  # quoted
-    # a bare policy routes as vLLM-Omni does; late binding has no deploy line (vLLM-Omni 0.30 cannot hold a request)
+    # a bare policy routes as vLLM-Omni does; late binding is rlsched's central pool (docs/deploy.md)
     assert "--router round-robin" in deploy_command(Layout(2, 1), 2, "fifo", "p", ServingConfig())
-    assert deploy_command(Layout(2, 1), 2, "edf@central", "p", ServingConfig()) is None
+    assert "--policy edf --router central" in deploy_command(Layout(2, 1), 2, "edf@central", "p", ServingConfig())
 
 
 def test_plans_deploy_line_runs_and_writes_the_stage_plan_recommended(tmp_path, capsys) -> None:

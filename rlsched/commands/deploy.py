@@ -20,14 +20,18 @@ from rlsched.commands.args import (
 )
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
+from rlsched.integrations.vllm_omni.router import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.router import EXTRAS_KEY as ROUTER_KEY
-from rlsched.integrations.vllm_omni.router import RouterConfig
 from rlsched.policies import make_policy
 from rlsched.policies.routers import split_pair
 from rlsched.sim.cost import load_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 
 ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
+CENTRAL_WAIT_MS = 10.0
+"""``--router central``'s default admission wait: the central pool sends a batch's requests one after
+another, and a replica that started on the first would split the batch. vLLM-Omni ends the wait once
+no request came for min(50 ms, wait / 5) = 2 ms, or the batch is full: a few ms per wave."""
 
 
 @command("deploy", "Write a vLLM-Omni deploy config that runs a policy inside DiffusionEngine.")
@@ -42,8 +46,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the diffusion stage of the pipeline: one of --base-config's stages (without it only 0, "
                         "the one stage of a generic diffusion model, can be checked and is accepted)")
     p.add_argument("--max-num-seqs", type=positive_int, default=4, help="largest batch (vLLM-Omni max_num_seqs)")
-    p.add_argument("--max-wait-ms", type=nonnegative_float, default=0.0,
-                   help="request_batch_max_wait_ms: engine admission wait before each wave (0: the policy "
+    p.add_argument("--max-wait-ms", type=nonnegative_float, default=None,
+                   help=f"request_batch_max_wait_ms: engine admission wait before each wave (default 0; with "
+                        f"--router central {CENTRAL_WAIT_MS:g}: a central batch reaches its replica one request "
+                        "after another, and the replica starts once none came for a fifth of it; 0: the policy "
                         "alone decides, as in the simulator)")
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
@@ -69,9 +75,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "request's two guidance branches on two groups of --sp GPUs (R x SP x 2 --devices)")
     p.add_argument("--router", help="route requests across replicas with this rlsched router (rlsched, least-work, "
                                     "affinity ...; extras.rlsched_router): vLLM-Omni round-robins without it. "
-                                    "--policy POLICY@ROUTER says the same")
+                                    "central: late binding, --policy picks batches from a central queue for "
+                                    "free replicas, which run them FIFO. --policy POLICY@ROUTER says the same")
     p.add_argument("--router-budget-ms", type=float, default=2.0,
-                   help="a slower routing decision is discarded and vLLM-Omni's round-robin routes that request")
+                   help="a slower routing (central: batch) decision is discarded and vLLM-Omni's round-robin "
+                        "routes that request (central: every parked one)")
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
@@ -90,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out", f"folder {out.parent} does not exist")
     check_out_file(out, "--out")
     policy, router = _split_router(args.policy, args.router)
+    central = policy if router == CENTRAL else ""
+    if central:  # late binding: the policy picks batches centrally; each replica runs them FIFO (as POLICY@central)
+        make_policy(central)
+        policy = "fifo"
     settings = PluginConfig(
         policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
@@ -112,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
     layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile), args.cfg_parallel)
-    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms) if router else None
-    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, args.max_wait_ms, args.step_execution, base,
+    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, policy=central) if router else None
+    wait = args.max_wait_ms if args.max_wait_ms is not None else CENTRAL_WAIT_MS if central else 0.0
+    doc = deploy_config(settings, args.stage_id, args.max_num_seqs, wait, args.step_execution, base,
                         layout=layout, router=routing)
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
@@ -143,6 +156,8 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
              **(layout or {}), "extras": {EXTRAS_KEY: section}}
     if router is not None:
         stage["extras"][ROUTER_KEY] = {"router": router.router, "budget_ms": router.budget_ms}
+        if router.central:
+            stage["extras"][ROUTER_KEY]["policy"] = router.policy or "fifo"
     doc: dict[str, Any] = {"base_config": base_config} if base_config else {}
     doc["stages"] = [stage]
     return doc

@@ -134,3 +134,42 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
     assert status == 200 and loadgen.count_images(reply, w, h) == 1
     last = server.routed()[-1]
     assert last["how"] == "router" and last["priority"] == body["extra_params"]["priority"]
+
+
+def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any) -> None:
+    """``edf@central`` (docs/deploy.md, "Late binding"): the API server parks each request in its central
+    queue and sends EDF's batch to a replica only when that replica has nothing outstanding; each
+    replica runs what it was sent, FIFO."""
+    deploy = doc_command("deploy-central")
+    assert deploy[:2] == ["rlsched", "deploy"] and "central" in deploy
+    server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET,
+                   "--router-budget-ms", "100")
+    assert server.replicas == 2
+    planned = workload()
+    results = loadgen.run(server.url, planned, timeout_s=180, workers=N_REQUESTS)
+    assert [r.error for r in results if not r.ok] == []  # every reply, once
+
+    ran = executed(server)
+    slots = replica_devices(deploy)
+    assert set(ran) <= set(slots) and len(ran) == 2, list(ran)
+    indices = [i for batches in ran.values() for _, idx in batches for i in idx]
+    assert Counter(indices) == Counter(p.index for p in planned)  # each executed exactly once
+    where = {rid: dev for dev, batches in ran.items() for ids, _ in batches for rid in ids}
+    routed = server.routed()
+    assert [r["how"] for r in routed] == ["central"] * N_REQUESTS  # the central policy sent every one
+    assert {r["request_id"]: slots[r["replica"]] for r in routed} == where
+    # a replica was sent a batch only when the ledger held nothing of it (the log notes it before the bind)
+    for r in routed:
+        held = r["outstanding"][str(r["replica"])]
+        batch_mates = [q for q in routed if q["replica"] == r["replica"] and q["t"] == r["t"]]
+        assert held <= len(batch_mates) <= 4, (r, batch_mates)
+
+    for dev, batches in ran.items():
+        m = server.replica_metrics()[dev]
+        assert m['rlsched_decisions_total{policy="fifo"}'] >= len(batches)  # the replicas run FIFO
+        assert total(m, "rlsched_fallbacks_total") == 0
+    api = server.api_metrics()
+    assert api['rlsched_router_decisions_total{router="central"}'] == N_REQUESTS
+    assert total(api, "rlsched_router_fallbacks_total") == 0
+    assert api['rlsched_router_released_total{reason="finished"}'] == N_REQUESTS
+    assert api['rlsched_router_central_queue{stage="0"}'] == 0 and total(api, "rlsched_router_outstanding") == 0

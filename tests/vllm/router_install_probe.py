@@ -39,16 +39,41 @@ class Records(logging.Handler):
 
 def plan(extras: Any, stage_type: str = "diffusion") -> Any:
     cfg = SimpleNamespace(diffusion_config=SimpleNamespace(extras=extras, step_execution=False),
+                          scheduler_config=SimpleNamespace(max_num_seqs=3),  # where vLLM-Omni 0.30 moves it
                           parallel_config=SimpleNamespace(sequence_parallel_size=1))
     return SimpleNamespace(stage_idx=0, stage_id=0,
                            replicas=[SimpleNamespace(stage_cfg=cfg, metadata=SimpleNamespace(stage_type=stage_type))])
 
 
 def assemble(extras: Any) -> str:
-    runtime = SimpleNamespace(_model="m", _log_stats=False)
-    pool = StageRuntime._assemble_stage_pools(runtime, [plan(extras)], {0: [Client(), Client()]})[0]
+    pool = build(extras)
     name = type(pool).__name__
     return f"{name}:{pool.router.name}" if name == "RouterStagePool" else name
+
+
+def build(extras: Any) -> Any:
+    runtime = SimpleNamespace(_model="m", _log_stats=False)
+    return StageRuntime._assemble_stage_pools(runtime, [plan(extras)], {0: [Client(), Client()]})[0]
+
+
+def central() -> dict[str, Any]:
+    """A central stage's pool, and the orchestrator hook: a real Orchestrator built over it attaches itself."""
+    import asyncio
+
+    import janus
+    from vllm_omni.engine.orchestrator import Orchestrator, OrchestratorBase
+
+    pool = build({"rlsched": {"profile": PROFILE}, "rlsched_router": {"router": "central", "policy": "edf"}})
+
+    async def attach() -> bool:
+        orch = Orchestrator(*(janus.Queue().async_q for _ in range(3)), [pool])
+        return pool._orchestrator is orch
+
+    init = OrchestratorBase.__init__
+    return {"pool": type(pool).__name__, "max_num_seqs": pool._ledger.config.max_num_seqs,
+            "attached": asyncio.run(attach()),
+            "hooked_once": getattr(init, "__wrapped__", None) is not None and not hasattr(init.__wrapped__,
+                                                                                          "__wrapped__")}
 
 
 def generic_replicas() -> dict[str, Any]:
@@ -108,6 +133,8 @@ def main() -> None:
     os.environ[router.ENV_VAR] = "rlsched"
     out["env"] = assemble({"rlsched": {"profile": PROFILE}})
     out["generic_replicas"] = generic_replicas()
+    os.environ.pop(router.ENV_VAR, None)
+    out["central"] = central()
     router._install = lambda: (_ for _ in ()).throw(RuntimeError("broken"))  # type: ignore[assignment]
     out["raising_install"] = router.install()
     out["log"] = log.lines

@@ -283,6 +283,12 @@ def test_install_gives_a_generic_diffusion_stage_the_replicas_its_overrides_ask_
     assert found["wrapped_once"] and found["again"] is True
 
 
+def test_install_gives_a_central_stage_the_central_pool_and_its_orchestrator(probe) -> None:
+    """Late binding sends later, from its own task: it needs the orchestrator's failure paths (the hook)."""
+    assert probe["central"] == {"pool": "CentralStagePool", "max_num_seqs": 3, "attached": True,
+                                "hooked_once": True}
+
+
 def test_a_wrong_router_setting_keeps_vllm_omnis_pool(probe) -> None:
     assert probe["wrong_setting"] == "StagePool"
     assert any(ln.startswith("ERROR") and "keeps vLLM-Omni's own routing" in ln for ln in probe["log"])
@@ -308,7 +314,7 @@ def test_router_config_checks_its_fields() -> None:
     assert RouterConfig.from_extras({}, environ={"RLSCHED_ROUTER": "affinity"}).router == "affinity"
     assert RouterConfig.from_extras({"rlsched_router": {"router": "random:3"}}, environ={"RLSCHED_ROUTER": "x"}) \
         .router == "random:3"
-    for bad in ({"router": "central"}, {"router": "rlsched", "budget_ms": 0}, {"router": "rlsched", "oops": 1},
+    for bad in ({"router": "central:1"}, {"router": "rlsched", "budget_ms": 0}, {"router": "rlsched", "oops": 1},
                 {"router": "rlsched", "seed": True}):
         with pytest.raises(ValueError):
             RouterConfig.from_extras({"rlsched_router": bad}, environ={})

@@ -45,9 +45,20 @@ def test_deploy_writes_replicas_layout_and_router(tmp_path, capsys) -> None:
     (["--replicas", "2"], "--devices"),
     (["--replicas", "2", "--devices", "0,1,2"], "3 GPUs"),
     (["--replicas", "2", "--devices", "0,0"], "distinct"),
-    (["--replicas", "2", "--devices", "0,1", "--router", "central"], "late binding"),
+    (["--replicas", "2", "--devices", "0,1", "--router", "central:2"], "central takes no arguments"),
     (["--replicas", "2", "--devices", "0,1", "--router", "no-such"], "unknown router"),
 ])
 def test_deploy_refuses_a_layout_or_router_it_cannot_serve(tmp_path, capsys, args, message) -> None:
     assert rlsched_main(["deploy", "--policy", "edf", *args, "--out", str(tmp_path / "d.yaml")]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "d.yaml").exists()
+
+
+def test_deploy_central_writes_the_central_policy_and_fifo_replicas(tmp_path) -> None:
+    """``POLICY@central``: the policy picks batches centrally (extras.rlsched_router.policy), each replica
+    runs them FIFO (extras.rlsched.policy), as the simulator's ``@central`` runs do."""
+    path = tmp_path / "deploy.yaml"
+    assert rlsched_main(["deploy", "--policy", "edf@central", *ARGS, "--out", str(path)]) == 0
+    extras = load_deploy_config(path).stages[0].engine_extras["extras"]
+    routing = RouterConfig.from_extras(extras, environ={})
+    assert routing.central and routing.policy == "edf"
+    assert PluginConfig.from_extras(extras, environ={}).policy == "fifo"

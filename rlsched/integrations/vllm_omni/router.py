@@ -25,7 +25,9 @@ name                                       type       labels           meaning
 ``rlsched_router_fallbacks_total``         counter    reason           requests routed by vLLM-Omni's own rule instead
 ``rlsched_router_latency_seconds``         histogram  —                time inside ``router.route``
 ``rlsched_router_outstanding``             gauge      stage, replica   ledger requests bound to a replica, unfinished
-``rlsched_router_released_total``          counter    reason           entries resolved: finished, replica_lost
+``rlsched_router_released_total``          counter    reason           entries resolved: finished, replica_lost;
+                                                                       central: parked (left unsent), shutdown
+``rlsched_router_central_queue``           gauge      stage            central: requests parked, not yet sent
 =========================================  =========  ===============  ============================================
 
 Fallback reasons: ``exception`` (the router raised), ``not_int`` (it returned no ``int``: None,
@@ -63,6 +65,8 @@ SUPPORTED_SERIES = "0.30."
 """The vLLM-Omni release series whose private ``StageRuntime`` / ``StagePool`` this patches."""
 REASONS = ("exception", "not_int", "out_of_range", "evicted", "over_budget", "backoff", "no_request",
            "internal_error")
+CENTRAL = "central"
+"""The router spec of late binding (``POLICY@central``): ``central_pool.CentralStagePool``."""
 MAX_BACKOFF = 64
 """Most requests routed by vLLM-Omni's rule after overruns in a row before the router is asked again."""
 INF = math.inf
@@ -83,20 +87,43 @@ class RouterConfig:
     to 400 requests on 4 replicas (Ledger + make_router, measured by hand; no bench command yet)."""
     seed: int = 0
     """Seed of the routers that draw (``random`` without its own, ``least-queue``'s ties)."""
+    policy: str = ""
+    """``router: central`` only: the central policy spec (``edf``, ``static:FILE`` ...; default ``fifo``),
+    the ``POLICY`` of a simulator ``POLICY@central`` run. It picks each batch from the central queue for
+    a replica that has nothing outstanding (``central_pool.py``)."""
+    stall_ms: float = 60_000.0
+    """``router: central`` only: a request parked longer than this (wall clock) while a replica is free is
+    sent at once by vLLM-Omni's rule with every other parked one (fallback ``stalled``): a central policy
+    that waits forever must not hold requests forever."""
+
+    @property
+    def central(self) -> bool:
+        """Late binding: requests wait in a central queue and are sent when a replica frees."""
+        return self.router.split(":")[0] == CENTRAL
 
     def __post_init__(self) -> None:
+        from rlsched.policies import make_policy
         from rlsched.policies.routers import make_router
 
         if not isinstance(self.router, str) or not self.router:
             raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"must be a router spec, not {self.router!r}")
-        if self.router.split(":")[0] == "central":
-            raise ConfigError(f"extras.{EXTRAS_KEY}.router", "central (late binding) cannot be deployed: vLLM-Omni "
-                                                             "0.30 sends a request the moment it picks its replica "
-                                                             "(docs/deploy.md)")
-        make_router(self.router)  # a typo fails here, at start-up, naming the key
-        b = self.budget_ms
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
-            raise ConfigError(f"extras.{EXTRAS_KEY}.budget_ms", f"must be a finite number > 0, not {b!r}")
+        if not isinstance(self.policy, str):
+            raise ConfigError(f"extras.{EXTRAS_KEY}.policy", f"must be a policy spec, not {self.policy!r}")
+        if self.central:
+            if self.router != CENTRAL:
+                raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"{self.router!r}: central takes no arguments "
+                                                                 "(the central policy is extras.rlsched_router.policy)")
+            make_policy(self.policy or "fifo")  # a typo or a missing checkpoint fails here, at start-up
+        elif self.policy:
+            raise ConfigError(f"extras.{EXTRAS_KEY}.policy", f"only with router: central (late binding), not "
+                                                             f"with {self.router!r}: each replica's policy is "
+                                                             "extras.rlsched.policy")
+        else:
+            make_router(self.router)  # a typo fails here, at start-up, naming the key
+        for name in ("budget_ms", "stall_ms"):
+            b = getattr(self, name)
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+                raise ConfigError(f"extras.{EXTRAS_KEY}.{name}", f"must be a finite number > 0, not {b!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"extras.{EXTRAS_KEY}.seed", f"must be an integer >= 0, not {self.seed!r}")
 
@@ -136,6 +163,9 @@ class RouterMetrics(MetricSet):
                                 "Requests bound to a replica and not finished (the router's ledger)",
                                 ["stage", "replica"])
         self.released = make("Counter", "rlsched_router_released_total", "Ledger entries resolved", ["reason"])
+        self.central_queue = make("Gauge", "rlsched_router_central_queue",
+                                  "Requests parked in the central queue (late binding), not yet sent to a replica",
+                                  ["stage"])
 
 
 # ------------------------------------------------------------------------------ ledger
@@ -311,7 +341,34 @@ def _install() -> bool:
     _assemble_stage_pools._rlsched_router = True  # type: ignore[attr-defined]
     _assemble_stage_pools.__wrapped__ = original  # type: ignore[attr-defined]
     runtime._assemble_stage_pools = _assemble_stage_pools
+    try:  # late binding fails a request it cannot send through the orchestrator; without it, it parks none
+        _hook_orchestrator()
+    except Exception:
+        _log.exception("rlsched router: central (late binding) sends every request at once (no orchestrator hook)")
     return True
+
+
+def _hook_orchestrator() -> None:
+    """Wrap ``OrchestratorBase.__init__`` once so each pool that has ``attach_orchestrator`` (the central
+    pool) learns its orchestrator: a request it sends later, from its own task, fails through the
+    orchestrator's own paths (``_dispatch_or_fail_request``), as one sent inside ``submit_initial`` does."""
+    from vllm_omni.engine import orchestrator
+
+    base = orchestrator.OrchestratorBase
+    init = base.__init__
+    if getattr(init, "_rlsched_router", False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        for pool in getattr(self, "stage_pools", ()):
+            attach = getattr(pool, "attach_orchestrator", None)
+            if callable(attach):
+                attach(self)
+
+    __init__._rlsched_router = True  # type: ignore[attr-defined]
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    base.__init__ = __init__
 
 
 def _vllm_omni_version() -> str | None:
@@ -334,12 +391,25 @@ def _routed(pool: Any, plan: Any, model: str) -> Any:
             return pool
         from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
 
-        routed = RouterStagePool.replacing(pool, config, PluginConfig.from_extras(extras),
-                                           degree=sp_degree(stage_cfg),
-                                           serving=ServingConfig("step" if stage_setting(stage_cfg, "step_execution")
-                                                                 else "request"))
-        _log.info("rlsched router: stage %s routes its %d replicas with %s", pool.stage_id, pool.live_num_replicas,
-                  config.router)
+        cls = RouterStagePool
+        if config.central:
+            if pool.stage_id != 0:  # only stage 0's submit_initial ignores the replica id it returns
+                raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"central on stage {pool.stage_id}: late binding "
+                                  "parks requests only at the pipeline's entry stage 0; a forwarded (AR->DiT) "
+                                  "request must name its replica at once (docs/deploy.md)")
+            from rlsched.integrations.vllm_omni.central_pool import CentralStagePool
+
+            cls = CentralStagePool
+        seqs = max_num_seqs(stage_cfg)
+        # the central policy's batches are capped by the replicas' max_num_seqs; the routers' ledger
+        # predicts standalone work only (unchanged: max_num_seqs 1)
+        serving = ServingConfig("step" if stage_setting(stage_cfg, "step_execution") else "request",
+                                seqs if config.central and type(seqs) is int and seqs >= 1 else 1)
+        routed = cls.replacing(pool, config, PluginConfig.from_extras(extras), degree=sp_degree(stage_cfg),
+                               serving=serving)
+        _log.info("rlsched router: stage %s routes its %d replicas with %s%s", pool.stage_id,
+                  pool.live_num_replicas, config.router,
+                  f" (policy {config.policy or 'fifo'}, batches <= {serving.max_num_seqs})" if config.central else "")
         return routed
     except Exception:
         _log.exception("rlsched router: stage %s keeps vLLM-Omni's own routing", getattr(pool, "stage_id", "?"))
@@ -356,6 +426,13 @@ def stage_setting(stage_cfg: Any, name: str) -> Any:
     if isinstance(engine_args, Mapping):
         return engine_args.get(name)
     return getattr(engine_args, name, None)
+
+
+def max_num_seqs(stage_cfg: Any) -> Any:
+    """The stage's ``max_num_seqs``: vLLM-Omni 0.30's typed config moves it to ``scheduler_config``
+    (``_DIFFUSION_MOVED_SHARED_FIELDS``); a legacy config keeps it in ``engine_args``."""
+    value = getattr(getattr(stage_cfg, "scheduler_config", None), "max_num_seqs", None)
+    return value if value is not None else stage_setting(stage_cfg, "max_num_seqs")
 
 
 def sp_degree(stage_cfg: Any) -> int:

@@ -16,8 +16,12 @@ changes against the plain pool:
   found gone at the next routing) is dropped from routing and its ledger entries are resolved;
   a replica that joins (``add_client``) is routed from the next request on.
 
-Distributed mode (a hub and ``LoadBalancer`` attached) routes in ``pick`` without calling
-``select_replica_id``: this pool leaves it to the load balancer.
+Distributed mode (``--omni-lb-policy``: a hub and a ``LoadBalancer`` attached) routes in ``pick``,
+which asks the load balancer and never calls ``select_replica_id``. ``attach_load_balancer`` wraps the
+balancer vLLM-Omni attaches (its ``_build_load_balancer_factory`` enum: random, round-robin,
+least-queue-length) in a ``RouterLoadBalancer``: the router chooses among the UP replicas ``pick``
+offers, with the same ledger, checks and fallbacks (the wrapped balancer's choice, counted), and the
+ledger follows the request until ``release_binding``.
 """
 
 from __future__ import annotations
@@ -205,6 +209,43 @@ class RouterStagePool(StagePool):
         except Exception:  # the request is bound and sent all the same; only the ledger misses it
             self._log_once("internal_error", "following the request")
 
+    # -------------------------------------------------------- distributed mode
+    def attach_load_balancer(self, lb: Any) -> None:
+        """vLLM-Omni's distributed-mode balancer, wrapped so the router chooses (``RouterLoadBalancer``)."""
+        super().attach_load_balancer(None if lb is None else RouterLoadBalancer(self, lb))
+
+    def balance(self, task: Any, replicas: Sequence[Any], fallback: Any) -> int:
+        """``RouterLoadBalancer.select``: the index in ``replicas`` (UP and attached, from ``pick``) of the
+        router's choice, else of ``fallback``'s (vLLM-Omni's balancer), counted; the ledger follows it."""
+        with self._lock:
+            rid = task.get("request_id") if isinstance(task, dict) else None
+            offered = [self._addr_to_replica_id.get(getattr(rep, "input_addr", None)) for rep in replicas]
+            req, reason = None, None
+            try:
+                self._follow_live()
+                req = self._request(rid) if rid is not None else None
+            except Exception:
+                self._log_once("internal_error", "reading the request")
+                reason = "internal_error"
+            slot, how = None, "router"
+            if req is not None and self._ledger.slots:
+                slot, reason = self._ask(req)
+                if slot is not None and slot not in offered:  # a replica pick does not offer: not UP on the hub
+                    slot, reason = None, "evicted"
+            elif reason is None:
+                reason = "no_request"
+            if slot is None:
+                self._fallback(reason or "no_request")
+                index = fallback.select(task, list(replicas))
+                slot, how = offered[index] if 0 <= index < len(offered) else None, reason or "vllm-omni"
+            else:
+                index = offered.index(slot)
+            if req is not None and slot is not None and rid is not None:
+                self._follow(rid, slot, req)
+            if rid is not None and slot is not None:
+                self._log_choice(rid, slot, how, req)
+            return index
+
     # ------------------------------------------------------------------ exits
     def release_binding(self, request_id: str) -> None:
         super().release_binding(request_id)
@@ -299,6 +340,19 @@ class RouterStagePool(StagePool):
                  doing, exc_info=True)
 
 
+class RouterLoadBalancer:
+    """A ``LoadBalancer`` (``select(task, replicas) -> index``) that asks the pool's router
+    (``RouterStagePool.balance``), with vLLM-Omni's own balancer as the fallback."""
+
+    def __init__(self, pool: RouterStagePool, fallback: Any) -> None:
+        self.pool, self.fallback = pool, fallback
+
+    def select(self, task: Any, replicas: list[Any]) -> int:
+        if not replicas:
+            return self.fallback.select(task, replicas)  # vLLM-Omni's own error for an empty list
+        return self.pool.balance(task, replicas, self.fallback)
+
+
 def _at_layout(cost: CostModel, degree: int) -> CostModel:
     """``cost`` at the stage's SP degree; the profile itself (logged) when it has no coefficients for it:
     every replica of a stage shares one layout, so the router's choices keep their order, only its
@@ -310,4 +364,4 @@ def _at_layout(cost: CostModel, degree: int) -> CostModel:
         return cost
 
 
-__all__ = ["LOG_ENV", "RouterStagePool"]
+__all__ = ["LOG_ENV", "RouterLoadBalancer", "RouterStagePool"]

@@ -19,7 +19,8 @@ cfg               ``do_classifier_free_guidance``, or ``guidance_scale`` > 1, or
                   ``true_cfg_scale`` > 1 (Qwen-Image's CFG knob)
 priority          ``extra_args["priority"]`` (``default_priority``)
 SLO               ``extra_args["slo_ms"]`` (class ``slo_scale`` × standalone time)
-arrival           the plugin clock when ``add_request`` ran
+arrival           the plugin clock when ``add_request`` ran, less ``extra_args["rlsched_parked_ms"]``
+                  (wall ms in the router's central queue, × ``time_scale``; late binding)
 key               vLLM's ``sampling_params_key``, interned (equal keys ⇔ equal ``key``)
 ================  =====================================================================
 
@@ -47,6 +48,9 @@ from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
 from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal
 
 Clock = Callable[[], float]
+PARKED_KEY = "rlsched_parked_ms"
+"""``extra_args`` key the central pool (late binding) sets on a request it sends: the wall ms it was
+parked in the API process. The replica dates the request's arrival (and so its deadline) back by it."""
 FAILED, ABORTED = "failed", "aborted"
 """Record statuses for requests the engine failed (error) or the client cancelled."""
 
@@ -64,6 +68,7 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
         "cfg": _cfg(sampling),
         "priority": settings.default_priority,
         "slo_s": None,
+        "parked_s": 0.0,
     }
     priority = extra.get("priority")
     if priority is not None:
@@ -77,6 +82,12 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
             out["slo_s"] = float(slo_ms) / 1e3
         else:
             bad.append("slo_ms")
+    parked = extra.get(PARKED_KEY)
+    if parked is not None:
+        if _finite_positive(parked) or parked == 0:
+            out["parked_s"] = float(parked) / 1e3 * settings.time_scale
+        else:
+            bad.append(PARKED_KEY)
     return out, bad
 
 
@@ -307,6 +318,7 @@ class PluginState:
 
     def _record(self, iid: int, now: float, fields: dict[str, Any]) -> RequestRecord:
         m = self._model
+        now = max(now - fields.get("parked_s", 0.0), 0.0)  # late binding: it arrived when it was parked
         req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
                       fields["steps"], fields["cfg"], fields["priority"], math.inf)
         rec = self.cost.record(req)

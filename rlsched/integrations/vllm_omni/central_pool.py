@@ -1,0 +1,559 @@
+"""``CentralStagePool``: late binding (``POLICY@central``) inside vLLM-Omni 0.30's ``StagePool``.
+
+vLLM-Omni picks a replica and sends a new diffusion request in one step (``submit_initial``).
+This pool, put in place of stage 0's pool by ``router.install`` when ``extras.rlsched_router.router``
+is ``central``, parks the request instead, in a central queue, and returns at once: the
+orchestrator's loop is never held. A task on that loop (the dispatcher) hands batches to replicas as
+they free, as the simulator's late-binding ``Stage`` does (``rlsched.sim.stage``):
+
+* a replica is free when the pool's ledger holds no request sent to it and not finished (every
+  exit passes ``release_binding``); free replicas are served lowest slot first;
+* for each, the central policy (``make_policy(extras.rlsched_router.policy)``, the ``POLICY`` of a
+  simulator ``POLICY@central`` run) decides on the central queue as seen in that replica's cost
+  model (a ``PluginState`` per distinct cost model; every view holds the same requests), and its
+  batch (<= the stage's ``max_num_seqs``) is sent to that replica, whose own policy then runs it
+  (``fifo`` in the simulator's ``@central`` runs; ``rlsched deploy --router central`` writes that);
+* a decision to wait is honoured (``wait_until``, or the next arrival or finish).
+
+Exactly once: a request leaves the central queue (under the pool's lock) before it is sent, is bound
+to its replica first, and is sent only while still bound (an abort that came meanwhile released it).
+A parked request that is aborted or failed leaves the queue in ``release_binding`` and is never sent.
+A send that fails goes through the orchestrator's own ``_dispatch_or_fail_request`` (a dead replica
+is evicted and its requests failed, an unserialisable value fails that request), so the pool needs
+its orchestrator (``attach_orchestrator``, hooked by ``install``); a replica that left between the
+decision and the send puts the request back at the head of the queue. When every replica is gone,
+vLLM-Omni's ``_handle_dead_replica`` fails every request of the stage, parked ones included (they
+carry ``stage_submit_ts[0]``). At shutdown the requests still parked are failed (an ``ErrorMessage``
+each) and logged.
+
+Sent at once by vLLM-Omni's own rule (round-robin), counted in ``rlsched_router_fallbacks_total``:
+``policy_exception`` / ``policy_over_budget`` / ``policy_invalid`` (the central policy raised, took
+longer than ``budget_ms``, or chose a batch a replica cannot run: every parked request is sent),
+``backoff`` (new requests after an overrun: 1, 2, 4 ... 64), ``stalled`` (see ``stall_ms``),
+``streaming`` (a resumable request: its updates need its replica), ``no_orchestrator`` (no way to fail
+a request sent later; or an orchestrator that reads the replica id ``submit_initial`` returns),
+``distributed`` (a hub attached: ``pick`` and vLLM-Omni's load balancer route, not followed here).
+A CFG companion follows its parent: sent at once to the parent's replica, or parked with a parked
+parent and sent right after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from vllm_omni.engine.stage_pool import StagePool, StageUnavailableError
+from vllm_omni.inputs.data import OmniDiffusionSamplingParams
+
+from rlsched.integrations.vllm_omni.router import MAX_BACKOFF, make_request
+from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
+from rlsched.integrations.vllm_omni.safety import check_decision
+from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
+from rlsched.policies import make_policy
+from rlsched.sim.request import COMPLETED, Request
+
+PARKED = -1
+"""What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
+orchestrator discards the value (``_handle_add_request``); an orchestrator that reads it
+(``_on_stage_submitted`` overridden) gets every request sent at once instead."""
+CENTRAL_REASONS = ("policy_exception", "policy_over_budget", "policy_invalid", "backoff", "stalled", "streaming",
+                   "no_orchestrator", "distributed", "internal_error")
+IDLE_POLL_S = 1.0
+"""The dispatcher's longest sleep: it re-checks ``stall_ms`` and the orchestrator's shutdown this often."""
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Parked:
+    """A request in the central queue: what ``StagePool.submit_initial`` would have sent."""
+
+    request: Any
+    params: Any
+    submit_kwargs: dict[str, Any]
+    entry: Request
+    """The request as the ledger follows it once sent."""
+    since: float
+    """``time.monotonic()`` when parked (``stall_ms``)."""
+    companions: list[tuple[str, Parked]] = field(default_factory=list)
+    """CFG companions that arrived while this parent was parked: sent right after it, to its replica."""
+
+
+class CentralStagePool(RouterStagePool):
+    """See the module docstring. ``policy``: the central policy (spec or object; default
+    ``config.policy``); ``wall``: the monotonic clock of ``stall_ms`` (tests)."""
+
+    def __init__(self, stage_id: int, clients: Any, *, policy: Any = None,
+                 wall: Callable[[], float] = time.monotonic, **kw: Any) -> None:
+        # set before the base's __init__, which follows the live replicas (and so opens the central views)
+        self._policy_arg, self._wall = policy, wall
+        self._parked: dict[str, Parked] = {}
+        """The central queue, oldest first (request id -> what to send)."""
+        self._flushed: list[tuple[str, Parked]] = []
+        """Requests flushed from the queue (bound by vLLM-Omni's rule), to be sent."""
+        self._views: list[PluginState] = []
+        self._policies: list[Any] = []
+        self._kind_of: dict[int, int] = {}
+        """Replica slot -> its cost model's index in ``_views``."""
+        self._broken = False
+        """The dispatcher itself failed (a bug): nothing is parked any more."""
+        kw.setdefault("router", "round-robin")  # never asked: requests go by the central policy or vLLM-Omni's rule
+        super().__init__(stage_id, clients, **kw)
+        self._sent_recs: dict[str, list[tuple[PluginState, Any]]] = {}
+        """Sent, unfinished requests' central records: the central policies' history sees each finish."""
+        self._orchestrator: Any = None
+        self._direct: str | None = None
+        """The fallback reason of the request ``select_replica_id`` routes now (None: vLLM-Omni's rule, uncounted)."""
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wait_until = math.inf
+        """The earliest ``wait_until`` a central policy asked for (plugin clock)."""
+        self.central_log: list[tuple[int, tuple[str, ...]]] = []
+        """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
+        self._decided = self.router_metrics.decisions.labels(router="central")
+        self._queue_gauge = self.router_metrics.central_queue.labels(stage=str(stage_id))
+        self._queue_gauge.set(0)
+
+    # ------------------------------------------------------------------ wiring
+    def attach_orchestrator(self, orchestrator: Any) -> None:
+        """The orchestrator whose loop runs this pool (``router.install`` hooks its ``__init__``)."""
+        self._orchestrator = orchestrator
+
+    def _new_policy(self) -> Any:
+        spec = self._policy_arg if self._policy_arg is not None else (self.router_config.policy or "fifo")
+        return make_policy(spec) if isinstance(spec, str) else spec
+
+    def _why_not_park(self, req_state: Any) -> str | None:
+        if self._broken:
+            return "internal_error"
+        if self.is_distributed:  # replicas come and go on the hub's word: not followed here, sent at once
+            return "distributed"
+        orch = self._orchestrator
+        if orch is None or not hasattr(orch, "_dispatch_or_fail_request"):
+            return "no_orchestrator"
+        if _overrides(orch, "_on_stage_submitted"):  # it reads the replica id submit_initial returns
+            return "no_orchestrator"
+        if getattr(getattr(req_state, "streaming", None), "enabled", False):
+            return "streaming"
+        if self._backoff_left:
+            self._backoff_left -= 1
+            return "backoff"
+        return None
+
+    # --------------------------------------------------------------- admission
+    async def submit_initial(self, request_id: str, req_state: Any, request: Any, *, prompt_text: Any = None,
+                             affinity_request_id: str | None = None, submit_kwargs: dict[str, Any] | None = None,
+                             params_override: Any = None) -> int:
+        with self._lock:
+            parent = self._parked.get(affinity_request_id) if affinity_request_id is not None else None
+            reason = None if parent is not None else self._why_not_park(req_state)
+            if reason is None and self.stage_type == "diffusion" and not isinstance(request, list):
+                self._park(request_id, req_state, request, submit_kwargs, params_override, parent)
+                return PARKED
+        self._direct = reason if affinity_request_id is None else None  # a companion follows its parent uncounted
+        return await super().submit_initial(request_id, req_state, request, prompt_text=prompt_text,
+                                            affinity_request_id=affinity_request_id, submit_kwargs=submit_kwargs,
+                                            params_override=params_override)
+
+    def _park(self, request_id: str, req_state: Any, request: Any, submit_kwargs: dict[str, Any] | None,
+              params_override: Any, parent: Parked | None) -> None:
+        # what StagePool.submit_initial does before it picks a replica, so the later send is the same
+        params = params_override if params_override is not None else req_state.sampling_params_list[self.stage_id]
+        params = OmniDiffusionSamplingParams.from_params(params)
+        kwargs = dict(submit_kwargs or {})
+        sender = getattr(request, "payload_sender_info", None)
+        if sender is not None:
+            kwargs.setdefault("payload_sender_info", sender)
+        self._ledger.stage.now = now = max(self._clock() - self._t0, 0.0)
+        entry = make_request(self._ledger.new_id(), now, params, self.router_settings, self._base_cost)
+        item = Parked(request, params, kwargs, entry, self._wall())
+        if parent is not None:
+            parent.companions.append((request_id, item))
+            return
+        self._follow_live()
+        self._parked[request_id] = item
+        for view in self._views:
+            view.add(request_id, params, None)
+        self._queue_gauge.set(len(self._parked))
+        self._kick()
+
+    def select_replica_id(self, request_id: str, *, affinity_request_id: str | None = None) -> int:
+        try:
+            return super().select_replica_id(request_id, affinity_request_id=affinity_request_id)
+        finally:
+            self._direct = None
+
+    def _ask(self, req: Request) -> tuple[int | None, str | None]:
+        return None, self._direct  # a request sent at once goes by vLLM-Omni's rule
+
+    async def submit_update(self, request_id: str, req_state: Any, request: Any, **kw: Any) -> int:
+        await self._send_now(request_id)  # an update needs the replica that holds the request
+        return await super().submit_update(request_id, req_state, request, **kw)
+
+    async def submit_interaction(self, request_id: str, interaction: Any) -> int:
+        await self._send_now(request_id)
+        return await super().submit_interaction(request_id, interaction)
+
+    async def _send_now(self, request_id: str) -> None:
+        with self._lock:
+            item = self._unpark(request_id)
+        if item is not None:
+            self._fallback("streaming")
+            slot = self._vllm_pick(request_id, "streaming", item.entry)
+            await self._send_batch(slot, [(request_id, item)])
+
+    # ----------------------------------------------------------------- exits
+    def release_binding(self, request_id: str) -> None:
+        with self._lock:
+            item = self._unpark(request_id)  # an abort or failure of a parked request: it is never sent
+            if item is None:
+                self._drop_companion(request_id)
+            else:
+                self.router_metrics.released.labels(reason="parked").inc()
+            self._history(request_id)
+        super().release_binding(request_id)
+        self._kick()  # a replica may be free now
+
+    def _unpark(self, request_id: str) -> Parked | None:
+        item = self._parked.pop(request_id, None)
+        if item is not None:
+            for view in self._views:
+                view.remove(request_id)
+            self._queue_gauge.set(len(self._parked))
+        return item
+
+    def _drop_companion(self, request_id: str) -> None:
+        for item in self._parked.values():
+            if item.companions:
+                item.companions[:] = [(c, p) for c, p in item.companions if c != request_id]
+
+    def _history(self, request_id: str) -> None:
+        """A sent request left: the central policies' ``on_finish`` hooks see it (as the simulator's do)."""
+        for view, rec in self._sent_recs.pop(request_id, ()):
+            rec.finish_s, rec.status = view.time(), COMPLETED
+            for hook in view.on_finish:
+                try:
+                    hook(rec)
+                except Exception:  # a policy's bookkeeping must not fail a request
+                    pass
+
+    def _replica_left(self, gone: int | None = None) -> None:
+        super()._replica_left(gone)
+        self._kick()
+
+    # ------------------------------------------------------------- dispatcher
+    def _kick(self) -> None:
+        """Wake the dispatcher (started on the running loop at the first park)."""
+        if self._task is None or self._task.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # not on the orchestrator's loop: nothing parked can be waiting for this
+            self._loop, self._wake = loop, asyncio.Event()
+            self._task = loop.create_task(self._run(), name=f"rlsched-central-stage-{self.stage_id}")
+        assert self._loop is not None and self._wake is not None
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _run(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        try:
+            while not self._shutting_down():
+                wake.clear()  # before the round: a kick during its sends is not lost
+                try:
+                    await self.dispatch()
+                except Exception:  # a bug here must not leave requests parked with no one to send them
+                    await self._break_down()
+                if not wake.is_set():
+                    try:
+                        await asyncio.wait_for(wake.wait(), self._sleep_s())
+                    except asyncio.TimeoutError:
+                        pass
+        except asyncio.CancelledError:
+            self.fail_parked("shutdown")
+            raise
+        self.fail_parked("shutdown")
+
+    async def _break_down(self) -> None:
+        """The dispatcher raised (a bug): park nothing from now on, send what is parked by vLLM-Omni's rule."""
+        _log.exception("rlsched central (stage %s): the dispatcher failed; every request is sent at once by "
+                       "vLLM-Omni's rule from now on", self.stage_id)
+        self._broken = True
+        try:
+            with self._lock:
+                self._flush("internal_error")
+            await self._send_flushed()
+        except Exception:
+            _log.exception("rlsched central (stage %s): flushing the central queue failed", self.stage_id)
+            self.fail_parked("internal error")
+
+    def _sleep_s(self) -> float:
+        """Until the earliest ``wait_until`` a policy asked for, capped by ``IDLE_POLL_S``."""
+        now = self._clock() - self._t0
+        scale = self.router_settings.time_scale
+        ahead = (self._wait_until - now) / scale if math.isfinite(self._wait_until) else IDLE_POLL_S
+        return min(max(ahead, 0.0), IDLE_POLL_S)
+
+    def _shutting_down(self) -> bool:
+        event = getattr(self._orchestrator, "_shutdown_event", None)
+        return bool(event is not None and event.is_set())
+
+    async def dispatch(self) -> None:
+        """One round: a batch for each free replica, lowest slot first; then the sends."""
+        with self._lock:
+            plans = self._plan()
+        for slot, items in plans:
+            await self._send_batch(slot, items)
+        await self._send_flushed()
+
+    def _plan(self) -> list[tuple[int, list[tuple[str, Parked]]]]:
+        self._follow_live()
+        self._ledger.stage.now = max(self._clock() - self._t0, 0.0)  # the choice log's ``t``: when sent
+        if self._parked and self._wall() - next(iter(self._parked.values())).since > self.router_config.stall_ms / 1e3 \
+                and any(self._free(s) for s in self._ledger.slots):
+            self._flush("stalled")
+        self._wait_until = math.inf
+        plans = []
+        woken: set[int] = set()
+        for slot in self._ledger.slots:
+            if not self._parked:
+                break
+            if not self._free(slot):
+                continue
+            batch = self._decide(slot, woken)
+            if batch is None:  # the policy failed: every parked request was flushed
+                break
+            if batch:
+                plans.append((slot, batch))
+        return plans
+
+    def _free(self, slot: int) -> bool:
+        return self._ledger.outstanding(slot) == 0 and self.clients[slot] is not None \
+            and self.is_replica_available(slot)
+
+    def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]] | None:
+        """The central policy's batch for ``slot`` (bound, out of the queue); [] to wait; None when it failed."""
+        k = self._kind_of[slot]
+        view, policy = self._views[k], self._policies[k]
+        if k not in woken:
+            view.sync(list(self._parked), ())
+            woken.add(k)
+        t0 = time.perf_counter()
+        try:
+            decision = policy.decide(view)
+        except (Exception, SystemExit):
+            _log.warning("rlsched central (stage %s): the central policy raised", self.stage_id, exc_info=True)
+            return self._failed("policy_exception")
+        elapsed = time.perf_counter() - t0
+        self.router_metrics.latency.observe(elapsed)
+        if elapsed > self._budget_s:
+            self._overruns += 1
+            self._backoff_left = min(2 ** (self._overruns - 1), MAX_BACKOFF)
+            return self._failed("policy_over_budget")
+        self._overruns = 0
+        problem, ids = check_decision(decision, view)
+        if problem is not None:
+            _log.warning("rlsched central (stage %s): the central policy chose a batch a replica cannot run (%s)",
+                         self.stage_id, problem)
+            return self._failed("policy_invalid")
+        if not ids:
+            wait = getattr(decision, "wait_until", None)
+            if wait is not None and wait > view.now:
+                self._wait_until = min(self._wait_until, float(wait))
+            return []
+        return self._take(slot, [view.name(i) for i in ids])
+
+    def _take(self, slot: int, names: Sequence[str]) -> list[tuple[str, Parked]]:
+        """Out of the queue and bound to ``slot`` (before any send: an abort from now on releases the binding)."""
+        recs = {id(v): [(v, v.records[v.int_id(n)]) for n in names] for v in self._views}
+        out = []
+        for i, name in enumerate(names):
+            self._sent_recs[name] = [pairs[i] for pairs in recs.values()]
+            item = self._unpark(name)
+            assert item is not None
+            for rid, it in [(name, item), *item.companions]:
+                self._bind(rid, slot, it.entry, "central")
+                out.append((rid, it))
+        self.central_log.append((slot, tuple(names)))
+        self.router_decisions += len(out)
+        self._decided.inc(len(out))
+        return out
+
+    def _bind(self, rid: str, slot: int, entry: Request, how: str) -> None:
+        self._request_bindings[rid] = slot
+        self._follow(rid, slot, entry)
+        self._log_choice(rid, slot, how, entry)
+
+    def _failed(self, reason: str) -> None:  # type: ignore[return]
+        self._flush(reason)
+        self._reset_policies()  # an interrupted decision may have left its structures half-updated
+        return None
+
+    def _flush(self, reason: str) -> None:
+        """Every parked request to be sent at once by vLLM-Omni's rule (``_send_flushed``), counted."""
+        for rid in list(self._parked):
+            try:
+                slot = self._vllm_pick(rid, reason, self._parked[rid].entry)
+            except StageUnavailableError:  # no replica left: they stay parked; vLLM-Omni fails the stage's requests
+                return
+            item = self._unpark(rid)
+            assert item is not None
+            self._fallback(reason)
+            self._flushed.append((rid, item))
+            for cid, companion in item.companions:
+                self._bind(cid, slot, companion.entry, "parent")
+                self._flushed.append((cid, companion))
+
+    async def _send_flushed(self) -> None:
+        flushed, self._flushed = self._flushed, []
+        for rid, item in flushed:
+            slot = self._request_bindings.get(rid)
+            if slot is not None:
+                await self._send_batch(slot, [(rid, item)])
+
+    async def _send_batch(self, slot: int, items: list[tuple[str, Parked]]) -> None:
+        orch = self._orchestrator
+        for rid, item in items:
+            if self._request_bindings.get(rid) != slot:
+                continue  # aborted or failed since it was taken: never sent
+            client = self.clients[slot] if 0 <= slot < len(self.clients) else None
+            if client is None or not self.is_replica_available(slot):
+                self._repark(rid, item)  # the replica left after the decision: back to the head of the queue
+                continue
+
+            # the replica dates the request back to when it was parked: its SLO (and its own policy's
+            # deadlines) count the central wait, as the simulator's do
+            item.params.extra_args = {**(item.params.extra_args or {}),
+                                      PARKED_KEY: max(self._wall() - item.since, 0.0) * 1e3}
+
+            async def send(client: Any = client, rid: str = rid, item: Parked = item) -> None:
+                await client.add_request_async(rid, item.request, item.params, **item.submit_kwargs)
+
+            try:
+                await orch._dispatch_or_fail_request(send, req_id=rid, stage_id=self.stage_id,
+                                                     operation="rlsched central dispatch")
+            except Exception as exc:  # an error vLLM-Omni's guard lets through: this request fails, the loop lives
+                _log.exception("rlsched central (stage %s): sending %s failed", self.stage_id, rid)
+                await self._fail(rid, f"rlsched central dispatch of {rid} failed: {exc}")
+
+    def _repark(self, rid: str, item: Parked) -> None:
+        with self._lock:
+            self.release_binding_only(rid)
+            self._parked = {rid: item, **self._parked}
+            for view in self._views:
+                self._view_add(view, rid, item)
+            self._queue_gauge.set(len(self._parked))
+        self._kick()
+
+    def release_binding_only(self, rid: str) -> None:
+        """Unbind ``rid`` without treating it as an exit (it goes back to the queue)."""
+        self._sent_recs.pop(rid, None)
+        RouterStagePool.release_binding(self, rid)
+
+    async def _fail(self, rid: str, error: str) -> None:
+        fail = getattr(self._orchestrator, "_fail_request_client_error", None)
+        try:
+            await fail(rid, self.stage_id, error, status_code=500, error_type="InternalServerError",
+                       release_owners=True)
+        except Exception:
+            _log.exception("rlsched central (stage %s): failing %s failed", self.stage_id, rid)
+            self.release_binding(rid)
+
+    def fail_parked(self, why: str) -> list[str]:
+        """Fail every parked request (shutdown): an ``ErrorMessage`` each to the API process, logged; returns them."""
+        with self._lock:
+            ids = list(self._parked)
+            for rid in ids:
+                item = self._unpark(rid)
+                ids += [c for c, _ in (item.companions if item else ())]
+        if not ids:
+            return []
+        _log.warning("rlsched central (stage %s): %s with %d requests parked, failing them: %s", self.stage_id, why,
+                     len(ids), ids)
+        self.router_metrics.released.labels(reason=why).inc(len(ids))
+        queue = getattr(self._orchestrator, "output_async_queue", None)
+        if queue is not None:
+            from vllm_omni.engine.messages import ErrorMessage
+
+            for rid in ids:
+                try:
+                    queue.put_nowait(ErrorMessage(error=f"server {why}: request was waiting in rlsched's central "
+                                                        "queue", fatal=True, request_id=rid, stage_id=self.stage_id))
+                except Exception:
+                    _log.debug("rlsched central: could not report %s", rid, exc_info=True)
+        return ids
+
+    # -------------------------------------------------------------- central views
+    def _follow_live(self, gone: int | None = None) -> None:
+        before = list(self._ledger.slots)
+        super()._follow_live(gone)
+        if self._ledger.slots != before or not self._views:
+            self._open_views()
+
+    def _open_views(self) -> None:
+        """One ``PluginState`` (and central policy) per distinct replica cost model, holding the parked
+        requests (at their own arrival and deadline), as the simulator keeps one per replica kind."""
+        kinds: dict[int, tuple[int, Any]] = {}
+        for slot in self._ledger.slots or [0]:
+            cost = self._cost_of(slot)
+            self._kind_of[slot] = kinds.setdefault(id(cost), (len(kinds), cost))[0]
+        costs = [cost for _, cost in kinds.values()]
+        if len(costs) == len(self._views) and all(v.cost is c for v, c in zip(self._views, costs)):
+            return
+        self._views = []
+        for cost in costs:
+            view = PluginState(cost, self._ledger.config, self.router_settings, clock=self._clock)
+            view._t0 = self._t0  # one clock with the ledger
+            for rid, item in self._parked.items():
+                self._view_add(view, rid, item)
+            self._views.append(view)
+        self._policies = [None] * len(self._views)
+        self._reset_policies()
+
+    @staticmethod
+    def _view_add(view: PluginState, rid: str, item: Parked) -> None:
+        rec, _ = view.add(rid, item.params, None)
+        rec.request = replace(rec.request, arrival_s=item.entry.arrival_s)  # parked then, due then
+        rec.deadline_s = item.entry.arrival_s + rec.request.slo_s
+
+    def _reset_policies(self) -> None:
+        for k, view in enumerate(self._views):
+            policy = self._new_policy()
+            policy.reset(view)
+            self._policies[k] = policy
+
+    def _vllm_pick(self, rid: str, reason: str, entry: Request | None) -> int:
+        """vLLM-Omni's own choice (``StagePool.select_replica_id``, round-robin; it binds ``rid``) for a request
+        leaving the queue unasked, followed by the ledger as a request sent at once is."""
+        slot = StagePool.select_replica_id(self, rid)
+        if entry is not None:
+            self._follow(rid, slot, entry)
+        self._log_choice(rid, slot, reason, entry)
+        return slot
+
+    def parked(self) -> list[str]:
+        """The central queue, oldest first (tests, diagnostics)."""
+        return list(self._parked)
+
+
+def _overrides(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class overrides ``OrchestratorBase.name`` (its subclasses' seams)."""
+    from vllm_omni.engine.orchestrator import OrchestratorBase
+
+    return getattr(type(obj), name, None) is not getattr(OrchestratorBase, name, None)
+
+
+__all__ = ["CENTRAL_REASONS", "PARKED", "CentralStagePool"]

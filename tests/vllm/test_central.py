@@ -1,0 +1,389 @@
+"""Late binding (``POLICY@central``) inside vLLM-Omni 0.30: ``CentralStagePool`` under the real
+``Orchestrator`` and ``StagePool`` (fake replica clients, no server). Every request is sent exactly
+once or failed; an abort of a parked request sends nothing; a dead replica's requests are resolved;
+a failing central policy falls back to vLLM-Omni's own choice, counted; shutdown fails what is parked."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
+    pytest.importorskip("vllm_omni")
+
+import janus  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+from vllm.v1.engine.exceptions import EngineDeadError  # noqa: E402
+from vllm_omni.engine.messages import AbortRequestMessage, ErrorMessage, StageSubmissionMessage  # noqa: E402
+from vllm_omni.engine.orchestrator import Orchestrator  # noqa: E402
+from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
+
+from rlsched.integrations.vllm_omni import router as router_mod  # noqa: E402
+from rlsched.integrations.vllm_omni.central_pool import PARKED, CentralStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
+from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
+from rlsched.sim.cost import load_profile  # noqa: E402
+from rlsched.sim.simulator import Decision, ServingConfig  # noqa: E402
+
+PROFILE = "qwen-image-h200-vllm-omni"
+BASE = load_profile(PROFILE)
+
+
+class Client:
+    """A diffusion replica's head-side client: records what it was sent and aborted."""
+
+    stage_type = "diffusion"
+    final_output = True
+
+    def __init__(self, dead: bool = False) -> None:
+        self.got: list[str] = []
+        self.aborted: list[str] = []
+        self.dead = dead
+
+    async def add_request_async(self, request_id: str, request: Any, params: Any, **kw: Any) -> None:
+        if self.dead:
+            raise EngineDeadError("replica died")
+        await asyncio.sleep(0)  # a real send yields: an abort may run meanwhile
+        self.got.append(request_id)
+
+    async def abort_requests_async(self, ids: list[str]) -> None:
+        self.aborted += ids
+
+    def get_diffusion_output_nowait(self) -> None:
+        return None
+
+    def shutdown(self) -> None: ...
+
+
+class Scripted:
+    """A central policy: each decide() pops the next of ``script`` (raising an exception), then FIFO."""
+
+    def __init__(self, *script: Any) -> None:
+        self.script = list(script)
+
+    def reset(self, state: Any) -> None: ...
+
+    def decide(self, state: Any) -> Decision:
+        if self.script:
+            out = self.script.pop(0)
+            if isinstance(out, BaseException):
+                raise out
+            return out
+        return Decision(batch=tuple(list(state.waiting)[:state.config.max_num_seqs]))
+
+
+class Rig:
+    """A real Orchestrator over one CentralStagePool of ``n`` fake replicas."""
+
+    def __init__(self, n: int = 2, policy: Any = "edf", seqs: int = 2, budget_ms: float = 1e6, **kw: Any) -> None:
+        self.queues = [janus.Queue() for _ in range(3)]
+        self.pool = CentralStagePool(
+            0, [Client() for _ in range(n)], policy=policy, costs=BASE,
+            config=RouterConfig(router="central", policy=policy if isinstance(policy, str) else "fifo",
+                                budget_ms=budget_ms, **kw),
+            settings=PluginConfig(profile=PROFILE), serving=ServingConfig(max_num_seqs=seqs),
+            metrics=RouterMetrics(CollectorRegistry()))
+        self.orch = Orchestrator(*(q.async_q for q in self.queues), [self.pool])
+        self.pool.attach_orchestrator(self.orch)  # what router.install's hook does
+
+    async def add(self, rid: str, size: int = 512, priority: str = "batch", slo_ms: float | None = None) -> None:
+        extra: dict[str, Any] = {"priority": priority}
+        if slo_ms is not None:
+            extra["slo_ms"] = slo_ms
+        sp = OmniDiffusionSamplingParams(height=size, width=size, num_inference_steps=20, extra_args=extra)
+        await self.orch._handle_add_request(StageSubmissionMessage(
+            type="add_request", request_id=rid, prompt={"prompt": rid}, original_prompt={"prompt": rid},
+            output_prompt_text=None, sampling_params_list=[sp], final_stage_id=0, preprocess_ms=0.0,
+            request_timestamp=0.0, enqueue_ts=0.0))
+
+    async def settle(self) -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def finish(self, rid: str) -> None:
+        """What the orchestrator does when a request's final output arrives."""
+        await self.orch._cleanup_request_ids([rid])
+        await self.settle()
+
+    def sent(self) -> dict[str, int]:
+        """Request id -> the replica that received it; asserts each was sent exactly once."""
+        out: dict[str, int] = {}
+        for i, c in enumerate(self.pool.clients):
+            for rid in (c.got if c is not None else []):
+                assert rid not in out, f"{rid} sent twice"
+                out[rid] = i
+        return out
+
+    def errors(self) -> list[Any]:
+        out = []
+        q = self.queues[1].async_q
+        while not q.empty():
+            out.append(q.get_nowait())
+        return [m for m in out if isinstance(m, ErrorMessage)]
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.pool.router_metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------- exactly once
+def test_requests_wait_centrally_and_go_to_free_replicas_exactly_once() -> None:
+    async def go() -> None:
+        rig = Rig(2, "edf", seqs=2)
+        for i in range(6):
+            await rig.add(f"r{i}")
+        await rig.settle()
+        # two replicas free: a batch of <= 2 each; the rest stay parked until a replica frees
+        assert sorted(rig.sent()) == ["r0", "r1", "r2", "r3"] and rig.pool.parked() == ["r4", "r5"]
+        assert rig.metric("rlsched_router_central_queue", stage="0") == 2
+        assert rig.pool.central_log == [(0, ("r0", "r1")), (1, ("r2", "r3"))]
+        await rig.finish("r0")
+        assert rig.pool.parked() == ["r4", "r5"]  # replica 0 still holds r1: not free
+        await rig.finish("r1")
+        assert rig.sent()["r4"] == 0 and rig.sent()["r5"] == 0 and not rig.pool.parked()
+        for rid in ["r2", "r3", "r4", "r5"]:
+            await rig.finish(rid)
+        assert set(rig.sent()) == {f"r{i}" for i in range(6)}
+        assert not rig.pool._request_bindings and not any(rig.pool.outstanding().values())
+        assert not rig.pool.router_fallbacks and not rig.errors()
+    run(go())
+
+
+def test_the_central_policy_orders_the_queue() -> None:
+    """EDF from the central queue: the urgent request that arrived last goes first to the freed replica."""
+    async def go() -> None:
+        rig = Rig(1, "edf", seqs=1)
+        await rig.add("a", slo_ms=3_600_000)
+        await rig.settle()
+        for rid in ("b", "c"):
+            await rig.add(rid, slo_ms=3_600_000)
+        await rig.add("urgent", priority="realtime", slo_ms=1_000)
+        await rig.finish("a")
+        assert rig.pool.central_log[1] == (0, ("urgent",))
+    run(go())
+
+
+def test_submit_initial_returns_at_once() -> None:
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=1)
+        state = type("S", (), {"sampling_params_list": [OmniDiffusionSamplingParams()], "streaming": None})()
+        assert await rig.pool.submit_initial("x", state, {"prompt": "x"}) == PARKED
+    run(go())
+
+
+# ----------------------------------------------------------------- aborts
+def test_an_aborted_parked_request_is_never_sent() -> None:
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=1)
+        for rid in ("a", "b", "c"):
+            await rig.add(rid)
+        await rig.settle()
+        assert rig.pool.parked() == ["b", "c"]
+        await rig.orch._handle_abort(AbortRequestMessage(request_ids=["b"]))
+        assert rig.pool.parked() == ["c"] and rig.pool.clients[0].aborted == []  # nothing to abort on a replica
+        assert rig.metric("rlsched_router_released_total", reason="parked") == 1
+        await rig.finish("a")
+        await rig.finish("c")
+        assert rig.sent() == {"a": 0, "c": 0} and "b" not in rig.orch.request_states
+    run(go())
+
+
+def test_an_abort_between_the_decision_and_the_send_sends_nothing() -> None:
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=2)
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await asyncio.sleep(0)  # the dispatcher took both and is sending "a" (a send yields)
+        await rig.orch._handle_abort(AbortRequestMessage(request_ids=["b"]))
+        await rig.settle()
+        assert rig.sent() == {"a": 0}
+    run(go())
+
+
+# ------------------------------------------------------------ dead replicas
+def test_a_dead_replica_fails_its_requests_and_the_parked_ones_go_elsewhere() -> None:
+    async def go() -> None:
+        rig = Rig(2, "fifo", seqs=1)
+        for rid in ("a", "b", "c", "d"):
+            await rig.add(rid)
+        await rig.settle()
+        assert rig.sent() == {"a": 0, "b": 1} and rig.pool.parked() == ["c", "d"]
+        dead = rig.pool.clients[0]
+        await rig.orch._handle_dead_replica(0, 0, EngineDeadError("gone"))  # what the poll loop does
+        await rig.settle()
+        assert [m.request_id for m in rig.errors()] == ["a"]  # only the request on the dead replica failed
+        assert rig.pool.parked() == ["c", "d"] and 0 not in rig.pool.outstanding()
+        await rig.finish("b")
+        assert rig.sent()["c"] == 1 and rig.pool.parked() == ["d"]
+        await rig.finish("c")
+        assert rig.sent() == {"b": 1, "c": 1, "d": 1} and dead.got == ["a"] and not rig.errors()
+    run(go())
+
+
+def test_a_send_to_a_dying_replica_fails_through_the_orchestrator() -> None:
+    async def go() -> None:
+        rig = Rig(2, "fifo", seqs=1)
+        rig.pool.clients[0].dead = True
+        await rig.add("a")
+        await rig.settle()
+        errors = rig.errors()
+        assert [m.request_id for m in errors] == ["a"]  # failed once, cleanly; replica 0 evicted
+        assert rig.pool.clients[0] is None and "a" not in rig.orch.request_states
+        await rig.add("b")
+        await rig.settle()
+        assert rig.sent() == {"b": 1}
+    run(go())
+
+
+def test_the_last_replica_dying_fails_the_parked_requests() -> None:
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=1)
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await rig.settle()
+        await rig.orch._handle_dead_replica(0, 0, EngineDeadError("gone"))
+        await rig.settle()
+        assert sorted(m.request_id for m in rig.errors()) == ["a", "b"]
+        assert not rig.pool.parked() and not rig.orch.request_states
+    run(go())
+
+
+# --------------------------------------------------------------- fallbacks
+@pytest.mark.parametrize("bad, reason", [(ValueError("boom"), "policy_exception"),
+                                         (Decision(batch=(99,)), "policy_invalid"),
+                                         (Decision(batch=(0, 1, 2)), "policy_invalid")])
+def test_a_failing_central_policy_sends_the_queue_by_vllm_omnis_rule(bad: Any, reason: str) -> None:
+    async def go() -> None:
+        rig = Rig(2, Scripted(Decision(), Decision(), bad), seqs=2)  # both replicas wait for "a", then bad
+        await rig.add("a")
+        await rig.settle()  # first decision: wait
+        for rid in ("b", "c"):
+            await rig.add(rid)
+        await rig.settle()
+        assert sorted(rig.sent()) == ["a", "b", "c"] and not rig.pool.parked()
+        assert rig.pool.router_fallbacks == {reason: 3} and rig.metric("rlsched_router_fallbacks_total",
+                                                                         reason=reason) == 3
+        assert rig.sent() == {"a": 0, "b": 1, "c": 0}  # vLLM-Omni's round-robin
+        for rid in ("a", "b", "c"):
+            await rig.finish(rid)
+        await rig.add("d")  # the central policy is asked again (FIFO from here)
+        await rig.settle()
+        assert rig.pool.central_log == [(0, ("d",))] and rig.pool.router_fallbacks == {reason: 3}
+    run(go())
+
+
+def test_an_overrunning_central_policy_backs_off() -> None:
+    async def go() -> None:
+        rig = Rig(3, "fifo", seqs=2, budget_ms=1e-9)  # no decision is that fast
+        for rid in ("a", "b", "c"):
+            await rig.add(rid)
+            await rig.settle()
+        # a: asked, too slow, sent by round-robin; b: skipped (backoff 1); c: asked again, too slow
+        assert rig.sent() == {"a": 0, "b": 1, "c": 2}
+        assert rig.pool.router_fallbacks == {"policy_over_budget": 2, "backoff": 1}
+    run(go())
+
+
+def test_a_stalled_queue_is_sent() -> None:
+    async def go() -> None:
+        clock = [0.0]
+        rig = Rig(1, Scripted(*[Decision()] * 100), seqs=1, stall_ms=1_000)
+        rig.pool._wall = lambda: clock[0]
+        await rig.add("a")
+        await rig.settle()
+        assert rig.pool.parked() == ["a"]
+        clock[0] = 2.0
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.sent() == {"a": 0} and rig.pool.router_fallbacks == {"stalled": 1}
+    run(go())
+
+
+def test_streaming_and_no_orchestrator_are_sent_at_once() -> None:
+    async def go() -> None:
+        rig = Rig(2, "fifo")
+        rig.pool._orchestrator = None
+        state = type("S", (), {"sampling_params_list": [OmniDiffusionSamplingParams()], "streaming": None})()
+        assert await rig.pool.submit_initial("x", state, {"prompt": "x"}) == 0
+        assert rig.sent() == {"x": 0} and rig.pool.router_fallbacks == {"no_orchestrator": 1}
+    run(go())
+
+
+# ----------------------------------------------------------------- shutdown
+def test_shutdown_fails_the_parked_requests() -> None:
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=1)
+        for rid in ("a", "b", "c"):
+            await rig.add(rid)
+        await rig.settle()
+        rig.orch._shutdown_event.set()
+        rig.pool._kick()
+        await rig.settle()
+        assert sorted(m.request_id for m in rig.errors()) == ["b", "c"] and not rig.pool.parked()
+        assert rig.metric("rlsched_router_released_total", reason="shutdown") == 2
+        assert rig.sent() == {"a": 0}
+    run(go())
+
+
+# ------------------------------------------------------------------ config
+def test_central_is_a_router_setting_with_its_policy() -> None:
+    cfg = RouterConfig.from_extras({"rlsched_router": {"router": "central", "policy": "edf"}}, environ={})
+    assert cfg.central and cfg.policy == "edf"
+    for bad, field in (({"router": "central", "policy": "no-such"}, "policy"),
+                       ({"router": "rlsched", "policy": "edf"}, "policy"),
+                       ({"router": "central:3"}, "router"), ({"router": "central", "stall_ms": 0}, "stall_ms")):
+        with pytest.raises(ValueError, match=field):
+            RouterConfig.from_extras({"rlsched_router": bad}, environ={})
+
+
+def test_central_on_a_later_stage_is_refused() -> None:
+    class Plan:
+        class replicas0:
+            stage_cfg = type("C", (), {"engine_args": {"extras": {"rlsched_router": {"router": "central"}}}})()
+        replicas = [replicas0]
+
+    class Pool:
+        stage_type, stage_id, live_num_replicas = "diffusion", 1, 2
+    pool = Pool()
+    assert router_mod._routed(pool, Plan(), "m") is pool  # vLLM-Omni's pool kept, the refusal logged
+
+
+def test_a_sent_request_carries_its_central_wait_and_the_replica_dates_it_back() -> None:
+    from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
+
+    async def go() -> list[Any]:
+        clock = [0.0]
+        rig = Rig(1, "fifo", seqs=1)
+        rig.pool._wall = lambda: clock[0]
+        got: list[Any] = []
+        client = rig.pool.clients[0]
+        orig = client.add_request_async
+
+        async def spy(rid: str, request: Any, params: Any, **kw: Any) -> None:
+            got.append(params.extra_args)
+            await orig(rid, request, params, **kw)
+        client.add_request_async = spy
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await rig.settle()
+        clock[0] = 2.5  # b waits 2.5 s in the central queue
+        await rig.finish("a")
+        return got
+
+    got = run(go())
+    assert [g[PARKED_KEY] for g in got] == [0.0, 2500.0] and got[1]["priority"] == "batch"
+    now = [0.0]
+    state = PluginState(BASE, ServingConfig(), PluginConfig(profile=PROFILE, time_scale=2.0),
+                        clock=lambda: now[0])
+    now[0] = 10.0
+    sp = OmniDiffusionSamplingParams(height=512, width=512, extra_args={"slo_ms": 4000, PARKED_KEY: 1000})
+    rec, bad = state.add("b", sp, None)
+    # parked 1 s of wall time = 2 s on the x2 plugin clock: it arrived at 8, due at 8 + its 4 s SLO
+    assert bad == [] and rec.request.arrival_s == 8.0 and rec.deadline_s == 12.0
