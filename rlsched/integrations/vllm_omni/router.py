@@ -405,7 +405,7 @@ def _routed(pool: Any, plan: Any, model: str) -> Any:
         # predicts standalone work only (unchanged: max_num_seqs 1)
         serving = ServingConfig("step" if stage_setting(stage_cfg, "step_execution") else "request",
                                 seqs if config.central and type(seqs) is int and seqs >= 1 else 1)
-        routed = cls.replacing(pool, config, PluginConfig.from_extras(extras), degree=sp_degree(stage_cfg),
+        routed = cls.replacing(pool, config, PluginConfig.from_extras(extras), degree=stage_layout(stage_cfg),
                                serving=serving)
         _log.info("rlsched router: stage %s routes its %d replicas with %s%s", pool.stage_id,
                   pool.live_num_replicas, config.router,
@@ -437,15 +437,27 @@ def max_num_seqs(stage_cfg: Any) -> Any:
 
 def sp_degree(stage_cfg: Any) -> int:
     """The stage's sequence-parallel degree (every replica of a stage shares one ``parallel_config``)."""
-    parallel = getattr(stage_cfg, "parallel_config", None)
-    if parallel is None or isinstance(parallel, Mapping):
-        parallel = parallel or stage_setting(stage_cfg, "parallel_config") or {}
-    get = parallel.get if isinstance(parallel, Mapping) else lambda k, d=None: getattr(parallel, k, d)
+    get = _parallel(stage_cfg)
     sp = get("sequence_parallel_size", None)
     if not isinstance(sp, int) or isinstance(sp, bool) or sp < 1:
         sp = int(get("ulysses_degree", 1) or 1) * int(get("ring_degree", 1) or 1)
     return max(int(sp), 1)
 
 
+def stage_layout(stage_cfg: Any) -> int | str:
+    """The replicas' layout as ``at_layout`` takes it: the SP degree, or ``"DcC"`` with CFG
+    parallelism (``cfg_parallel_size`` C > 1: each guidance branch on its own GPU group)."""
+    cfg = _parallel(stage_cfg)("cfg_parallel_size", 1)
+    sp = sp_degree(stage_cfg)
+    return f"{sp}c{cfg}" if isinstance(cfg, int) and not isinstance(cfg, bool) and cfg > 1 else sp
+
+
+def _parallel(stage_cfg: Any) -> Callable[..., Any]:
+    parallel = getattr(stage_cfg, "parallel_config", None)
+    if parallel is None or isinstance(parallel, Mapping):
+        parallel = parallel or stage_setting(stage_cfg, "parallel_config") or {}
+    return parallel.get if isinstance(parallel, Mapping) else lambda k, d=None: getattr(parallel, k, d)
+
+
 __all__ = ["ENV_VAR", "EXTRAS_KEY", "Ledger", "LedgerStage", "LedgerView", "RouterConfig", "RouterMetrics",
-           "install", "make_request", "sp_degree", "stage_setting"]
+           "install", "make_request", "sp_degree", "stage_layout", "stage_setting"]

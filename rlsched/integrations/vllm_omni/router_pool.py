@@ -66,7 +66,7 @@ class RouterStagePool(StagePool):
     def __init__(self, stage_id: int, clients: Any, *, output_processor: Any = None, stage_vllm_config: Any = None,
                  config: RouterConfig | None = None, settings: PluginConfig | None = None,
                  router: str | Router | None = None, costs: CostModel | Sequence[CostModel] | None = None,
-                 degree: int = 1, serving: ServingConfig | None = None, clock: Callable[[], float] | None = None,
+                 degree: int | str = 1, serving: ServingConfig | None = None, clock: Callable[[], float] | None = None,
                  metrics: RouterMetrics | None = None) -> None:
         super().__init__(stage_id, clients, output_processor=output_processor, stage_vllm_config=stage_vllm_config)
         self.router_config = config = config or RouterConfig()
@@ -353,7 +353,7 @@ class RouterLoadBalancer:
         return self.pool.balance(task, replicas, self.fallback)
 
 
-def _at_layout(cost: CostModel, degree: int) -> CostModel:
+def _at_layout(cost: CostModel, degree: int | str) -> CostModel:
     """``cost`` at the stage's SP degree; the profile itself (logged) when it has no coefficients for it:
     every replica of a stage shares one layout, so the router's choices keep their order, only its
     predicted finishes are off by the speed-up."""
