@@ -69,7 +69,7 @@ class RouteFeatures(RlschedRouter):
         self._history: list[deque[tuple[float, float]]] = [deque() for _ in HISTORY_S]
         """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
         self._sums = [0.0] * len(HISTORY_S)
-        self._gpus = [float(getattr(getattr(s.cost, "layout", None), "gpus", 1)) for s in stage.specs]
+        self._gpus = [float(getattr(getattr(sim.cost, "layout", None), "gpus", 1)) for sim in stage.replicas]
 
     def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
         """(the proposal's replica, global features (RG,), candidate features (R, RF))."""

@@ -129,6 +129,15 @@ def test_every_request_bound_once_where_the_router_chose() -> None:
     assert sorted(r for rs in p.outstanding().values() for r in rs) == sorted(sent(p))
 
 
+def test_the_learned_router_serves_in_the_real_stage_pool() -> None:
+    """``--router router`` (checkpoints/router) routes through the same ledger: every request bound
+    once, no fallback, the wider replica for a large shape when both are idle."""
+    p = pool(3, "router", costs=[BASE, at_layout(BASE, 2), BASE])
+    chosen = [submit(p, f"r{i}", params(s, priority="batch")) for i, s in enumerate([1024, 512, 1024, 768, 512])]
+    assert sent(p) == p._request_bindings == {f"r{i}": c for i, c in enumerate(chosen)}
+    assert p.router_decisions == 5 and not p.router_fallbacks and chosen[0] == 1
+
+
 def test_a_large_shape_goes_to_the_wider_replica() -> None:
     p = pool(2, costs=[BASE, at_layout(BASE, 2)])
     assert submit(p, "big", params(1024)) == 1  # both idle: the 2-GPU replica finishes it first
