@@ -231,8 +231,19 @@ class RlschedRouter(_Followed):
         return rec
 
     def route(self, request: Request, stage: Stage) -> int:
+        # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
+        # a third of ``bench stage``'s time went to building them); the learned router needs them all
         self._sync(stage)
-        return self.choose(request, self.predict(request, stage))
+        now, deadline = stage.now, request.arrival_s + request.slo_s
+        best, best_score = 0, None
+        for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
+            rec = self._shape(i, sim, request, request.key(sim.step_mode))
+            busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
+            finish = now + busy + work.due_before(deadline) + rec.work_s
+            score = (finish > deadline, finish, i)
+            if best_score is None or score < best_score:
+                best, best_score = i, score
+        return best
 
     def predict(self, request: Request, stage: Stage) -> list[Prediction]:
         """The request's predicted finish on every replica (the queues synced by the caller)."""
