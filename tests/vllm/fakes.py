@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from vllm.v1.engine.exceptions import EngineDeadError
 from vllm_omni.diffusion.data import DiffusionOutput
 from vllm_omni.diffusion.request import OmniDiffusionRequest
 from vllm_omni.diffusion.sched import DiffusionRequestStatus
@@ -18,6 +20,62 @@ from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
 
 logging.disable(logging.INFO)
+
+
+class ReplicaClient:
+    """A diffusion replica's head-side client, as a ``StagePool`` holds it: records what it was sent
+    and aborted; ``dead`` makes a send fail as a dead engine does; ``request_address`` names it in
+    distributed mode."""
+
+    stage_type = "diffusion"
+    final_output = True
+
+    def __init__(self, request_address: str = "", dead: bool = False) -> None:
+        self.request_address = request_address
+        self.got: list[str] = []
+        self.aborted: list[str] = []
+        self.dead = dead
+
+    async def add_request_async(self, request_id: str, request: Any, params: Any, **kw: Any) -> None:
+        if self.dead:
+            raise EngineDeadError("replica died")
+        await asyncio.sleep(0)  # a real send yields: an abort may run meanwhile
+        self.got.append(request_id)
+
+    async def abort_requests_async(self, ids: list[str]) -> None:
+        self.aborted += ids
+
+    def get_diffusion_output_nowait(self) -> None:
+        return None
+
+    def shutdown(self) -> None: ...
+
+
+class Scripted:
+    """A router that returns ``script``'s values in turn (raising those that are exceptions),
+    then asks ``then`` (or returns 0)."""
+
+    name = "scripted"
+
+    def __init__(self, *script: Any, then: Any = None, during: Any = None) -> None:
+        self.script, self.then, self.during = list(script), then, during
+        self.chose: list[Any] = []
+
+    def reset(self, stage: Any) -> None:
+        if self.then is not None:
+            self.then.reset(stage)
+
+    def route(self, request: Any, stage: Any) -> Any:
+        if self.during is not None:
+            self.during()
+        if self.script:
+            out = self.script.pop(0)
+            if isinstance(out, BaseException):
+                raise out
+        else:
+            out = self.then.route(request, stage) if self.then is not None else 0
+        self.chose.append(out)
+        return out
 
 
 class Clock:

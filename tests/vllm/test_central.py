@@ -28,35 +28,12 @@ from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.simulator import Decision, ServingConfig  # noqa: E402
+from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
 
 
-class Client:
-    """A diffusion replica's head-side client: records what it was sent and aborted."""
-
-    stage_type = "diffusion"
-    final_output = True
-
-    def __init__(self, dead: bool = False) -> None:
-        self.got: list[str] = []
-        self.aborted: list[str] = []
-        self.dead = dead
-
-    async def add_request_async(self, request_id: str, request: Any, params: Any, **kw: Any) -> None:
-        if self.dead:
-            raise EngineDeadError("replica died")
-        await asyncio.sleep(0)  # a real send yields: an abort may run meanwhile
-        self.got.append(request_id)
-
-    async def abort_requests_async(self, ids: list[str]) -> None:
-        self.aborted += ids
-
-    def get_diffusion_output_nowait(self) -> None:
-        return None
-
-    def shutdown(self) -> None: ...
 
 
 class Scripted:

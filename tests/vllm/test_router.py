@@ -31,50 +31,15 @@ from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: 
 from rlsched.policies.routers import RlschedRouter  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.layout import at_layout  # noqa: E402
+from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402
+from tests.vllm.fakes import Scripted  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"  # has sp coefficients: a 2-GPU replica is faster
 BASE = load_profile(PROFILE)
 
 
-class Client:
-    """A diffusion replica's head-side client: records what it was sent."""
-
-    stage_type = "diffusion"
-    final_output = True
-
-    def __init__(self) -> None:
-        self.got: list[str] = []
-
-    async def add_request_async(self, request_id: str, request: Any, params: Any, **kw: Any) -> None:
-        self.got.append(request_id)
-
-    def shutdown(self) -> None: ...
 
 
-class Scripted:
-    """Returns ``script``'s values in turn (raising those that are exceptions), then asks ``then``."""
-
-    name = "scripted"
-
-    def __init__(self, *script: Any, then: Any = None, during: Any = None) -> None:
-        self.script, self.then, self.during = list(script), then, during
-        self.chose: list[Any] = []
-
-    def reset(self, stage: Any) -> None:
-        if self.then is not None:
-            self.then.reset(stage)
-
-    def route(self, request: Any, stage: Any) -> Any:
-        if self.during is not None:
-            self.during()
-        if self.script:
-            out = self.script.pop(0)
-            if isinstance(out, BaseException):
-                raise out
-        else:
-            out = self.then.route(request, stage) if self.then is not None else 0
-        self.chose.append(out)
-        return out
 
 
 def params(size: int = 512, steps: int = 20, priority: str | None = None, slo_ms: float | None = None) -> Any:

@@ -26,23 +26,13 @@ from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  #
 from rlsched.integrations.vllm_omni.router_pool import RouterLoadBalancer, RouterStagePool  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.layout import at_layout  # noqa: E402
+from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402
+from tests.vllm.fakes import Scripted  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
 
 
-class Client:
-    stage_type = "diffusion"
-    final_output = True
-
-    def __init__(self, addr: str) -> None:
-        self.request_address = addr
-        self.got: list[str] = []
-
-    async def add_request_async(self, request_id: str, request: Any, params: Any, **kw: Any) -> None:
-        self.got.append(request_id)
-
-    def shutdown(self) -> None: ...
 
 
 class Hub:
@@ -56,19 +46,6 @@ class Hub:
                                      for a, s in self.status.items()], timestamp=0.0)
 
 
-class Scripted:
-    name = "scripted"
-
-    def __init__(self, *script: Any) -> None:
-        self.script = list(script)
-
-    def reset(self, stage: Any) -> None: ...
-
-    def route(self, request: Any, stage: Any) -> Any:
-        out = self.script.pop(0)
-        if isinstance(out, BaseException):
-            raise out
-        return out
 
 
 def distributed(n: int = 2, router: Any = "rlsched", costs: Any = BASE) -> tuple[RouterStagePool, Hub]:
