@@ -16,7 +16,7 @@ from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
-from rlsched.policies.routers import check_spec
+from rlsched.policies.routers import check_spec, split_pair
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import json_safe, summarize
 
@@ -395,16 +395,6 @@ def worst_vs_any(cells: list[Cell], target: str,
     return worst
 
 
-def split_router(spec: str) -> str:
-    """The router name of ``POLICY@ROUTER[:ARG]`` ("" for a bare policy)."""
-    _, at, router = spec.rpartition("@")
-    return router.split(":", 1)[0] if at else ""
-
-
-def _rlsched_twin(spec: str) -> str:
-    return spec.rpartition("@")[0] + "@rlsched"
-
-
 def write_report(grid: Grid, out: Path) -> dict[str, Any]:
     """results.md, results.json and plots under ``out``; returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
@@ -428,9 +418,9 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
             summary["late_vs_early"] = {p: paired(grid.rows, p, (p[:-len("central")] + "rlsched",)) for p in names
                                         if p.endswith("@central") and p[:-len("central")] + "rlsched" in names}
             # the learned router against rlsched's router behind the same replica policy (issue 20)
-            summary["router_vs_rlsched"] = {
-                p: paired(grid.rows, p, (_rlsched_twin(p),)) for p in names
-                if split_router(p) == "router" and _rlsched_twin(p) in names}
+            learned = {p: split_pair(p)[0] + "@rlsched" for p in names if split_pair(p)[1].split(":")[0] == "router"}
+            summary["router_vs_rlsched"] = {p: paired(grid.rows, p, (twin,)) for p, twin in learned.items()
+                                            if twin in names}
         summary["paired"] = {p: paired(grid.rows, p, rivals) for p in names if p.startswith(LEARNED)}
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names

@@ -24,6 +24,7 @@ are short; ``video-8gpu`` (step mode) runs on its own (see ``SKIPPED``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -91,6 +92,7 @@ def run(task: tuple[str, str, int, float, float]) -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0, **extra}
 
 
+@functools.cache
 def _checkpoint_hash(router_spec: str) -> str:
     from rlsched.learned.checkpoint import META, checkpoint_path
     from rlsched.learned.router import DEFAULT_CHECKPOINT

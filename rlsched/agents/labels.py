@@ -119,17 +119,19 @@ def label_tasks(scenarios: list[str], static: str, episodes: int, seed0: int, ra
             for sc in scenarios for i in range(episodes)]
 
 
-def generate(tasks: list[LabelTask], workers: int = 1, progress: bool = True,
-             ray: str | None = None) -> list[dict[str, np.ndarray]]:
-    """Label every task (local processes, or Ray tasks with ``ray``), with a progress bar over finished episodes."""
+def generate(tasks: list[Any], workers: int = 1, progress: bool = True, ray: str | None = None,
+             label: Any = label_episode, what: str = "labelling") -> list[dict[str, np.ndarray]]:
+    """Label every task with ``label`` (default: the candidate policy's episodes; the learned router
+    passes its own) on local processes, or Ray tasks with ``ray``, with a progress bar over
+    finished episodes."""
     from rich.progress import Progress
 
     from rlsched.parallel import run_tasks
 
     parts = []
     with Progress(disable=not progress) as bar:
-        job = bar.add_task("labelling", total=len(tasks))
-        for part in run_tasks(label_episode, tasks, workers, ray):
+        job = bar.add_task(what, total=len(tasks))
+        for part in run_tasks(label, tasks, workers, ray):
             parts.append(part)
             bar.advance(job)
     return parts

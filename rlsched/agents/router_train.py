@@ -121,7 +121,7 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
     from rlsched.evaluation import RunSpec, prepare_stage
     from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
     from rlsched.policies import make_policy
-    from rlsched.policies.lookahead_router import LookaheadRouter
+    from rlsched.policies.lookahead_router import LookaheadRouter, is_idle
     from rlsched.sim import load_scenario
 
     sc = load_scenario(task.pool)
@@ -152,7 +152,7 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
                     for slot, i in enumerate(order):
                         if not c[i, 0]:
                             continue
-                        idle = _idle(st, i)
+                        idle = is_idle(st, i)
                         if idle and kinds[i] in empty:
                             q[slot] = empty[kinds[i]]
                             continue
@@ -174,11 +174,6 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
                                                                                                           MAX_REPLICAS)}
 
 
-def _idle(stage: Any, r: int) -> bool:
-    sim = stage.replicas[r]
-    return not sim.waiting and not sim.running and sim.gpu_end_s == np.inf
-
-
 def route_label_tasks(cfg: RouterConfig, episodes: int, seed0: int, scorer: Any = None) -> list[RouteLabelTask]:
     """``episodes`` per pool on consecutive training seeds from ``seed0``, loads spread evenly over
     ``rate_scale`` (stratified: every load band gets labels)."""
@@ -190,18 +185,10 @@ def route_label_tasks(cfg: RouterConfig, episodes: int, seed0: int, scorer: Any 
 
 
 def _label(cfg: RouterConfig, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
-    from rich.progress import Progress
-
-    from rlsched.agents.labels import save_labels
-    from rlsched.parallel import run_tasks
+    from rlsched.agents.labels import generate, save_labels
 
     tasks = route_label_tasks(cfg, episodes, seed0, scorer)
-    parts = []
-    with Progress(disable=not progress) as bar:
-        job = bar.add_task(f"labelling {name}", total=len(tasks))
-        for part in run_tasks(label_route_episode, tasks, cfg.workers, cfg.ray):
-            parts.append(part)
-            bar.advance(job)
+    parts = generate(tasks, cfg.workers, progress, cfg.ray, label_route_episode, f"labelling {name}")
     meta = {"round": name, "episodes": len(tasks), "seeds": [seed0, seed0 + episodes - 1],
             "horizon_s": cfg.labels.horizon_s}
     return save_labels(run / "labels" / f"{name}.npz", parts, meta)
@@ -304,7 +291,8 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     # every stage against the teacher on the states the imitated router visited (the last round's)
     from rlsched.agents.pick import evaluate_labels
 
-    visited = load_labels(files[-1:])
+    rounds = [load_labels([f]) for f in files]
+    visited = rounds[-1]
     teacher = {name: evaluate_labels(net, visited, np.arange(len(visited["q"]))) for name, net in nets.items()}
     for i, row in enumerate(teacher.values()):
         for key in ("agreement", "regret", "deviate"):
@@ -316,7 +304,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     report = {"imitation": stats, "validation": validation, "teacher": teacher, "chosen": chosen,
               "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
               "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
-              "labels": [f.name for f in files], "states": int(sum(len(load_labels([f])["q"]) for f in files)),
+              "labels": [f.name for f in files], "states": sum(len(r["q"]) for r in rounds),
               "total_s": time.perf_counter() - t0}
     (run / "report.json").write_text(json.dumps(report, indent=1))
     if out is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,8 @@ class RouteFeatures(RlschedRouter):
         """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
         self._sums = [0.0] * len(HISTORY_S)
         self._gpus = [float(getattr(getattr(sim.cost, "layout", None), "gpus", 1)) for sim in stage.replicas]
+        self._fits: dict[tuple[int, Hashable], bool] = {}
+        """(replica, key) -> the request fits there alone (its memory depends on the key only)."""
 
     def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
         """(the proposal's replica, global features (RG,), candidate features (R, RF))."""
@@ -82,13 +85,15 @@ class RouteFeatures(RlschedRouter):
                   proposal: int) -> tuple[np.ndarray, np.ndarray]:
         now, slo = stage.now, max(request.slo_s, 1e-9)
         deadline = request.arrival_s + request.slo_s
-        works = [p.record.work_s for p in preds]
-        fastest = min(works)
+        fastest = min(p.record.work_s for p in preds)
         rows = []
         for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
             key = p.record.key
+            fits = self._fits.get((i, key))
+            if fits is None:
+                fits = self._fits[(i, key)] = sim.cost.fits([p.record])
             same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
-            rows.append((i == proposal or sim.cost.fits([p.record]), i == proposal, p.finish_s <= deadline,
+            rows.append((i == proposal or fits, i == proposal, p.finish_s <= deadline,
                          min(max((deadline - p.finish_s) / slo, -3.0), 3.0), min((p.finish_s - now) / slo, 5.0),
                          min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
                          min(work.due_after(deadline) / 8.0, 4.0),

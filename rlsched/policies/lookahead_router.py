@@ -102,12 +102,12 @@ class LookaheadRouter:
         """The replicas to try: the base router's choice first, then every other replica the request
         fits on alone (memory), one per kind among the empty ones."""
         out, empty_kinds = [choice], set()
-        if _empty(stage, choice):
+        if is_idle(stage, choice):
             empty_kinds.add(self._kind[choice])
         for r, sim in enumerate(stage.replicas):
             if r == choice or not sim.cost.fits([sim.cost.record(request)]):
                 continue
-            if _empty(stage, r):
+            if is_idle(stage, r):
                 if self._kind[r] in empty_kinds:
                     continue
                 empty_kinds.add(self._kind[r])
@@ -159,7 +159,9 @@ class LookaheadRouter:
         return copy.deepcopy(p)
 
 
-def _empty(stage: Stage, r: int) -> bool:
+def is_idle(stage: Stage, r: int) -> bool:
+    """Replica ``r`` holds nothing (no queue, no running batch): idle replicas of one kind are
+    equivalent, so a teacher tries one of them."""
     sim = stage.replicas[r]
     return not sim.waiting and not sim.running and sim.gpu_end_s == math.inf
 
@@ -206,4 +208,4 @@ def hindsight(spec: PolicySpec, policy: str) -> LookaheadRouter:
     return _teacher(spec, policy, hindsight=True)
 
 
-__all__ = ["DEFAULT_HORIZON_S", "LookaheadRouter", "hindsight", "lookahead", "outcome_value"]
+__all__ = ["DEFAULT_HORIZON_S", "LookaheadRouter", "hindsight", "is_idle", "lookahead", "outcome_value"]
