@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from rlsched.policies.projected import ProjectedPolicy
-from rlsched.projection import Items, Resources, project
+from rlsched.projection import Items, Resources, project, takes_all
 from rlsched.sim.view import QueueView, batch_problem
 
 NEXT_KEYS = 3
@@ -61,10 +61,13 @@ def candidate_batches(policy: ProjectedPolicy, state: QueueView, proposal: tuple
 
 def _key_batch(items: Items, res: Resources, ids: np.ndarray, mask: np.ndarray,
                utility: np.ndarray) -> tuple[int, ...]:
-    """The projection's batch among the ``mask`` requests, valued by ``utility``."""
+    """The projection's batch among the ``mask`` requests, valued by ``utility``, as a set (in no
+    particular order: ``candidate_batches`` sorts every batch)."""
     sub = np.flatnonzero(mask)
     view = Items(utility[sub], items.mem_gb[sub], items.tokens_m[sub], items.key_id[sub], items.cap[sub],
                  items.wait_s[sub], None if items.lost is None else items.lost[sub])
+    if takes_all(view, res):  # the projection would take them all: skip its numpy work
+        return tuple(ids[sub].tolist())
     return tuple(int(ids[sub[i]]) for i in project(view, res).tolist())
 
 

@@ -8,6 +8,6 @@ imported on first use).
 """
 
 from rlsched.projection.exact import project_exact
-from rlsched.projection.knapsack import Items, Resources, project
+from rlsched.projection.knapsack import Items, Resources, project, takes_all
 
-__all__ = ["Items", "Resources", "project", "project_exact"]
+__all__ = ["Items", "Resources", "project", "project_exact", "takes_all"]

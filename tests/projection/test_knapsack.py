@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlsched.projection import Items, Resources, project
+from rlsched.projection import Items, Resources, project, takes_all
 from rlsched.projection.instances import random_instance, realistic
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -74,6 +74,42 @@ def test_realistic_queues_are_feasible_and_full(seed: int, n: int) -> None:
     rest = np.setdiff1d(same, batch)
     if rest.size and batch.size < items.cap[batch[0]]:
         assert items.mem_gb[batch].sum() + items.mem_gb[rest].min() > res.memory_gb
+
+
+@settings(max_examples=3000, **SETTINGS)
+@given(states(), st.integers(1, 8), st.sampled_from([0.3, 0.5, 0.99, 1.0, 2.0]), st.booleans())
+def test_takes_all_only_when_the_projection_takes_every_item(state: tuple[Items, Resources], size: int,
+                                                            lost_share: float, late: bool) -> None:
+    """``takes_all`` lets candidate key batches skip the projection: wherever it says yes, the
+    projection's batch is exactly every item (any order). Instances: the first ``size`` items of
+    one key, some lost (and past the hard bound with ``late``), budgets around their sums."""
+    items, res = state
+    if len(items) == 0:
+        return
+    sub = np.flatnonzero(items.key_id == items.key_id[0])[:size]
+    mem = items.mem_gb[sub]
+    rng = np.random.default_rng(len(sub) * 7919 + int(items.key_id[0]))
+    lost = rng.random(sub.size) < 0.5
+    view = Items(items.utility[sub], mem, items.tokens_m[sub], items.key_id[sub], items.cap[sub],
+                 items.wait_s[sub], lost)
+    res = Resources(float(mem.sum()) * lost_share, res.compute_budget_mtok, res.starvation_threshold_s,
+                    res.starvation_threshold_s if late else math.inf)
+    if takes_all(view, res):
+        assert sorted(project(view, res).tolist()) == list(range(sub.size))
+
+
+def test_takes_all_cases() -> None:
+    one = _items([1.0, 2.0], [3.0, 4.0], [0, 0], cap=2)
+    assert takes_all(one, Resources(7.1))
+    assert not takes_all(one, Resources(7.0 - 1e-6))  # over the budget
+    assert not takes_all(_items([1.0, 2.0], [3.0, 4.0], [0, 0], cap=1), Resources(100.0))  # over the cap
+    assert not takes_all(_items([1.0, 2.0], [3.0, 4.0], [0, 1]), Resources(100.0))  # two keys
+    assert not takes_all(_items([], [], []), Resources(100.0))
+    lost = Items(one.utility, one.mem_gb, one.tokens_m, one.key_id, one.cap, np.array([50.0, 1.0]),
+                 np.array([True, False]))
+    assert takes_all(lost, Resources(100.0, starvation_threshold_s=30.0))
+    assert not takes_all(lost, Resources(100.0, starvation_threshold_s=30.0, lost_starvation_threshold_s=40.0))
+    assert sorted(project(lost, Resources(100.0, lost_starvation_threshold_s=40.0)).tolist()) == [0]
 
 
 def _items(utility, mem, key, cap=4, tokens=None, wait=None) -> Items:
