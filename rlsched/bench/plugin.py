@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from rlsched.argtypes import int_list
 from rlsched.bench import bench, percentiles_us
 from rlsched.errors import ConfigError
@@ -38,6 +40,7 @@ CALLS = 400
 or garbage collection decided it; of 400 it is the 4th largest."""
 WARMUP = 3
 """Untimed calls before the timed ones in every cell."""
+
 
 NEEDS_VLLM = ("rlsched bench plugin needs the vLLM tier (vllm 0.30.0 + vllm-omni 0.30.0), which this Python "
               "lacks ({missing}). Build it with `make .venv-vllm/.installed`, then run "
@@ -79,7 +82,8 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     """The rows as aligned text: mode, policy, queue, median, p99, CPU p99, overhead, fallbacks (reasons)."""
-    head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "+median µs", "fallbacks")
+    head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "+median µs",
+            "disturbed calls", "fallbacks")
     lines = [tuple(head)]
     for r in result["rows"]:
         reasons = ", ".join(f"{k} {v}" for k, v in r["fallback_reasons"].items())
@@ -87,16 +91,20 @@ def table(result: dict[str, Any]) -> str:
         fb = f"{r['fallbacks']}/{r['calls']}" + (f" ({reasons})" if reasons else "") \
             + (f"; warm-up: {warm}" if warm else "")
         native = r["policy"] == "vllm-omni"
+        if r["fallbacks_disturbed"]:
+            fb += f"; {r['fallbacks_disturbed']} in disturbed calls"
         lines.append((r["mode"], r["policy"] + (" (native)" if native else ""), f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
-                      "" if native else f"{r['overhead_p50_us']:+,.1f}",
-                      "" if native else fb))
+                      f"{r['p99_undisturbed_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",
+                      str(r["disturbed"]), "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = {2, 3, 4, 5, 6}
+    right = {2, 3, 4, 5, 6, 7, 8}
     out = [f"schedule() per call, {result['calls']} calls a cell after {result['warmup_calls']} untimed, "
            f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
            f"deadline {result['decision_deadline_ms']:g} ms); CPU: the process's CPU time in the call (all threads; "
-           f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue"]
+           f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
+           f"disturbed: calls beside a machine probe over {result['probe_slowdown']:g}x its median "
+           f"(the machine ran slow)"]
     for n, line in enumerate(lines):
         out.append("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
                    .rstrip())
@@ -129,9 +137,7 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
                     cell = o.time_cell(sched, queue, step, calls, warmup)
                 finally:
                     o.close(sched)
-                cpu = percentiles_us(cell.pop("cpu_us"))
-                cell = {**percentiles_us(cell.pop("us")), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"],
-                        **cell}
+                cell = _summarize(cell)
                 if policy == NATIVE:
                     native_p50 = cell["p50_us"]
                 cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
@@ -140,8 +146,21 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
                     progress(f"{mode} {policy} @{queue}")
     settings = PluginConfig()
     return {"bench": "plugin", "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
-            "calls": calls, "warmup_calls": warmup, "decision_budget_ms": settings.decision_budget_ms,
+            "calls": calls, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
+            "decision_budget_ms": settings.decision_budget_ms,
             "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}
+
+
+def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
+    """A timed cell's arrays as the row's numbers: percentiles of all calls and of the undisturbed
+    ones, disturbed calls and the fallbacks among them (``overhead``'s machine probe)."""
+    us, disturbed, fell_back = cell.pop("us"), cell.pop("disturbed"), cell.pop("fell_back")
+    cpu, probes = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us")
+    clean = us[~disturbed]
+    return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"], **cell,
+            "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
+            "p99_undisturbed_us": percentiles_us(clean)["p99_us"] if clean.size else float("nan"),
+            "probe_p50_us": round(float(np.median(probes)), 1)}
 
 
 @bench("plugin", text=table)

@@ -64,6 +64,10 @@ def _key_batch(items: Items, res: Resources, ids: np.ndarray, mask: np.ndarray,
     """The projection's batch among the ``mask`` requests, valued by ``utility``, as a set (in no
     particular order: ``candidate_batches`` sorts every batch)."""
     sub = np.flatnonzero(mask)
+    if sub.size == 1:  # the projection of one request: it, if it fits alone
+        i = int(sub[0])
+        return (int(ids[i]),) if items.mem_gb[i] <= res.memory_gb and items.tokens_m[i] <= res.compute_budget_mtok \
+            else ()
     view = Items(utility[sub], items.mem_gb[sub], items.tokens_m[sub], items.key_id[sub], items.cap[sub],
                  items.wait_s[sub], None if items.lost is None else items.lost[sub])
     if takes_all(view, res):  # the projection would take them all: skip its numpy work

@@ -98,6 +98,22 @@ def test_takes_all_only_when_the_projection_takes_every_item(state: tuple[Items,
         assert sorted(project(view, res).tolist()) == list(range(sub.size))
 
 
+@settings(max_examples=500, **SETTINGS)
+@given(states())
+def test_one_request_key_batches_match_the_projection(state: tuple[Items, Resources]) -> None:
+    """``candidate_batches`` answers a one-request key batch without the projection: the same answer."""
+    from rlsched.policies.candidates import _key_batch
+
+    items, res = state
+    ids = np.arange(100, 100 + len(items))
+    for i in range(min(len(items), 5)):
+        mask = np.zeros(len(items), dtype=bool)
+        mask[i] = True
+        view = Items(items.utility[[i]], items.mem_gb[[i]], items.tokens_m[[i]], items.key_id[[i]],
+                     items.cap[[i]], items.wait_s[[i]])
+        assert _key_batch(items, res, ids, mask, items.utility) == tuple(int(ids[i]) for _ in project(view, res))
+
+
 def test_takes_all_cases() -> None:
     one = _items([1.0, 2.0], [3.0, 4.0], [0, 0], cap=2)
     assert takes_all(one, Resources(7.1))

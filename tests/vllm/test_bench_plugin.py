@@ -43,11 +43,29 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert all(isinstance(v, int) and v > 0 for v in r["fallback_reasons"].values()), r
         assert sum(r["fallback_reasons"].values()) == r["fallbacks"], r
         assert all(isinstance(v, int) and v > 0 for v in r["warmup_fallback_reasons"].values()), r
+        assert isinstance(r["disturbed"], int) and 0 <= r["disturbed"] <= CALLS, r
+        assert 0 <= r["fallbacks_disturbed"] <= min(r["fallbacks"], r["disturbed"]), r
+        assert r["probe_p50_us"] > 0, r
+        if r["disturbed"] < CALLS:
+            assert 0 < r["p99_undisturbed_us"] and math.isfinite(r["p99_undisturbed_us"]), r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
         else:
             # every call has waiting requests and no wave running: the policy decides or FIFO serves
             assert isinstance(r["decisions"], int) and r["decisions"] + r["fallbacks"] >= CALLS, r
+
+
+def test_machine_probe_marks_the_calls_beside_a_slow_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe 10x its median (the machine running slow) marks the call before and the call after it."""
+    from rlsched.integrations.vllm_omni import overhead
+
+    times = iter([20_000] * 3 + [200_000] + [20_000] * 10)
+    monkeypatch.setattr(overhead, "probe", lambda: next(times))
+    sched = overhead.native_scheduler(False)
+    cell = overhead.time_cell(sched, 8, False, 6, 1)
+    assert cell["disturbed"].tolist() == [False, False, True, True, False, False]
+    assert cell["probe_us"].tolist() == [20.0, 20.0, 20.0, 200.0, 20.0, 20.0, 20.0]
+    assert not cell["fell_back"].any()
 
 
 def test_table_and_command_line(result: dict) -> None:
