@@ -17,6 +17,7 @@ import contextlib
 import gc
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,7 +78,10 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
     calls = CALLS if args.calls is None else args.calls
     if calls < 1:
         raise ConfigError("--calls", f"must be >= 1, not {calls}")
-    return {"policies": policies, "queues": queues, "modes": modes, "calls": calls}
+    rounds = getattr(args, "rounds", 1)
+    if rounds < 1:
+        raise ConfigError("--rounds", f"must be >= 1, not {rounds}")
+    return {"policies": policies, "queues": queues, "modes": modes, "calls": calls, "rounds": rounds}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -99,7 +103,10 @@ def table(result: dict[str, Any]) -> str:
                       str(r["disturbed"]), "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     right = {2, 3, 4, 5, 6, 7, 8}
-    out = [f"schedule() per call, {result['calls']} calls a cell after {result['warmup_calls']} untimed, "
+    rounds = result.get("rounds", 1)
+    out = [f"schedule() per call, {result['calls']} calls a cell"
+           + (f" ({rounds} rounds, queue depths in alternating order)" if rounds > 1 else "")
+           + f" after {result['warmup_calls']} untimed, "
            f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
            f"deadline {result['decision_deadline_ms']:g} ms); CPU: the process's CPU time in the call (all threads; "
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
@@ -114,41 +121,69 @@ def table(result: dict[str, Any]) -> str:
 
 
 def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
-            calls: int = CALLS, warmup: int = WARMUP, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            calls: int = CALLS, warmup: int = WARMUP, progress: Callable[[str], None] | None = None,
+            rounds: int = 1) -> dict[str, Any]:
     """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
 
-    ``progress`` is called with a label after each cell. Each row: ``p50_us``, ``p99_us``,
-    ``cpu_p50_us``, ``cpu_p99_us`` (the process's CPU time in the call, all threads),
-    ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``, ``warmup_fallback_reasons``, ``overhead_p50_us``
-    (this row's median minus native's, same mode and queue)."""
+    ``rounds`` > 1 runs the whole grid again, queue depths in reverse order every other round,
+    and pools each cell's calls (``calls`` × ``rounds`` per row): on a machine whose speed drifts
+    the depths run first would otherwise look cheaper. ``progress`` is called with a label after
+    each cell. Each row: ``p50_us``, ``p99_us``, ``cpu_p50_us``, ``cpu_p99_us`` (the process's CPU
+    time in the call, all threads), ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``,
+    ``warmup_fallback_reasons``, the machine probe's ``disturbed``, ``fallbacks_disturbed``,
+    ``p99_undisturbed_us`` and ``probe_p50_us``, and ``overhead_p50_us`` (this row's median minus
+    native's, same mode and queue)."""
     bad = sorted(set(modes) - set(MODES))
     if bad:
         raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
     o = _load()
+    timed: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for n in range(rounds):
+        for mode in modes:
+            step = mode == "step"
+            for queue in (queues if n % 2 == 0 else list(reversed(queues))):
+                for policy in (NATIVE, *policies):
+                    sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step)
+                    gc.collect()  # the previous cell's garbage is not this cell's cost
+                    try:
+                        timed.setdefault((mode, queue, policy), []).append(
+                            o.time_cell(sched, queue, step, calls, warmup))
+                    finally:
+                        o.close(sched)
+                    if progress is not None:
+                        progress(f"{mode} {policy} @{queue}")
     rows: list[dict[str, Any]] = []
     for mode in modes:
-        step = mode == "step"
         for queue in queues:
             native_p50 = None
             for policy in (NATIVE, *policies):
-                sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step)
-                gc.collect()  # the previous cell's garbage is not this cell's cost
-                try:
-                    cell = o.time_cell(sched, queue, step, calls, warmup)
-                finally:
-                    o.close(sched)
-                cell = _summarize(cell)
+                cell = _summarize(_pool(timed[(mode, queue, policy)]))
                 if policy == NATIVE:
                     native_p50 = cell["p50_us"]
                 cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
                 rows.append({"mode": mode, "policy": policy, "queue": queue, **cell})
-                if progress is not None:
-                    progress(f"{mode} {policy} @{queue}")
     settings = PluginConfig()
     return {"bench": "plugin", "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
-            "calls": calls, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
+            "calls": calls * rounds, "rounds": rounds, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
             "decision_budget_ms": settings.decision_budget_ms,
             "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}
+
+
+def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell's rounds as one: per-call arrays joined (a call's disturbance was judged within its
+    own round), counts summed."""
+    if len(cells) == 1:
+        return cells[0]
+    out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
+                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us")}
+    for k in ("fallbacks", "decisions"):
+        out[k] = sum(c[k] for c in cells)
+    for k in ("fallback_reasons", "warmup_fallback_reasons"):
+        total: Counter[str] = Counter()
+        for c in cells:
+            total.update(c[k])
+        out[k] = dict(sorted(total.items()))
+    return out
 
 
 def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +207,7 @@ def plugin_speed(args: argparse.Namespace) -> dict[str, Any]:
     for spec in kw["policies"]:
         make_policy(spec)  # a typo fails here, not after minutes of other cells
     _load()
-    cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) + 1)
+    cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) + 1) * kw["rounds"]
     with _progress(cells) as advance:
         return measure(progress=advance, **kw)
 

@@ -17,7 +17,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                                   "(default: rl:checkpoints/default)")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed repetitions (the median is reported)")
     p.add_argument("--calls", type=positive_int, default=None,
-                   help="plugin: timed schedule() calls per cell (default 80)")
+                   help="plugin: timed schedule() calls per cell and round (default 400)")
+    p.add_argument("--rounds", type=positive_int, default=1,
+                   help="plugin: run the whole grid this many times, queue depths in alternating order, and pool "
+                        "each cell's calls (a drifting machine then does not favour the depths run first)")
     p.add_argument("--queues", default="", help="plugin: comma-separated waiting-queue depths "
                                                 "(default 16,256,1024,4096)")
     p.add_argument("--modes", default="request,step", help="plugin: request, step or both")

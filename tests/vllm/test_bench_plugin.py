@@ -72,8 +72,23 @@ def test_table_and_command_line(result: dict) -> None:
     text = bench.table(result)
     assert "vllm-omni (native)" in text and "rl:checkpoints/default" in text
     assert len(text.splitlines()) == 3 + len(result["rows"])  # title, head, rule, rows
-    kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None))
+    kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1))
     assert kw == {"policies": list(bench.POLICIES), "queues": [16, 256, 1024, 4096], "modes": ["step"],
-                  "calls": bench.CALLS}
+                  "calls": bench.CALLS, "rounds": 1}
     with pytest.raises(ConfigError, match="--modes"):
-        bench.parse(argparse.Namespace(policies="", queues="", modes="request,wave", calls=None))
+        bench.parse(argparse.Namespace(policies="", queues="", modes="request,wave", calls=None, rounds=1))
+    with pytest.raises(ConfigError, match="--rounds"):
+        bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=0))
+
+
+def test_rounds_pool_each_cells_calls() -> None:
+    """Two rounds: every cell measured twice (the second round deepest queue first), one row each."""
+    labels: list[str] = []
+    result = measure(policies=("fifo",), queues=(8, 16), modes=("request",), calls=3, warmup=1,
+                     progress=labels.append, rounds=2)
+    assert labels == ["request vllm-omni @8", "request fifo @8", "request vllm-omni @16", "request fifo @16",
+                      "request vllm-omni @16", "request fifo @16", "request vllm-omni @8", "request fifo @8"]
+    assert [(r["policy"], r["queue"], r["calls"]) for r in result["rows"]] == [
+        ("vllm-omni", 8, 6), ("fifo", 8, 6), ("vllm-omni", 16, 6), ("fifo", 16, 6)]
+    assert result["calls"] == 6 and result["rounds"] == 2
+    assert "2 rounds" in bench.table(result)
