@@ -46,7 +46,7 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	@for b in sim projection env decision route backlog stage; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
-	@if [ -f $(VLLM_VENV)/.installed ]; then echo "== rlsched bench plugin"; $(VLLM_VENV)/bin/rlsched bench plugin --json; \
+	@if [ -f $(VLLM_VENV)/.installed ]; then echo "== rlsched bench plugin"; $(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 --json; \
 	else echo "== rlsched bench plugin: skipped, needs the vLLM tier (make $(VLLM_VENV)/.installed; make bench-plugin)"; fi
 
 # The Ray tier: a local Ray instance (2 CPUs, no dashboard) runs a small eval grid, tuning trials
@@ -85,10 +85,10 @@ test-vllm: $(VLLM_VENV)/.installed
 	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
 # schedule() in the real RequestScheduler/StepScheduler, every shipped policy vs vLLM-Omni's own, at
-# 16-4,096 waiting (a few minutes on 2 cores). E.g. BENCH_PLUGIN_ARGS="--json" or "--modes step --calls 200".
+# 16-4,096 waiting, three rounds pooled (~2 min on 2 cores). E.g. BENCH_PLUGIN_ARGS="--json" or "--modes step --calls 200".
 BENCH_PLUGIN_ARGS ?=
 bench-plugin: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/rlsched bench plugin $(BENCH_PLUGIN_ARGS)
+	$(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 $(BENCH_PLUGIN_ARGS)
 
 # The README's results section: every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
 RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/{scenario}.json
