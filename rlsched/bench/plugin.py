@@ -42,7 +42,6 @@ or garbage collection decided it; of 400 it is the 4th largest."""
 WARMUP = 3
 """Untimed calls before the timed ones in every cell."""
 
-
 NEEDS_VLLM = ("rlsched bench plugin needs the vLLM tier (vllm 0.30.0 + vllm-omni 0.30.0), which this Python "
               "lacks ({missing}). Build it with `make .venv-vllm/.installed`, then run "
               "`.venv-vllm/bin/rlsched bench plugin` (or `make bench-plugin`).")
