@@ -17,6 +17,7 @@ import numpy as np
 
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.projection import Items, Resources, project, takes_all
+from rlsched.projection.knapsack import fitting
 from rlsched.sim.view import QueueView, batch_problem
 
 NEXT_KEYS = 3
@@ -66,8 +67,7 @@ def _key_batch(items: Items, res: Resources, ids: np.ndarray, mask: np.ndarray,
     sub = np.flatnonzero(mask)
     if sub.size == 1:  # the projection of one request: it, if it fits alone
         i = int(sub[0])
-        return (int(ids[i]),) if items.mem_gb[i] <= res.memory_gb and items.tokens_m[i] <= res.compute_budget_mtok \
-            else ()
+        return (int(ids[i]),) if fitting(items, res)[i] else ()
     view = Items(utility[sub], items.mem_gb[sub], items.tokens_m[sub], items.key_id[sub], items.cap[sub],
                  items.wait_s[sub], None if items.lost is None else items.lost[sub])
     if takes_all(view, res):  # the projection would take them all: skip its numpy work
