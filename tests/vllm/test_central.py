@@ -34,6 +34,9 @@ PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
 
 
+def bare_state() -> Any:
+    """The least request state ``submit_initial`` reads: one sampling-params entry, no streaming."""
+    return type("S", (), {"sampling_params_list": [OmniDiffusionSamplingParams()], "streaming": None})()
 
 
 class Scripted:
@@ -150,7 +153,7 @@ def test_the_central_policy_orders_the_queue() -> None:
 def test_submit_initial_returns_at_once() -> None:
     async def go() -> None:
         rig = Rig(1, "fifo", seqs=1)
-        state = type("S", (), {"sampling_params_list": [OmniDiffusionSamplingParams()], "streaming": None})()
+        state = bare_state()
         assert await rig.pool.submit_initial("x", state, {"prompt": "x"}) == PARKED
     run(go())
 
@@ -287,7 +290,7 @@ def test_streaming_and_no_orchestrator_are_sent_at_once() -> None:
     async def go() -> None:
         rig = Rig(2, "fifo")
         rig.pool._orchestrator = None
-        state = type("S", (), {"sampling_params_list": [OmniDiffusionSamplingParams()], "streaming": None})()
+        state = bare_state()
         assert await rig.pool.submit_initial("x", state, {"prompt": "x"}) == 0
         assert rig.sent() == {"x": 0} and rig.pool.router_fallbacks == {"no_orchestrator": 1}
     run(go())

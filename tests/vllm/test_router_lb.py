@@ -33,8 +33,6 @@ PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
 
 
-
-
 class Hub:
     """The coordinator's cached replica list, as ``OmniCoordClientForHub`` gives it to ``pick``."""
 
