@@ -14,6 +14,8 @@ the key's cap, Σ tokens ≤ compute budget. ``project`` runs at every decision 
    skips what does not fit (also started from the single most valuable request),
    then a bounded local search (add, 1-for-1 and 2-for-1 swaps, drop-and-refill).
 
+Up to ``few.FEW`` items the same steps run in plain Python (``rlsched.projection.few``, equal bit
+for bit): a decision's dozen candidates cost numpy's per-call overhead, not arithmetic.
 ``scripts/projection_gap.py`` measures the gap to ``rlsched.projection.exact``.
 
 Overload (``Items.lost`` marks requests that can no longer meet their SLO):
@@ -36,6 +38,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from rlsched.projection.few import FEW, project_few
 
 EMPTY = np.empty(0, dtype=np.int64)
 _SEARCH_ROUNDS = 8
@@ -104,6 +108,16 @@ class Group:
 
 def project(items: Items, res: Resources) -> np.ndarray:
     """Indices of the batch to start now; empty only when no request fits alone."""
+    if len(items) <= FEW:
+        chosen = project_few(items, res)
+        if chosen is not None:
+            return np.array(chosen, dtype=np.int64)
+    return project_arrays(items, res)
+
+
+def project_arrays(items: Items, res: Resources) -> np.ndarray:
+    """``project`` in numpy, whatever the number of items (``few.project_few`` follows it bit for
+    bit where it serves)."""
     ok = fitting(items, res)
     if not _any(ok):
         return EMPTY
