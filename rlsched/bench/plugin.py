@@ -86,7 +86,7 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     """The rows as aligned text: mode, policy, queue, median, p99, CPU p99, overhead, fallbacks (reasons)."""
     head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "+median µs",
-            "disturbed calls", "fallbacks")
+            "admitted/call", "disturbed calls", "fallbacks")
     lines = [tuple(head)]
     for r in result["rows"]:
         reasons = ", ".join(f"{k} {v}" for k, v in r["fallback_reasons"].items())
@@ -99,9 +99,9 @@ def table(result: dict[str, Any]) -> str:
         lines.append((r["mode"], r["policy"] + (" (native)" if native else ""), f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
                       f"{r['p99_undisturbed_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",
-                      str(r["disturbed"]), "" if native else fb))
+                      f"{r['admitted_per_call']:.2f}", str(r["disturbed"]), "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = {2, 3, 4, 5, 6, 7, 8}
+    right = {2, 3, 4, 5, 6, 7, 8, 9}
     rounds = result.get("rounds", 1)
     out = [f"schedule() per call, {result['calls']} calls a cell"
            + (f" ({rounds} rounds, queue depths in alternating order)" if rounds > 1 else "")
@@ -109,6 +109,7 @@ def table(result: dict[str, Any]) -> str:
            f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
            f"deadline {result['decision_deadline_ms']:g} ms); CPU: the process's CPU time in the call (all threads; "
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
+           f"admitted/call: requests a call admitted, on average (more work per call); "
            f"disturbed: calls beside a machine probe over {result['probe_slowdown']:g}x its median "
            f"(the machine ran slow)"]
     for n, line in enumerate(lines):
@@ -129,7 +130,8 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     the depths run first would otherwise look cheaper. ``progress`` is called with a label after
     each cell. Each row: ``p50_us``, ``p99_us``, ``cpu_p50_us``, ``cpu_p99_us`` (the process's CPU
     time in the call, all threads), ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``,
-    ``warmup_fallback_reasons``, the machine probe's ``disturbed``, ``fallbacks_disturbed``,
+    ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
+    probe's ``disturbed``, ``fallbacks_disturbed``,
     ``p99_undisturbed_us`` and ``probe_p50_us``, and ``overhead_p50_us`` (this row's median minus
     native's, same mode and queue)."""
     bad = sorted(set(modes) - set(MODES))
@@ -174,7 +176,7 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if len(cells) == 1:
         return cells[0]
     out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
-                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us")}
+                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted")}
     for k in ("fallbacks", "decisions"):
         out[k] = sum(c[k] for c in cells)
     for k in ("fallback_reasons", "warmup_fallback_reasons"):
@@ -191,7 +193,8 @@ def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
     us, disturbed, fell_back = cell.pop("us"), cell.pop("disturbed"), cell.pop("fell_back")
     cpu, probes = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us")
     clean = us[~disturbed]
-    return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"], **cell,
+    return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"],
+            "admitted_per_call": round(float(np.mean(cell.pop("admitted"))), 2), **cell,
             "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
             "p99_undisturbed_us": percentiles_us(clean)["p99_us"] if clean.size else float("nan"),
             "probe_p50_us": round(float(np.median(probes)), 1)}

@@ -46,10 +46,13 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert isinstance(r["disturbed"], int) and 0 <= r["disturbed"] <= CALLS, r
         assert 0 <= r["fallbacks_disturbed"] <= min(r["fallbacks"], r["disturbed"]), r
         assert r["probe_p50_us"] > 0, r
+        assert 0 <= r["admitted_per_call"] <= result["max_num_seqs"], r
         if r["disturbed"] < CALLS:
             assert 0 < r["p99_undisturbed_us"] and math.isfinite(r["p99_undisturbed_us"]), r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
+            if r["mode"] == "request":  # sizes alternate along the queue: FIFO's head run is one request
+                assert r["admitted_per_call"] == 1.0, r
         else:
             # every call has waiting requests and no wave running: the policy decides or FIFO serves
             assert isinstance(r["decisions"], int) and r["decisions"] + r["fallbacks"] >= CALLS, r

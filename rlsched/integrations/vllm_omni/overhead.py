@@ -166,9 +166,10 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each: ``us`` and
     ``cpu_us`` (each call's wall and process CPU microseconds), the fallbacks and decisions
     counted during the timed calls, and the machine probe's verdict (module docstring):
-    ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``."""
+    ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, and ``admitted`` (requests each
+    call admitted: a policy whose batches grow with the queue does more work per call there)."""
     feeder, runner = Feeder(), StepRunner()
-    us, cpu = np.empty(calls), np.empty(calls)
+    us, cpu, admitted = np.empty(calls), np.empty(calls), np.zeros(calls)
     probes, fell_back = np.empty(calls + 1), np.zeros(calls, dtype=bool)
     fb0, reasons0, dec0 = 0, Counter[str](), 0
     feeder.refill(sched, queue)
@@ -189,6 +190,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
         if timed:
             us[i - warmup], cpu[i - warmup] = dt / 1e3, dc / 1e3
             fell_back[i - warmup] = int(getattr(sched, "fallbacks", 0)) > before
+            admitted[i - warmup] = len(out.scheduled_new_reqs)
         if step:
             runner.step(sched, out)
         else:
@@ -199,7 +201,8 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     reasons.subtract(reasons0)
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0),
-            "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes}
+            "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes,
+            "admitted": admitted}
 
 
 def _positive(counts: Counter[str]) -> dict[str, int]:
