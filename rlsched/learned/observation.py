@@ -189,8 +189,9 @@ class ObservationEncoder:
 
 def _summary(groups: list[tuple[RequestRecord, int, float]],
              running: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray, dict[Any, int], float]:
-    """Counts per class x modality, work per class, requests per key and memory of the whole queue."""
-    counts, work = np.zeros(C * M), np.zeros(C)
+    """Counts per class x modality, work per class, requests per key and memory of the whole queue
+    (summed in Python floats, in the order numpy's element updates did)."""
+    counts, work = [0.0] * (C * M), [0.0] * C
     per_key: dict[Any, int] = {}
     mem = 0.0
     for rec, n, w in [*groups, *((r, 1, r.remaining_s) for r in running)]:
@@ -200,7 +201,7 @@ def _summary(groups: list[tuple[RequestRecord, int, float]],
         work[c] += w
         per_key[rec.key] = per_key.get(rec.key, 0) + n
         mem += n * rec.mem_gb
-    return counts, work, per_key, mem
+    return np.array(counts), np.array(work), per_key, mem
 
 
 def _write_slots(slots: np.ndarray, top: np.ndarray, remaining: np.ndarray, rel_slack: np.ndarray,

@@ -377,9 +377,15 @@ class ProjectedPolicy:
         if running is not None:
             util = np.where(running, util * self.config.running_bonus, util)
         key_id = _first_seen_order(rows.key_id)
-        caps = np.fromiter((self.key_cap(state, r) for r in recs), np.int64, len(recs))
-        return Items(util, rows.mem_gb, rows.tokens, key_id, caps, self._wait(rows, now),
+        return Items(util, rows.mem_gb, rows.tokens, key_id, self._key_caps(state, recs, rows), self._wait(rows, now),
                      lost=remaining > time_left)
+
+    def _key_caps(self, state: QueueView, recs: list[RequestRecord], rows: Rows) -> np.ndarray:
+        """``key_cap`` of every candidate, computed once per (key, modality) of the decision."""
+        memo: dict[tuple[int, int], int] = {}
+        caps = [memo[k] if k in memo else memo.setdefault(k, self.key_cap(state, r))
+                for k, r in zip(zip(rows.key_id.tolist(), rows.modality.tolist()), recs)]
+        return np.array(caps, dtype=np.int64)
 
     def _wait(self, rows: Rows, now: float) -> np.ndarray:
         """Waits as the projection's starvation test should see them.
