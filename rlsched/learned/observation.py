@@ -220,15 +220,18 @@ def _write_slots(slots: np.ndarray, top: np.ndarray, remaining: np.ndarray, rel_
 
 _ONE_HOT = np.concatenate([np.repeat(np.eye(C), M, axis=0), np.tile(np.eye(M), (C, 1))], axis=1)
 """Row ``cls·M + modality``: class one-hot then modality one-hot."""
-_NO_CLASS = np.full(C, np.inf)
 
 
-def _per_class(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Min slack (+inf, clipped later, for an empty class) and max wait (0) per class."""
-    low = _NO_CLASS.copy()
-    np.minimum.at(low, cls, slack)
-    high = np.zeros(C)
-    np.maximum.at(high, cls, wait)
+def _per_class(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[list[float], list[float]]:
+    """Min slack (+inf, clipped later, for an empty class) and max wait (0) per class.
+
+    In Python over a decision's few candidates (two ``ufunc.at`` calls cost more than the loop), with
+    ``np.minimum``/``np.maximum``'s rules: a NaN wins, of two equal values (0.0 and -0.0) the later."""
+    low, high = [math.inf] * C, [0.0] * C
+    for c, s, w in zip(cls.tolist(), slack.tolist(), wait.tolist(), strict=True):
+        lo, hi = low[c], high[c]
+        low[c] = lo if lo < s or lo != lo else s
+        high[c] = hi if hi > w or hi != hi else w
     return low, high
 
 
@@ -237,15 +240,21 @@ def _most_urgent(slack_s: np.ndarray) -> np.ndarray:
 
     Savable requests (slack ≥ 0) by ascending slack, then late ones (least late first);
     requests without an SLO (infinite slack) last. Ties among the chosen keep queue order.
+    Up to ``TOP_K`` candidates (no NaN) the stable sort runs in Python: the same order as numpy's.
     """
-    if slack_s.size == 1:
+    n = slack_s.size
+    if n == 1:
         return np.zeros(1, dtype=np.intp)
-    urgency = np.where(slack_s >= 0, slack_s, _LATE - slack_s)
-    if urgency.size > TOP_K:
-        part = np.argpartition(urgency, TOP_K - 1)[:TOP_K]
+    if n <= TOP_K:
+        urgency = [x if x >= 0 else _LATE - x for x in slack_s.tolist()]
+        if all(u == u for u in urgency):
+            return np.array(sorted(range(n), key=urgency.__getitem__), dtype=np.intp)
+    urgency_a = np.where(slack_s >= 0, slack_s, _LATE - slack_s)
+    if n > TOP_K:
+        part = np.argpartition(urgency_a, TOP_K - 1)[:TOP_K]
         part.sort()
-        return part[np.argsort(urgency[part], kind="stable")]
-    return np.argsort(urgency, kind="stable")
+        return part[np.argsort(urgency_a[part], kind="stable")]
+    return np.argsort(urgency_a, kind="stable")
 
 
 def _telemetry(s: TelemetrySample | None) -> tuple[float, float, float, float]:
