@@ -37,12 +37,13 @@ def candidate_batches(policy: ProjectedPolicy, state: QueueView, proposal: tuple
     items = policy.items(state, recs)
     res = replace(policy.resources(state), starvation_threshold_s=math.inf, lost_starvation_threshold_s=math.inf)
     ids = np.fromiter((r.request.id for r in recs), np.int64, len(recs))
+    fit = fitting(items, res)  # the projection's own test, for the key batches of one request
     members = [i for i, rid in enumerate(ids.tolist()) if rid in proposal]
     if members and doubled:
         key = items.key_id[members[0]]
         top = min(state.config.max_num_seqs, 2 * int(items.cap[members[0]]))
         wide = replace(items, cap=np.where(items.key_id == key, top, items.cap))
-        out.append(_key_batch(wide, res, ids, items.key_id == key, items.utility))
+        out.append(_key_batch(wide, res, ids, items.key_id == key, items.utility, fit))
     if members:
         out.append((int(ids[max(members, key=lambda i: items.utility[i])]),))
     savable = ~items.lost
@@ -50,24 +51,26 @@ def candidate_batches(policy: ProjectedPolicy, state: QueueView, proposal: tuple
         for rank in (np.array([r.deadline_s for r in recs]), np.array([r.remaining_s for r in recs])):
             first = int(np.where(savable, rank, np.inf).argmin())
             prefer = np.max(rank[np.isfinite(rank)], initial=0.0) + 1.0 - np.where(np.isfinite(rank), rank, 0.0)
-            out.append(_key_batch(items, res, ids, items.key_id == items.key_id[first], prefer))
+            out.append(_key_batch(items, res, ids, items.key_id == items.key_id[first], prefer, fit))
     # sorted(set(...)) is np.unique's order; np.unique imports numpy.ma at its first call (~80 ms,
     # inside the engine's first pick decision: a budget fallback)
-    keys = sorted(set(items.key_id.tolist()))
-    best_per_key = {k: float(items.utility[items.key_id == k].max()) for k in keys}
-    for key in sorted(best_per_key, key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
-        out.append(_key_batch(items, res, ids, items.key_id == key, items.utility))
+    best_per_key: dict[int, float] = {}
+    for k, u in zip(items.key_id.tolist(), items.utility.tolist(), strict=True):  # a key's np.max, a NaN wins
+        best = best_per_key.get(k, u)
+        best_per_key[k] = best if best >= u or best != best else u
+    for key in sorted(sorted(best_per_key), key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
+        out.append(_key_batch(items, res, ids, items.key_id == key, items.utility, fit))
     return list(dict.fromkeys(tuple(sorted(b)) for b in out if b))
 
 
 def _key_batch(items: Items, res: Resources, ids: np.ndarray, mask: np.ndarray,
-               utility: np.ndarray) -> tuple[int, ...]:
+               utility: np.ndarray, fit: np.ndarray) -> tuple[int, ...]:
     """The projection's batch among the ``mask`` requests, valued by ``utility``, as a set (in no
-    particular order: ``candidate_batches`` sorts every batch)."""
+    particular order: ``candidate_batches`` sorts every batch); ``fit``: ``fitting(items, res)``."""
     sub = np.flatnonzero(mask)
     if sub.size == 1:  # the projection of one request: it, if it fits alone
         i = int(sub[0])
-        return (int(ids[i]),) if fitting(items, res)[i] else ()
+        return (int(ids[i]),) if fit[i] else ()
     view = Items(utility[sub], items.mem_gb[sub], items.tokens_m[sub], items.key_id[sub], items.cap[sub],
                  items.wait_s[sub], None if items.lost is None else items.lost[sub])
     if takes_all(view, res):  # the projection would take them all: skip its numpy work

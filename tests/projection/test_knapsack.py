@@ -111,7 +111,8 @@ def test_one_request_key_batches_match_the_projection(state: tuple[Items, Resour
         mask[i] = True
         view = Items(items.utility[[i]], items.mem_gb[[i]], items.tokens_m[[i]], items.key_id[[i]],
                      items.cap[[i]], items.wait_s[[i]])
-        assert _key_batch(items, res, ids, mask, items.utility) == tuple(int(ids[i]) for _ in project(view, res))
+        assert _key_batch(items, res, ids, mask, items.utility, fits_alone(items, res)) == tuple(
+            int(ids[i]) for _ in project(view, res))
 
 
 def test_takes_all_cases() -> None:
