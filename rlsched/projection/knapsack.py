@@ -15,7 +15,8 @@ the key's cap, Σ tokens ≤ compute budget. ``project`` runs at every decision 
    then a bounded local search (add, 1-for-1 and 2-for-1 swaps, drop-and-refill).
 
 Up to ``few.FEW`` items the same steps run in plain Python (``rlsched.projection.few``, equal bit
-for bit): a decision's dozen candidates cost numpy's per-call overhead, not arithmetic.
+for bit): a decision's dozen candidates cost numpy's per-call overhead, not arithmetic. A change to
+the steps below must be made there too; ``tests/projection/test_few.py`` fails until it is.
 ``scripts/projection_gap.py`` measures the gap to ``rlsched.projection.exact``.
 
 Overload (``Items.lost`` marks requests that can no longer meet their SLO):
