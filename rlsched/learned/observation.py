@@ -22,6 +22,7 @@ import numpy as np
 
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.table import Rows
+from rlsched.projection.few import np_maximum, np_minimum
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RequestRecord
 from rlsched.sim.telemetry import TelemetrySample
 
@@ -229,9 +230,7 @@ def _per_class(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[li
     ``np.minimum``/``np.maximum``'s rules: a NaN wins, of two equal values (0.0 and -0.0) the later."""
     low, high = [math.inf] * C, [0.0] * C
     for c, s, w in zip(cls.tolist(), slack.tolist(), wait.tolist(), strict=True):
-        lo, hi = low[c], high[c]
-        low[c] = lo if lo < s or lo != lo else s
-        high[c] = hi if hi > w or hi != hi else w
+        low[c], high[c] = np_minimum(low[c], s), np_maximum(high[c], w)
     return low, high
 
 

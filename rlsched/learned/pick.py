@@ -46,6 +46,7 @@ from rlsched.policies.base import PolicySpec
 from rlsched.policies.candidates import candidate_batches
 from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action
 from rlsched.policies.static import load_static
+from rlsched.projection.few import np_maximum
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import CLASS_INDEX, RequestRecord
 from rlsched.sim.simulator import Decision
@@ -119,8 +120,7 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
                 late += w
             if remaining > time_left:
                 lost += w
-            own = multiple * (time_left + now - q.arrival_s)
-            own = own if own != own or own > threshold else threshold  # np.maximum: NaN wins
+            own = np_maximum(threshold, multiple * (time_left + now - q.arrival_s))
             starving |= (now - q.arrival_s) > own
             oldest = min(oldest, q.arrival_s)
             work += remaining

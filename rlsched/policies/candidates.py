@@ -17,6 +17,7 @@ import numpy as np
 
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.projection import Items, Resources, project, takes_all
+from rlsched.projection.few import np_maximum
 from rlsched.projection.knapsack import fitting
 from rlsched.sim.view import QueueView, batch_problem
 
@@ -55,9 +56,8 @@ def candidate_batches(policy: ProjectedPolicy, state: QueueView, proposal: tuple
     # sorted(set(...)) is np.unique's order; np.unique imports numpy.ma at its first call (~80 ms,
     # inside the engine's first pick decision: a budget fallback)
     best_per_key: dict[int, float] = {}
-    for k, u in zip(items.key_id.tolist(), items.utility.tolist(), strict=True):  # a key's np.max, a NaN wins
-        best = best_per_key.get(k, u)
-        best_per_key[k] = best if best >= u or best != best else u
+    for k, u in zip(items.key_id.tolist(), items.utility.tolist(), strict=True):  # a key's np.max
+        best_per_key[k] = np_maximum(best_per_key.get(k, u), u)
     for key in sorted(sorted(best_per_key), key=best_per_key.__getitem__, reverse=True)[:NEXT_KEYS + 1]:
         out.append(_key_batch(items, res, ids, items.key_id == key, items.utility, fit))
     return list(dict.fromkeys(tuple(sorted(b)) for b in out if b))

@@ -5,7 +5,7 @@ the shipped scenarios, four in the plugin bench), and there ``project``'s ~60 nu
 ~1–2 µs each however few the items: in plain Python the same work is a few list passes.
 
 Equal bit for bit means the same comparisons on the same float64 numbers and every sum added
-in numpy's order: ``np.add.reduce`` is pairwise (``_np_sum``: sequential below 8 terms, eight
+in numpy's order: ``np.add.reduce`` is pairwise (``np_sum``: sequential below 8 terms, eight
 running sums above), ``np.add.reduceat`` adds its first term to the pairwise sum of the rest,
 ``np.add.accumulate`` is sequential. Sorts keep numpy's stable ties (``sorted`` is stable).
 Where numpy's path would do what this does not (local search over a key with mixed sizes, a
@@ -28,14 +28,18 @@ FEW = 16
 _INF = math.inf
 
 
-def _np_sum(xs: list[float]) -> float:
+# ------------------------------------------------ numpy's float rules on Python floats
+# (also used where other decision code replaced small numpy calls by loops: the same values)
+
+
+def np_sum(xs: list[float]) -> float:
     """``np.add.reduce`` of ``xs`` (float64), term for term: numpy's pairwise summation."""
     return _pairwise(xs, 0, len(xs))
 
 
 def _segment_sum(xs: list[float]) -> float:
     """``np.add.reduceat``'s sum of one segment: its first term plus numpy's sum of the rest."""
-    return xs[0] + _np_sum(xs[1:]) if len(xs) > 1 else xs[0]
+    return xs[0] + np_sum(xs[1:]) if len(xs) > 1 else xs[0]
 
 
 def _pairwise(a: list[float], lo: int, n: int) -> float:
@@ -61,9 +65,14 @@ def _pairwise(a: list[float], lo: int, n: int) -> float:
     return _pairwise(a, lo, half) + _pairwise(a, lo + half, n - half)
 
 
-def _maximum(a: float, b: float) -> float:
-    """``np.maximum`` of two floats (a NaN wins)."""
-    return a if a >= b or a != a else b
+def np_maximum(a: float, b: float) -> float:
+    """``np.maximum(a, b)`` of two floats: a NaN wins; of two equal values (0.0 and -0.0) the second."""
+    return a if a > b or a != a else b
+
+
+def np_minimum(a: float, b: float) -> float:
+    """``np.minimum(a, b)`` of two floats: a NaN wins; of two equal values (0.0 and -0.0) the second."""
+    return a if a < b or a != a else b
 
 
 class _Few:
@@ -84,15 +93,15 @@ class _Few:
         res = self.res
         m = self.mem[i]
         share = m * (1.0 / res.memory_gb) if res.memory_gb > 0 else (1.0 if m > 0 else 0.0)
-        size = _maximum(share, 1.0 / self.cap[i])
+        size = np_maximum(share, 1.0 / self.cap[i])
         if self.tokens_bound and self.budget > 0:
-            size = _maximum(size, self.tok[i] * (1.0 / self.budget))
+            size = np_maximum(size, self.tok[i] * (1.0 / self.budget))
         return size
 
     def within_budget(self, chosen: list[int]) -> bool:
-        if not _np_sum([self.mem[i] for i in chosen]) <= self.res.memory_gb:
+        if not np_sum([self.mem[i] for i in chosen]) <= self.res.memory_gb:
             return False
-        return not self.tokens_bound or _np_sum([self.tok[i] for i in chosen]) <= self.budget
+        return not self.tokens_bound or np_sum([self.tok[i] for i in chosen]) <= self.budget
 
 
 def project_few(items: Items, res: Resources) -> list[int] | None:
@@ -155,7 +164,7 @@ def _refine(f: _Few, index: list[int], forced: int) -> list[int] | None:
     take = _fill(f, mem, tok, cap, [False] * len(index))
     if forced == 0:
         best = util.index(max(util))
-        if util[best] > _np_sum([u for u, t in zip(util, take, strict=True) if t]):
+        if util[best] > np_sum([u for u, t in zip(util, take, strict=True) if t]):
             seed = [False] * len(index)
             seed[best] = True
             take = _fill(f, mem, tok, cap, seed)
@@ -165,8 +174,8 @@ def _refine(f: _Few, index: list[int], forced: int) -> list[int] | None:
 def _fill(f: _Few, mem: list[float], tok: list[float], cap: int, take: list[bool]) -> list[bool]:
     """``knapsack.fill``: add candidates in order while they fit."""
     take = list(take)
-    used_mem = _np_sum([m for m, t in zip(mem, take, strict=True) if t])
-    used_tok = _np_sum([x for x, t in zip(tok, take, strict=True) if t])
+    used_mem = np_sum([m for m, t in zip(mem, take, strict=True) if t])
+    used_tok = np_sum([x for x, t in zip(tok, take, strict=True) if t])
     count, smallest = sum(take), min(mem)
     mem_gb, budget = f.res.memory_gb, f.budget
     for i, (m, t) in enumerate(zip(mem, tok, strict=True)):
@@ -245,8 +254,8 @@ def _ride_along(f: _Few, chosen: list[int], pool: list[bool]) -> list[int]:
     extra = [i for i, p in enumerate(pool) if p and f.key[i] == key]
     if room <= 0 or not extra:
         return chosen
-    used_mem = _np_sum([f.mem[i] for i in chosen])
-    used_tok = _np_sum([f.tok[i] for i in chosen])
+    used_mem = np_sum([f.mem[i] for i in chosen])
+    used_tok = np_sum([f.tok[i] for i in chosen])
     out = list(chosen)
     mem_gb, budget = f.res.memory_gb, f.budget
     for i in sorted(extra, key=lambda i: -f.u[i]):

@@ -419,7 +419,7 @@ def takes_all(items: Items, res: Resources) -> bool:
     lost request past the hard bound (that tier would be served alone). ``project`` then returns
     every item (in its own order), so a caller that needs the set, not the order, can skip it:
     most of a decision's ``candidate_batches`` are such key batches of one to a few requests, and
-    the projection's numpy calls cost ~40 µs each however few the items."""
+    this test costs ~10 µs where ``project`` of three items costs ~20 µs even on its plain-Python path."""
     n = len(items)
     if n == 0 or n > int(items.cap.min()) or not _all(items.key_id == items.key_id[0]):
         return False

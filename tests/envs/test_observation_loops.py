@@ -13,10 +13,10 @@ FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 
 
 
 def _per_class_numpy(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    low = np.full(C, np.inf)
-    np.minimum.at(low, cls, slack)
-    high = np.zeros(C)
-    np.maximum.at(high, cls, wait)
+    low, high = np.full(C, np.inf), np.zeros(C)
+    with np.errstate(invalid="ignore"):  # a NaN input is part of what is compared
+        np.minimum.at(low, cls, slack)
+        np.maximum.at(high, cls, wait)
     return low, high
 
 

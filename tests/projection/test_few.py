@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlsched.projection import Items, Resources, project
-from rlsched.projection.few import FEW, _np_sum, _segment_sum, project_few
+from rlsched.projection.few import FEW, _segment_sum, np_maximum, np_minimum, np_sum, project_few
 from rlsched.projection.instances import random_instance
 from rlsched.projection.knapsack import project_arrays
 
@@ -96,8 +96,16 @@ def test_segment_sum_is_reduceat() -> None:
 
 
 @pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 15, 16, 17, 127, 128, 129, 300, 1000])
-def test_np_sum_adds_in_numpy_order(n: int) -> None:
+def testnp_sum_adds_in_numpy_order(n: int) -> None:
     rng = np.random.default_rng(n)
     for _ in range(50):
         a = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
-        assert _np_sum(a.tolist()) == float(np.add.reduce(a))
+        assert np_sum(a.tolist()) == float(np.add.reduce(a))
+
+
+def test_np_maximum_and_minimum_follow_numpy() -> None:
+    values = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan]
+    for a in values:
+        for b in values:
+            assert np.array(np_maximum(a, b)).tobytes() == np.maximum(a, b).tobytes(), (a, b)
+            assert np.array(np_minimum(a, b)).tobytes() == np.minimum(a, b).tobytes(), (a, b)
