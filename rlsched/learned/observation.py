@@ -8,9 +8,9 @@ in queue order, ``running``, ``config``, ``cost``). The layout is pinned by
 
 Scaling keeps every entry in [-5, 5] (clipped) without per-scenario statistics:
 counts and durations are ``log1p``-scaled, slack is measured in units of the
-request's own standalone time and squashed with ``asinh``. Costs are vectorised:
-per-request figures come from a ``RecordTable`` (read once per request), the top-K
-from ``argpartition``.
+request's own standalone time and squashed with ``asinh``. Per-request figures come
+from a ``RecordTable`` (read once per request); the arithmetic over a decision's few
+candidates runs on Python floats, ``log1p``/``asinh`` once each over all of them.
 """
 
 from __future__ import annotations
@@ -165,31 +165,44 @@ class ObservationEncoder:
 
         Counts, work, distinct keys and memory describe the whole queue (from the policy's
         per-group summary); slack, wait and the top-K come from the candidates, which hold
-        every group's most urgent savable and most overdue lost requests."""
+        every group's most urgent savable and most overdue lost requests.
+
+        A decision has a few candidates, so the arithmetic runs on Python floats (the same IEEE
+        operations, in the same order, as the numpy formulas they replaced) and the two
+        transcendental functions run once each, as numpy ufuncs over every value that needs them
+        (an element's ``log1p`` does not depend on its neighbours): three numpy calls, not forty."""
         now = state.now
         rows = self.rows = self.table.gather(recs)
-        remaining = rows.remaining_s(recs, state.config.step_mode)
-        slack = self.slack_s = rows.deadline_s - now - remaining
-        rel = np.arcsinh(slack / np.maximum(rows.work_s, 1e-9))
-        wait = np.log1p((now - rows.arrival_s) * (1.0 / WAIT_SCALE_S))
-        cls = rows.cls
-        cm = cls * M + rows.modality
-        counts, work, per_key, mem = _summary(self.policy.queue_summary(state), recs[n_wait:])
-        out[_COUNTS:_COUNTS + C * M] = np.log1p(counts)
-        out[_WORK:_WORK + C] = np.log1p(work * (1.0 / WORK_SCALE_S))
+        work, steps = rows.work_s.tolist(), rows.num_steps.tolist()
+        if state.config.step_mode:
+            remaining = [w * (s - r.steps_done) / s for w, s, r in zip(work, steps, recs, strict=True)]
+        else:  # nothing waiting has run yet
+            remaining = [w * s / s for w, s in zip(work, steps, strict=True)]
+        slack = [d - now - r for d, r in zip(rows.deadline_s.tolist(), remaining, strict=True)]
+        self.slack_s = np.array(slack)
+        rel = np.arcsinh([s / np_maximum(w, 1e-9) for s, w in zip(slack, work, strict=True)]).tolist()
+        counts, work_c, per_key, mem = _summary(self.policy.queue_summary(state), recs[n_wait:])
+        top = _most_urgent(slack) if with_slots else []
+        n = len(recs)
+        logs = np.log1p([*((now - a) * (1.0 / WAIT_SCALE_S) for a in rows.arrival_s.tolist()), *counts,
+                         *(w * (1.0 / WORK_SCALE_S) for w in work_c),
+                         *(remaining[t] * (1.0 / WORK_SCALE_S) for t in top),
+                         *(float(per_key[recs[t].key]) for t in top)]).tolist()
+        wait, at = logs[:n], n + C * M
+        out[_COUNTS:_COUNTS + C * M] = logs[n:at]
+        out[_WORK:_WORK + C] = logs[at:at + C]
+        cls = rows.cls.tolist()
         out[_SLACK:_SLACK + C], out[_WAIT:_WAIT + C] = _per_class(cls, rel, wait)
-        if not with_slots:
-            return len(per_key), mem, int(counts.sum())
-        key_count = np.fromiter((per_key[r.key] for r in recs), np.float64, len(recs))
-        top = _most_urgent(slack)
-        slots = out[_SLOTS:_SLOTS + top.size * _F].reshape(top.size, _F)
-        slots[:, :C + M] = _ONE_HOT[cm[top]]
-        _write_slots(slots, top, remaining, rel, wait, rows.key_id, key_count, n_wait)
-        return len(per_key), mem, int(counts.sum())
+        if with_slots:
+            at += C
+            out[_SLOTS:_SLOTS + len(top) * _F] = _slots(top, cls, rows.modality.tolist(), rows.key_id.tolist(),
+                                                        rel, wait, logs[at:at + len(top)], logs[at + len(top):],
+                                                        n_wait)
+        return len(per_key), mem, int(sum(counts))
 
 
 def _summary(groups: list[tuple[RequestRecord, int, float]],
-             running: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray, dict[Any, int], float]:
+             running: list[RequestRecord]) -> tuple[list[float], list[float], dict[Any, int], float]:
     """Counts per class x modality, work per class, requests per key and memory of the whole queue
     (summed in Python floats, in the order numpy's element updates did)."""
     counts, work = [0.0] * (C * M), [0.0] * C
@@ -202,58 +215,57 @@ def _summary(groups: list[tuple[RequestRecord, int, float]],
         work[c] += w
         per_key[rec.key] = per_key.get(rec.key, 0) + n
         mem += n * rec.mem_gb
-    return np.array(counts), np.array(work), per_key, mem
+    return counts, work, per_key, mem
 
 
-def _write_slots(slots: np.ndarray, top: np.ndarray, remaining: np.ndarray, rel_slack: np.ndarray,
-                 wait: np.ndarray, key: np.ndarray, key_count: np.ndarray, n_wait: int) -> None:
-    """Fill the per-request entries after the one-hots, one top-K slot per row (``key_count``:
-    requests of each candidate's key)."""
-    slots[:, _S_WORK] = np.log1p(remaining[top] * (1.0 / WORK_SCALE_S))
-    slots[:, _S_SLACK] = rel_slack[top]
-    slots[:, _S_WAIT] = wait[top]
-    top_key = key[top]
-    slots[:, _S_SAME] = top_key == top_key[0]
-    slots[:, _S_RUN] = top >= n_wait
-    slots[:, _S_KEYS] = np.log1p(key_count[top])
-    slots[:, _S_VALID] = 1.0
+def _slots(top: list[int], cls: list[int], modality: list[int], key: list[int], rel_slack: list[float],
+           wait: list[float], work: list[float], key_count: list[float], n_wait: int) -> list[float]:
+    """The top-K slots, flat: per chosen candidate its class and modality one-hots, then its entries
+    (``work`` and ``key_count``: already scaled, one per slot; the others indexed by candidate)."""
+    flat = [0.0] * (len(top) * _F)
+    key0 = key[top[0]]
+    for j, t in enumerate(top):
+        b = j * _F
+        flat[b + cls[t]] = flat[b + C + modality[t]] = 1.0
+        flat[b + _S_WORK], flat[b + _S_SLACK], flat[b + _S_WAIT] = work[j], rel_slack[t], wait[t]
+        flat[b + _S_SAME], flat[b + _S_RUN] = float(key[t] == key0), float(t >= n_wait)
+        flat[b + _S_KEYS], flat[b + _S_VALID] = key_count[j], 1.0
+    return flat
 
 
-_ONE_HOT = np.concatenate([np.repeat(np.eye(C), M, axis=0), np.tile(np.eye(M), (C, 1))], axis=1)
-"""Row ``cls·M + modality``: class one-hot then modality one-hot."""
-
-
-def _per_class(cls: np.ndarray, slack: np.ndarray, wait: np.ndarray) -> tuple[list[float], list[float]]:
+def _per_class(cls: list[int], slack: list[float], wait: list[float]) -> tuple[list[float], list[float]]:
     """Min slack (+inf, clipped later, for an empty class) and max wait (0) per class.
 
     In Python over a decision's few candidates (two ``ufunc.at`` calls cost more than the loop), with
     ``np.minimum``/``np.maximum``'s rules: a NaN wins, of two equal values (0.0 and -0.0) the later."""
     low, high = [math.inf] * C, [0.0] * C
-    for c, s, w in zip(cls.tolist(), slack.tolist(), wait.tolist(), strict=True):
+    for c, s, w in zip(cls, slack, wait, strict=True):
         low[c], high[c] = np_minimum(low[c], s), np_maximum(high[c], w)
     return low, high
 
 
-def _most_urgent(slack_s: np.ndarray) -> np.ndarray:
+def _most_urgent(slack_s: list[float]) -> list[int]:
     """Indices of the ``TOP_K`` most urgent candidates, most urgent first.
 
     Savable requests (slack ≥ 0) by ascending slack, then late ones (least late first);
     requests without an SLO (infinite slack) last. Ties among the chosen keep queue order.
-    Up to ``TOP_K`` candidates (no NaN) the stable sort runs in Python: the same order as numpy's.
+    Up to ``TOP_K`` candidates (no NaN) the stable sort runs in Python: the same order as numpy's;
+    beyond, numpy's ``argpartition`` (which of tied values at the cut it keeps is numpy's own rule).
     """
-    n = slack_s.size
+    n = len(slack_s)
     if n == 1:
-        return np.zeros(1, dtype=np.intp)
+        return [0]
     if n <= TOP_K:
-        urgency = [x if x >= 0 else _LATE - x for x in slack_s.tolist()]
+        urgency = [x if x >= 0 else _LATE - x for x in slack_s]
         if all(u == u for u in urgency):
-            return np.array(sorted(range(n), key=urgency.__getitem__), dtype=np.intp)
-    urgency_a = np.where(slack_s >= 0, slack_s, _LATE - slack_s)
+            return sorted(range(n), key=urgency.__getitem__)
+    s = np.array(slack_s)
+    urgency_a = np.where(s >= 0, s, _LATE - s)
     if n > TOP_K:
         part = np.argpartition(urgency_a, TOP_K - 1)[:TOP_K]
         part.sort()
-        return part[np.argsort(urgency_a[part], kind="stable")]
-    return np.argsort(urgency_a, kind="stable")
+        return part[np.argsort(urgency_a[part], kind="stable")].tolist()
+    return np.argsort(urgency_a, kind="stable").tolist()
 
 
 def _telemetry(s: TelemetrySample | None) -> tuple[float, float, float, float]:
