@@ -26,7 +26,7 @@ import numpy as np
 from rlsched.argtypes import int_list
 from rlsched.bench import bench, percentiles_us
 from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.config import DECISION_THREADS, PluginConfig
 
 POLICIES = ("fifo", "edf", "sjf", "seed-composite", "static:agents/tuned/default.json", "rl:checkpoints/default",
             "pick:checkpoints/pick;static=agents/tuned/default.json")
@@ -80,7 +80,12 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
     rounds = getattr(args, "rounds", 1)
     if rounds < 1:
         raise ConfigError("--rounds", f"must be >= 1, not {rounds}")
-    return {"policies": policies, "queues": queues, "modes": modes, "calls": calls, "rounds": rounds}
+    threads = [t for t in (getattr(args, "decision_threads", "") or "").split(",") if t] or ["auto"]
+    bad = sorted(set(threads) - set(DECISION_THREADS))
+    if bad:
+        raise ConfigError("--decision-threads", f"unknown values {bad} (known: {', '.join(DECISION_THREADS)})")
+    return {"policies": policies, "queues": queues, "modes": modes, "calls": calls, "rounds": rounds,
+            "threads": threads}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -88,6 +93,7 @@ def table(result: dict[str, Any]) -> str:
     head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "+median µs",
             "admitted/call", "disturbed calls", "fallbacks")
     lines = [tuple(head)]
+    several = len(result.get("decision_threads", ["auto"])) > 1
     for r in result["rows"]:
         reasons = ", ".join(f"{k} {v}" for k, v in r["fallback_reasons"].items())
         warm = ", ".join(f"{k} {v}" for k, v in r.get("warmup_fallback_reasons", {}).items())
@@ -96,7 +102,8 @@ def table(result: dict[str, Any]) -> str:
         native = r["policy"] == "vllm-omni"
         if r["fallbacks_disturbed"]:
             fb += f"; {r['fallbacks_disturbed']} in disturbed calls"
-        lines.append((r["mode"], r["policy"] + (" (native)" if native else ""), f"{r['queue']:,}",
+        label = r["policy"] + (" (native)" if native else f" [{r['decision_thread']}]" if several else "")
+        lines.append((r["mode"], label, f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
                       f"{r['p99_undisturbed_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",
                       f"{r['admitted_per_call']:.2f}", str(r["disturbed"]), "" if native else fb))
@@ -122,8 +129,10 @@ def table(result: dict[str, Any]) -> str:
 
 def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
             calls: int = CALLS, warmup: int = WARMUP, progress: Callable[[str], None] | None = None,
-            rounds: int = 1) -> dict[str, Any]:
-    """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy.
+            rounds: int = 1, threads: Sequence[str] = ("auto",)) -> dict[str, Any]:
+    """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy, once per
+    ``threads`` value (``PluginConfig.decision_thread``; interleaved cell by cell, so that two of them
+    meet the same machine; each row's ``decision_thread``).
 
     ``rounds`` > 1 runs the whole grid again, queue depths in reverse order every other round,
     and pools each cell's calls (``calls`` × ``rounds`` per row): on a machine whose speed drifts
@@ -138,36 +147,37 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     if bad:
         raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
     o = _load()
-    timed: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    cells = [(NATIVE, ""), *((p, t) for p in policies for t in threads)]
+    timed: dict[tuple[str, int, str, str], list[dict[str, Any]]] = {}
     for n in range(rounds):
         for mode in modes:
             step = mode == "step"
             for queue in (queues if n % 2 == 0 else list(reversed(queues))):
-                for policy in (NATIVE, *policies):
-                    sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step)
+                for policy, thread in cells:
+                    sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step, thread)
                     gc.collect()  # the previous cell's garbage is not this cell's cost
                     try:
-                        timed.setdefault((mode, queue, policy), []).append(
+                        timed.setdefault((mode, queue, policy, thread), []).append(
                             o.time_cell(sched, queue, step, calls, warmup))
                     finally:
                         o.close(sched)
                     if progress is not None:
-                        progress(f"{mode} {policy} @{queue}")
+                        progress(f"{mode} {policy} @{queue}" + (f" [{thread}]" if thread and len(threads) > 1 else ""))
     rows: list[dict[str, Any]] = []
     for mode in modes:
         for queue in queues:
             native_p50 = None
-            for policy in (NATIVE, *policies):
-                cell = _summarize(_pool(timed[(mode, queue, policy)]))
+            for policy, thread in cells:
+                cell = _summarize(_pool(timed[(mode, queue, policy, thread)]))
                 if policy == NATIVE:
                     native_p50 = cell["p50_us"]
                 cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
-                rows.append({"mode": mode, "policy": policy, "queue": queue, **cell})
+                rows.append({"mode": mode, "policy": policy, "queue": queue, "decision_thread": thread, **cell})
     settings = PluginConfig()
     return {"bench": "plugin", "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
             "calls": calls * rounds, "rounds": rounds, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
             "decision_budget_ms": settings.decision_budget_ms,
-            "decision_deadline_ms": settings.decision_deadline_ms, "rows": rows}
+            "decision_deadline_ms": settings.decision_deadline_ms, "decision_threads": list(threads), "rows": rows}
 
 
 def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,7 +219,7 @@ def plugin_speed(args: argparse.Namespace) -> dict[str, Any]:
     for spec in kw["policies"]:
         make_policy(spec)  # a typo fails here, not after minutes of other cells
     _load()
-    cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) + 1) * kw["rounds"]
+    cells = len(kw["modes"]) * len(kw["queues"]) * (len(kw["policies"]) * len(kw["threads"]) + 1) * kw["rounds"]
     with _progress(cells) as advance:
         return measure(progress=advance, **kw)
 

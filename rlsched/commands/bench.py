@@ -24,6 +24,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queues", default="", help="plugin: comma-separated waiting-queue depths "
                                                 "(default 16,256,1024,4096)")
     p.add_argument("--modes", default="request,step", help="plugin: request, step or both")
+    p.add_argument("--decision-threads", default="auto",
+                   help="plugin: comma-separated PluginConfig.decision_thread values to time side by side, "
+                        "interleaved (auto, engine, worker; default auto, as served)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 

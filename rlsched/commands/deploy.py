@@ -19,7 +19,7 @@ from rlsched.commands.args import (
     write_atomic,
 )
 from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import EXTRAS_KEY, PluginConfig
+from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig
 from rlsched.integrations.vllm_omni.router import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.router import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
@@ -58,7 +58,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decision-budget-ms", type=float, default=5.0,
                    help="a slower decision is discarded and FIFO schedules that call (<= --decision-deadline-ms)")
     p.add_argument("--decision-deadline-ms", type=float, default=100.0,
-                   help="schedule() never waits longer for a decision; a policy that overran is not called again")
+                   help="a decision is interrupted past it: FIFO serves, backs off, then the policy decides again")
+    p.add_argument("--decision-thread", default="auto", choices=DECISION_THREADS,
+                   help="where decide() runs: engine (no thread hand-off; a watchdog interrupts a Python "
+                        "decision past the deadline), worker (bounds any decision, sleeps and I/O included, at "
+                        "two thread wake-ups a call), auto (default: engine for rlsched's own policies, worker "
+                        "for any other)")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="1..65535: serve rlsched_* metrics on this port (with --replicas R: each replica on the "
                         "first free one of this port .. +R-1, labelled rlsched_replica_info{devices})")
@@ -105,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     settings = PluginConfig(
         policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
-        decision_deadline_ms=args.decision_deadline_ms, metrics_port=args.metrics_port,
+        decision_deadline_ms=args.decision_deadline_ms, decision_thread=args.decision_thread,
+        metrics_port=args.metrics_port,
         metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale)
     if settings.decision_budget_ms > settings.decision_deadline_ms:
         raise ConfigError("--decision-budget-ms", f"{settings.decision_budget_ms:g} exceeds --decision-deadline-ms "

@@ -1,11 +1,20 @@
-"""DeadlineRunner: a decision that sleeps or loops cannot hold the caller past the deadline."""
+"""DeadlineRunner: a decision that sleeps or loops cannot hold the caller past the deadline.
+InlineRunner: one that loops is interrupted on the caller's thread, and the interrupt never
+lands outside the call."""
 
 import threading
 import time
 
 import pytest
 
-from rlsched.integrations.vllm_omni.deadline import DeadlineRunner, DecisionTimeout, PolicyAbort
+from rlsched.integrations.vllm_omni.deadline import (
+    DeadlineRunner,
+    DecisionTimeout,
+    InlineRunner,
+    PolicyAbort,
+    runner_for,
+)
+from rlsched.policies.baselines import Fifo
 
 
 def wait_until(cond, timeout_s: float = 5.0) -> bool:
@@ -15,8 +24,9 @@ def wait_until(cond, timeout_s: float = 5.0) -> bool:
     return cond()
 
 
-def test_results_and_exceptions_pass_through() -> None:
-    runner = DeadlineRunner(5.0)
+@pytest.mark.parametrize("kind", [DeadlineRunner, InlineRunner])
+def test_results_and_exceptions_pass_through(kind) -> None:
+    runner = kind(5.0)
     assert runner.call(lambda x: x + 1, 41) == 42
     with pytest.raises(ZeroDivisionError):
         runner.call(lambda x: 1 / x, 0)
@@ -24,10 +34,11 @@ def test_results_and_exceptions_pass_through() -> None:
     runner.close()
 
 
+@pytest.mark.parametrize("kind", [DeadlineRunner, InlineRunner])
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
-def test_a_non_exception_from_decide_stops_at_the_runner(exc) -> None:
+def test_a_non_exception_from_decide_stops_at_the_runner(exc, kind) -> None:
     """Caught: ``SystemExit``/``KeyboardInterrupt`` raised by ``decide`` propagated out of schedule()."""
-    runner = DeadlineRunner(5.0)
+    runner = kind(5.0)
 
     def boom(_):
         raise exc
@@ -77,3 +88,66 @@ def test_worker_is_a_daemon_thread() -> None:
     runner = DeadlineRunner(1.0)
     assert runner._thread.daemon and runner._thread in threading.enumerate()
     runner.close()
+
+
+def _spin(_):
+    spins = []
+    while True:
+        spins.append(1)
+        del spins[:]
+
+
+def test_inline_a_looping_call_is_interrupted_on_the_callers_thread() -> None:
+    runner = InlineRunner(0.05)
+    callers = []
+    t0 = time.perf_counter()
+    with pytest.raises(DecisionTimeout, match="50 ms"):
+        runner.call(lambda x: (callers.append(threading.get_ident()), _spin(x)), None)
+    assert time.perf_counter() - t0 < 0.5 and callers == [threading.get_ident()]
+    assert not runner.busy and runner.overruns == 1
+    assert runner.call(lambda x: x + 1, 1) == 2  # and it serves again at once
+    runner.close()
+    assert wait_until(lambda: not runner._thread.is_alive())
+
+
+def test_inline_a_call_that_swallows_the_interrupt_is_still_a_timeout() -> None:
+    def stubborn(_):
+        try:
+            _spin(None)
+        except DecisionTimeout:
+            return "late"
+
+    runner = InlineRunner(0.05)
+    with pytest.raises(DecisionTimeout):
+        runner.call(stubborn, None)
+    runner.close()
+
+
+def test_inline_the_interrupt_never_lands_after_the_call() -> None:
+    """Calls that end right at the deadline, many times: whichever side wins, the interrupt is
+    raised inside ``call`` or cleared there, never in the caller's code after it."""
+    runner = InlineRunner(0.002)
+    runner.poll_s = 0.0005
+    outcomes = set()
+    for i in range(300):  # from well inside the deadline to well past it, around it most often
+        try:
+            runner.call(lambda s: time.sleep(s) or sum(range(2000)), 0.004 * (i % 20) / 19)
+            outcomes.add("value")
+        except DecisionTimeout:
+            outcomes.add("timeout")
+        t0 = time.perf_counter()  # a pending interrupt would land in this loop
+        while time.perf_counter() - t0 < 0.001:
+            pass
+    assert outcomes == {"value", "timeout"}  # both sides of the race were taken
+    runner.close()
+
+
+def test_auto_runs_shipped_policies_inline_and_any_other_on_a_worker() -> None:
+    class Custom:
+        pass
+
+    runners = [runner_for(Fifo(), "auto", 1.0), runner_for(Custom(), "auto", 1.0),
+               runner_for(Custom(), "engine", 1.0), runner_for(Fifo(), "worker", 1.0)]
+    assert [type(r) for r in runners] == [InlineRunner, DeadlineRunner, InlineRunner, DeadlineRunner]
+    for r in runners:
+        r.close()

@@ -67,6 +67,7 @@ def test_config_from_extras_env_and_defaults() -> None:
     ({"rlsched": {"slo_scales": {"vip": 2}}}, "slo_scales"),
     ({"rlsched": {"decision_budget_ms": math.nan}}, "decision_budget_ms"),
     ({"rlsched": {"default_height": 0}}, "default_height"),
+    ({"rlsched": {"decision_thread": "gpu"}}, "decision_thread"),
     ({"rlsched": ["edf"]}, "extras.rlsched"),
 ])
 def test_config_errors_name_the_field(extras, field) -> None:

@@ -77,7 +77,10 @@ def test_table_and_command_line(result: dict) -> None:
     assert len(text.splitlines()) == 3 + len(result["rows"])  # title, head, rule, rows
     kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1))
     assert kw == {"policies": list(bench.POLICIES), "queues": [16, 256, 1024, 4096], "modes": ["step"],
-                  "calls": bench.CALLS, "rounds": 1}
+                  "calls": bench.CALLS, "rounds": 1, "threads": ["auto"]}
+    with pytest.raises(ConfigError, match="--decision-threads"):
+        bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1,
+                                       decision_threads="auto,gpu"))
     with pytest.raises(ConfigError, match="--modes"):
         bench.parse(argparse.Namespace(policies="", queues="", modes="request,wave", calls=None, rounds=1))
     with pytest.raises(ConfigError, match="--rounds"):
@@ -95,3 +98,16 @@ def test_rounds_pool_each_cells_calls() -> None:
         ("vllm-omni", 8, 6), ("fifo", 8, 6), ("vllm-omni", 16, 6), ("fifo", 16, 6)]
     assert result["calls"] == 6 and result["rounds"] == 2
     assert "2 rounds" in bench.table(result)
+
+
+def test_decision_threads_are_timed_side_by_side() -> None:
+    """``--decision-threads engine,worker``: both runners in every cell, interleaved; the rows say which."""
+    labels: list[str] = []
+    result = measure(policies=("edf",), queues=(8,), modes=("request",), calls=3, warmup=1,
+                     progress=labels.append, threads=("engine", "worker"))
+    assert labels == ["request vllm-omni @8", "request edf @8 [engine]", "request edf @8 [worker]"]
+    assert [(r["policy"], r["decision_thread"]) for r in result["rows"]] == [
+        ("vllm-omni", ""), ("edf", "engine"), ("edf", "worker")]
+    assert all(r["fallbacks"] == 0 for r in result["rows"])
+    text = bench.table(result)
+    assert "edf [engine]" in text and "edf [worker]" in text

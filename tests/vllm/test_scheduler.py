@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 
 import pytest
@@ -358,14 +359,16 @@ def _loop_forever(state) -> Decision:
         n += 1
 
 
-@pytest.mark.parametrize("fn", [_sleep_2s, _loop_forever], ids=["slow-2s", "looping"])
-def test_slow_or_looping_policy_cannot_block_schedule(fn) -> None:
+@pytest.mark.parametrize("fn, thread", [(_sleep_2s, "worker"), (_loop_forever, "worker"), (_loop_forever, "engine")],
+                         ids=["slow-2s", "looping", "looping-on-the-engine-thread"])
+def test_slow_or_looping_policy_cannot_block_schedule(fn, thread) -> None:
     """Every call is bounded by the deadline; FIFO serves while the overrun call still runs and
-    through the back-off, and the same waves come out as vLLM-Omni's own."""
+    through the back-off, and the same waves come out as vLLM-Omni's own. On the engine thread
+    the watchdog's interrupt ends the loop inside the decision, never in vLLM-Omni's code."""
     def reqs():
         return [mk_req("A"), mk_req("B", 1024), mk_req("C")]
     policy = Fixed(fn)
-    sched = plugin(policy, deadline_ms=50)
+    sched = plugin(policy, deadline_ms=50, decision_thread=thread)
     for r in reqs():
         sched.add_request(r)
     t0 = time.perf_counter()
@@ -379,6 +382,23 @@ def test_slow_or_looping_policy_cannot_block_schedule(fn) -> None:
     assert [new_ids(first)] + rest == fifo_waves(reqs)
     assert set(sched.fallback_reasons) <= {"timeout", "busy", "backoff"}
     assert _metric(sched, "rlsched_fallbacks_total", reason="timeout") == sched.fallback_reasons["timeout"]
+
+
+def test_shipped_policies_decide_on_the_engine_thread_others_on_a_worker() -> None:
+    """``decision_thread`` "auto": no thread hand-off for rlsched's own policies (two wake-ups a
+    call: the largest piece of an rl decision's cost in the engine on a shared machine)."""
+    seen = []
+
+    def record(policy):
+        decide = policy.decide
+        policy.decide = lambda state: (seen.append(threading.get_ident()), decide(state))[1]
+
+    for policy in ("edf", Fixed(lambda state: Decision(tuple(state.waiting)[:1]))):
+        sched = plugin(policy)
+        record(sched.policy)
+        sched.add_request(mk_req("A"))
+        assert new_ids(sched.schedule()) == ["A"] and not sched.fallbacks
+    assert seen[0] == threading.get_ident() != seen[1]
 
 
 def test_an_overrun_backs_off_then_the_policy_serves_again() -> None:

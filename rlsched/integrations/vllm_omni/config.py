@@ -19,6 +19,8 @@ EXTRAS_KEY = "rlsched"
 ENV_VARS = {"policy": "RLSCHED_POLICY", "profile": "RLSCHED_PROFILE"}
 DEFAULT_SLO_SCALES = {"realtime": 2.0, "batch": 3.0, "background": 10.0}
 """Same scales as ``envs/default.yaml``; 3 is vLLM-Omni's diffusion-benchmark default."""
+DECISION_THREADS = ("auto", "engine", "worker")
+"""``PluginConfig.decision_thread``'s values."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,15 @@ class PluginConfig:
     collection walks every request alive since the freeze (~10 ms at 4,096 waiting in ``rlsched
     bench plugin``), and inside a decision it made the policy's decision be thrown away (FIFO
     served that call) while the engine waited for the collection all the same."""
+    decision_thread: str = "auto"
+    """Where ``decide`` runs. ``"engine"``: on the engine's thread, inside ``schedule()``; a watchdog
+    thread interrupts a decision past ``decision_deadline_ms`` at its next Python bytecode (a call
+    blocked in C, such as a sleep or I/O, holds the engine until it returns). ``"worker"``: on a worker
+    thread that ``schedule()`` waits for at most ``decision_deadline_ms``, whatever the policy does,
+    at the price of two thread wake-ups a call (~50-150 µs median and millisecond tails on a shared
+    2-vCPU machine: ``rlsched bench plugin``). ``"auto"``: the engine thread for the policies rlsched
+    ships (Python and numpy on a decision's few candidates, which the watchdog always reaches), a
+    worker for any other policy object."""
     time_scale: float = 1.0
     """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
     (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the
@@ -96,6 +107,9 @@ class PluginConfig:
             _positive(self.default_slo_scale, "default_slo_scale")
         _positive(self.decision_budget_ms, "decision_budget_ms")
         _positive(self.decision_deadline_ms, "decision_deadline_ms")
+        if self.decision_thread not in DECISION_THREADS:
+            raise ConfigError("extras.rlsched.decision_thread",
+                              f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
         port = self.metrics_port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ConfigError("extras.rlsched.metrics_port", f"must be a TCP port 1..65535 (0: off), not {port!r}")

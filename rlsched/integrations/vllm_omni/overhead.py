@@ -131,10 +131,12 @@ def native_scheduler(step: bool) -> Any:
     return sched
 
 
-def plugin_scheduler(policy: str, step: bool) -> Any:
-    """The plugin as served: default ``PluginConfig`` except no NVML; its own metrics registry."""
+def plugin_scheduler(policy: str, step: bool, decision_thread: str = "auto") -> Any:
+    """The plugin as served: default ``PluginConfig`` except no NVML (and ``decision_thread``);
+    its own metrics registry."""
     cls = RLStepScheduler if step else RLRequestScheduler
-    sched = cls(policy, PluginConfig(policy=policy, telemetry=False), metrics=PluginMetrics(CollectorRegistry()))
+    settings = PluginConfig(policy=policy, telemetry=False, decision_thread=decision_thread)
+    sched = cls(policy, settings, metrics=PluginMetrics(CollectorRegistry()))
     sched.initialize(od())
     sched.end_warmup()  # serving starts as the engine starts it (a fresh view, the start-up heap frozen)
     return sched

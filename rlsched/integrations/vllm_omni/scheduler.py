@@ -10,12 +10,14 @@ rewrite its loop. Each call:
    included), a NaN (in the decision or the network's output), an invalid batch, or a
    decision slower than ``decision_budget_ms`` falls back to FIFO for that call:
    ``super().schedule()`` unchanged, counted in ``fallbacks``. ``decide`` and the check
-   (which reads at most ``max_num_seqs + 1`` ids of the batch) run on a worker thread
-   (``deadline.DeadlineRunner``) and ``schedule()`` waits at most
-   ``decision_deadline_ms``: a policy that sleeps or loops costs one bounded wait; FIFO
-   serves while the late call still runs (``busy``) and for a back-off of 1, 2, 4, … 64
-   calls after consecutive overruns (``backoff``), then the policy is reset (an
-   interrupted decision may have left its structures half-updated) and serves again;
+   (which reads at most ``max_num_seqs + 1`` ids of the batch) run within
+   ``decision_deadline_ms`` (``PluginConfig.decision_thread``): rlsched's own policies on the
+   engine thread, a watchdog interrupting one that overruns (``deadline.InlineRunner``); any
+   other policy on a worker thread that ``schedule()`` waits for at most the deadline, so one
+   that sleeps or loops costs one bounded wait (``deadline.DeadlineRunner``). FIFO serves
+   while a late call still runs (``busy``) and for a back-off of 1, 2, 4, … 64 calls after
+   consecutive overruns (``backoff``), then the policy is reset (an interrupted decision
+   may have left its structures half-updated) and serves again;
 3. step mode: preempts (``preempt_request``) running requests the batch leaves out;
 4. moves the chosen waiting requests, in the policy's order, to the head of
    ``_waiting`` (the rest keep their order; ``order.QueueOrder`` finds each in O(log n), so
@@ -47,7 +49,7 @@ from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
 
 from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
-from rlsched.integrations.vllm_omni.deadline import DeadlineRunner, DecisionTimeout
+from rlsched.integrations.vllm_omni.deadline import DecisionTimeout, runner_for
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.safety import check_decision
@@ -135,7 +137,7 @@ class _PolicyScheduling:
         self._pause_gc = settings.pause_gc_in_decisions
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
-        self._runner = DeadlineRunner(settings.decision_deadline_ms / 1e3)
+        self._runner = runner_for(self.policy, settings.decision_thread, settings.decision_deadline_ms / 1e3)
         self._backoff_left = self._overruns_in_a_row = 0
         self._needs_reset = False
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
