@@ -34,8 +34,9 @@ def test_results_and_exceptions_pass_through(kind) -> None:
     runner.close()
 
 
-@pytest.mark.parametrize("kind", [DeadlineRunner, InlineRunner])
-@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
+@pytest.mark.parametrize("kind, exc", [(DeadlineRunner, SystemExit(3)), (DeadlineRunner, KeyboardInterrupt()),
+                                       (DeadlineRunner, GeneratorExit()), (InlineRunner, SystemExit(3)),
+                                       (InlineRunner, GeneratorExit())])
 def test_a_non_exception_from_decide_stops_at_the_runner(exc, kind) -> None:
     """Caught: ``SystemExit``/``KeyboardInterrupt`` raised by ``decide`` propagated out of schedule()."""
     runner = kind(5.0)
@@ -87,6 +88,19 @@ def test_a_looping_call_is_stopped_not_left_spinning() -> None:
 def test_worker_is_a_daemon_thread() -> None:
     runner = DeadlineRunner(1.0)
     assert runner._thread.daemon and runner._thread in threading.enumerate()
+    runner.close()
+
+
+def test_inline_a_ctrl_c_on_the_callers_thread_goes_on() -> None:
+    """The engine thread may be the main thread: a KeyboardInterrupt there may be the user's Ctrl-C."""
+    runner = InlineRunner(5.0)
+
+    def ctrl_c(_):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.call(ctrl_c, None)
+    assert runner.call(lambda x: x, 3) == 3
     runner.close()
 
 

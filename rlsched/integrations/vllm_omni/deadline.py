@@ -146,7 +146,10 @@ class InlineRunner:
     in progress, under the same lock with which ``call`` ends it, and ``call`` clears a
     raised interrupt that is still pending. A decision that catches it and returns anyway
     is still a timeout. The watchdog wakes every ``poll_s`` (a quarter of the deadline) and
-    needs the GIL only for that check.
+    needs the GIL only for that check. ``KeyboardInterrupt`` passes through: on the caller's
+    thread it may be the process's Ctrl-C, which must reach the engine (``DeadlineRunner``'s
+    worker never receives signals, so there it can only be the policy's and stops as
+    ``PolicyAbort``).
     """
 
     busy = False
@@ -176,7 +179,10 @@ class InlineRunner:
             if self._end(ident):
                 raise self._timeout() from None
             raise
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit: stop here
+        except KeyboardInterrupt:  # on the engine's own thread this may be a real Ctrl-C: it goes on
+            self._end(ident)
+            raise
+        except BaseException as exc:  # SystemExit, GeneratorExit: stop here
             if self._end(ident):
                 raise self._timeout() from None
             raise PolicyAbort(f"decide raised {type(exc).__name__}: {exc}") from None
