@@ -165,3 +165,15 @@ def test_auto_runs_shipped_policies_inline_and_any_other_on_a_worker() -> None:
     assert [type(r) for r in runners] == [InlineRunner, DeadlineRunner, InlineRunner, DeadlineRunner]
     for r in runners:
         r.close()
+
+
+def test_inline_a_dropped_runner_ends_its_watchdog() -> None:
+    """Caught in review: a runner nobody keeps (a scheduler initialized again) left its watchdog
+    polling for the rest of the process."""
+    import gc
+
+    runner = InlineRunner(0.02)
+    watchdog = runner._thread
+    del runner
+    gc.collect()
+    assert wait_until(lambda: not watchdog.is_alive())

@@ -28,6 +28,7 @@ import itertools
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -164,7 +165,10 @@ class InlineRunner:
         """(thread id, due time) of the call in progress."""
         self._fired = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        # the watchdog holds the runner weakly: a runner nobody keeps (a scheduler initialized again,
+        # or dropped) ends its watchdog at the next poll instead of leaving it polling for good
+        self._thread = threading.Thread(target=_watch, args=(weakref.ref(self), self.poll_s, self._stop),
+                                        name=name, daemon=True)
         self._thread.start()
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -204,14 +208,23 @@ class InlineRunner:
     def close(self) -> None:
         self._stop.set()
 
-    def _watch(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            with self._lock:
-                job = self._job
-                if job is not None and not self._fired and time.monotonic() >= job[1]:
-                    self._fired = True
-                    self.overruns += 1
-                    _set_async_exc(job[0], DecisionTimeout)
+    def _check(self) -> None:
+        """The watchdog's poll: interrupt the call in progress if it is past its deadline."""
+        with self._lock:
+            job = self._job
+            if job is not None and not self._fired and time.monotonic() >= job[1]:
+                self._fired = True
+                self.overruns += 1
+                _set_async_exc(job[0], DecisionTimeout)
+
+
+def _watch(runner: weakref.ref[InlineRunner], poll_s: float, stop: threading.Event) -> None:
+    while not stop.wait(poll_s):
+        alive = runner()
+        if alive is None:
+            return
+        alive._check()
+        del alive
 
 
 def _set_async_exc(ident: int, exc: type[BaseException] | None) -> None:

@@ -137,6 +137,9 @@ class _PolicyScheduling:
         self._pause_gc = settings.pause_gc_in_decisions
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
+        old = getattr(self, "_runner", None)
+        if old is not None:  # initialized again: the previous runner's thread ends
+            old.close()
         self._runner = runner_for(self.policy, settings.decision_thread, settings.decision_deadline_ms / 1e3)
         self._backoff_left = self._overruns_in_a_row = 0
         self._needs_reset = False
