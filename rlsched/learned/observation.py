@@ -170,7 +170,8 @@ class ObservationEncoder:
         A decision has a few candidates, so the arithmetic runs on Python floats (the same IEEE
         operations, in the same order, as the numpy formulas they replaced) and the two
         transcendental functions run once each, as numpy ufuncs over every value that needs them
-        (an element's ``log1p`` does not depend on its neighbours): three numpy calls, not forty."""
+        (an element's ``log1p`` does not depend on its neighbours; the oracle test in
+        ``tests/envs/test_observation_loops.py`` holds this to the numpy formulas byte for byte)."""
         now = state.now
         rows = self.rows = self.table.gather(recs)
         work, steps = rows.work_s.tolist(), rows.num_steps.tolist()

@@ -128,8 +128,8 @@ class DeadlineRunner:
 
     def _interrupt(self, seq: int) -> None:
         ident = self._thread.ident
-        if ident is not None and hasattr(ctypes, "pythonapi") and self._running_job == seq:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(DecisionTimeout))
+        if ident is not None and self._running_job == seq:
+            _set_async_exc(ident, DecisionTimeout)
 
 
 class InlineRunner:
