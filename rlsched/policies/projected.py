@@ -42,6 +42,7 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.policies.table import RecordTable, Rows
 from rlsched.projection import Items, Resources, project
+from rlsched.projection.few import np_maximum, np_minimum
 from rlsched.sim.cost import CostModel
 from rlsched.sim.queue_index import Group, QueueIndex
 from rlsched.sim.request import CLASS_INDEX, MODALITIES, MODALITY_INDEX, PRIORITY_CLASSES, RUNNING, RequestRecord
@@ -369,16 +370,26 @@ class ProjectedPolicy:
         return items
 
     def _build_items(self, state: QueueView, recs: list[RequestRecord], running: np.ndarray | None) -> Items:
+        """The candidates' ``Items``. A decision has a few candidates: the arithmetic runs on Python
+        floats (the same IEEE operations in the same order as the numpy formulas it replaced, with
+        numpy's NaN rules), the urgency power as one ``ndarray ** exp`` (numpy's own scalar-power
+        paths, not ``math.pow``); ``tests/policies/test_items_formulas.py`` holds it to them."""
         now = state.now
         rows = self.table.gather(recs)
-        remaining = rows.remaining_s(recs, state.config.step_mode)
-        time_left = rows.deadline_s - now
-        util = self.utility(rows.cls, remaining, time_left)
+        work, steps = rows.work_s.tolist(), rows.num_steps.tolist()
+        if state.config.step_mode:
+            remaining = [w * (n - r.steps_done) / n for w, n, r in zip(work, steps, recs, strict=True)]
+        else:  # nothing waiting has run yet
+            remaining = [w * n / n for w, n in zip(work, steps, strict=True)]
+        deadline = rows.deadline_s.tolist()
+        time_left = [d - now for d in deadline]
+        util = self.utility(rows.cls.tolist(), remaining, time_left)
         if running is not None:
-            util = np.where(running, util * self.config.running_bonus, util)
-        key_id = _first_seen_order(rows.key_id)
-        return Items(util, rows.mem_gb, rows.tokens, key_id, self._key_caps(state, recs, rows), self._wait(rows, now),
-                     lost=remaining > time_left)
+            bonus = float(self.config.running_bonus)
+            util = [u * bonus if run else u for u, run in zip(util, running.tolist(), strict=True)]
+        return Items(np.array(util, dtype=np.float64), rows.mem_gb, rows.tokens, _first_seen_order(rows.key_id),
+                     self._key_caps(state, recs, rows), self._wait(rows.arrival_s.tolist(), deadline, now),
+                     lost=np.array([r > t for r, t in zip(remaining, time_left, strict=True)], dtype=bool))
 
     def _key_caps(self, state: QueueView, recs: list[RequestRecord], rows: Rows) -> np.ndarray:
         """``key_cap`` of every candidate, computed once per (key, modality) of the decision."""
@@ -387,26 +398,31 @@ class ProjectedPolicy:
                 for k, r in zip(zip(rows.key_id.tolist(), rows.modality.tolist()), recs)]
         return np.array(caps, dtype=np.int64)
 
-    def _wait(self, rows: Rows, now: float) -> np.ndarray:
+    def _wait(self, arrival: list[float], deadline: list[float], now: float) -> np.ndarray:
         """Waits as the projection's starvation test should see them.
 
         With ``starvation_slo_multiple`` each wait is rescaled so that exceeding the
         common threshold means exceeding the request's own, max(threshold, m × SLO).
         """
-        wait = now - rows.arrival_s
-        m = self.config.starvation_slo_multiple
-        if m <= 0:
-            return wait
-        base = self.config.starvation_threshold_s
-        own = np.maximum(base, m * (rows.deadline_s - rows.arrival_s))
-        return np.where(np.isfinite(own) & (own > 0), wait * (base / np.maximum(own, 1e-12)), wait)
+        wait = [now - a for a in arrival]
+        m = float(self.config.starvation_slo_multiple)
+        if m > 0:
+            base = float(self.config.starvation_threshold_s)
+            own = [np_maximum(base, m * (d - a)) for d, a in zip(deadline, arrival, strict=True)]
+            wait = [w * (base / np_maximum(o, 1e-12)) if math.isfinite(o) and o > 0 else w
+                    for w, o in zip(wait, own, strict=True)]
+        return np.array(wait, dtype=np.float64)
 
-    def utility(self, cls: np.ndarray, remaining: np.ndarray, time_left: np.ndarray) -> np.ndarray:
-        w = np.asarray(self.params.class_weights)[cls]
-        pressure = remaining / np.maximum(time_left, 1e-3)
-        late = (time_left <= 0) | (pressure > 1.0)
-        value = np.where(late, self.config.late_value, np.minimum(pressure, 1.0) ** self.params.urgency_exp)
-        return w * value / np.maximum(remaining, 1e-3)
+    def utility(self, cls: list[int], remaining: list[float], time_left: list[float]) -> list[float]:
+        """Each candidate's value of starting now per second of its work:
+        ``w_class · min(pressure, 1)^α / remaining`` (``late_value`` in place of the power when late)."""
+        # as Python floats: a numpy scalar among them would make the arithmetic below its own dtype
+        weights, late_value = tuple(map(float, self.params.class_weights)), float(self.config.late_value)
+        pressure = [r / np_maximum(t, 1e-3) for r, t in zip(remaining, time_left, strict=True)]
+        # the power over every candidate as one array, as the numpy formula computed it (late ones unused)
+        powered = (np.array([np_minimum(p, 1.0) for p in pressure]) ** self.params.urgency_exp).tolist()
+        return [weights[c] * (late_value if t <= 0 or p > 1.0 else v) / np_maximum(r, 1e-3)
+                for c, r, t, p, v in zip(cls, remaining, time_left, pressure, powered, strict=True)]
 
     @staticmethod
     def _running_mask(state: QueueView, n: int) -> np.ndarray | None:
