@@ -2,6 +2,8 @@
 InlineRunner: one that loops is interrupted on the caller's thread, and the interrupt never
 lands outside the call."""
 
+import random
+import signal
 import threading
 import time
 
@@ -35,8 +37,7 @@ def test_results_and_exceptions_pass_through(kind) -> None:
 
 
 @pytest.mark.parametrize("kind, exc", [(DeadlineRunner, SystemExit(3)), (DeadlineRunner, KeyboardInterrupt()),
-                                       (DeadlineRunner, GeneratorExit()), (InlineRunner, SystemExit(3)),
-                                       (InlineRunner, GeneratorExit())])
+                                       (DeadlineRunner, GeneratorExit()), (InlineRunner, GeneratorExit())])
 def test_a_non_exception_from_decide_stops_at_the_runner(exc, kind) -> None:
     """Caught: ``SystemExit``/``KeyboardInterrupt`` raised by ``decide`` propagated out of schedule()."""
     runner = kind(5.0)
@@ -91,16 +92,82 @@ def test_worker_is_a_daemon_thread() -> None:
     runner.close()
 
 
-def test_inline_a_ctrl_c_on_the_callers_thread_goes_on() -> None:
-    """The engine thread may be the main thread: a KeyboardInterrupt there may be the user's Ctrl-C."""
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_inline_a_signal_on_the_callers_thread_goes_on(exc) -> None:
+    """The engine thread may be the main thread: a KeyboardInterrupt there may be the user's Ctrl-C,
+    a SystemExit a signal handler's shutdown."""
     runner = InlineRunner(5.0)
 
-    def ctrl_c(_):
+    def signalled(_):
+        raise exc
+
+    with pytest.raises(exc):
+        runner.call(signalled, None)
+    assert runner.call(lambda x: x, 3) == 3
+    runner.close()
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_inline_a_signal_anywhere_in_call_leaves_nothing_armed() -> None:
+    """Caught in review: a signal's exception leaving ``call`` between arming and the ``try`` (or
+    before the disarm) left the watchdog armed, and it then raised into the caller's code."""
+    runner = InlineRunner(0.002)
+    rng = random.Random(0)
+
+    def handler(signum, frame):
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        runner.call(ctrl_c, None)
-    assert runner.call(lambda x: x, 3) == 3
+    old = signal.signal(signal.SIGALRM, handler)
+    stray = armed = signals = 0
+    try:
+        end = time.monotonic() + 3.0
+        while signals < 150 and time.monotonic() < end:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(20e-6, 200e-6))
+            try:
+                while True:
+                    runner.call(lambda a: a, 0)
+            except KeyboardInterrupt:
+                signals += 1
+            except DecisionTimeout:
+                pass
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            armed += runner._job is not None
+            try:  # longer than deadline + poll: an armed watchdog would fire here
+                t0 = time.perf_counter()
+                while time.perf_counter() - t0 < 0.008:
+                    pass
+            except DecisionTimeout:
+                stray += 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        runner.close()
+    assert signals >= 50 and (armed, stray) == (0, 0)
+
+
+def test_inline_a_call_that_ends_late_is_a_timeout_even_before_the_watchdog_fires() -> None:
+    """Caught in review: a call past its deadline that returned before the next poll returned its value."""
+    runner = InlineRunner(0.01)
+    runner.close()  # no watchdog: only the deadline check at the end is left
+    assert wait_until(lambda: not runner._thread.is_alive())
+
+    def late(_):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.03:
+            pass
+        return "late"
+
+    with pytest.raises(DecisionTimeout):
+        runner.call(late, None)
+    assert runner.call(lambda x: x, "in time") == "in time"
+
+
+def test_inline_a_call_made_from_inside_a_decision_keeps_the_outer_deadline() -> None:
+    runner = InlineRunner(0.05)
+    t0 = time.perf_counter()
+    with pytest.raises(DecisionTimeout):
+        runner.call(lambda _: runner.call(_spin, None), None)
+    assert time.perf_counter() - t0 < 0.5
     runner.close()
 
 
@@ -131,9 +198,20 @@ def test_inline_a_call_that_swallows_the_interrupt_is_still_a_timeout() -> None:
         except DecisionTimeout:
             return "late"
 
+    def very_stubborn(_):  # catches every interrupt: the watchdog raises again at each poll
+        for _ in range(3):
+            try:
+                _spin(None)
+            except DecisionTimeout:
+                pass
+        return "late"
+
     runner = InlineRunner(0.05)
-    with pytest.raises(DecisionTimeout):
-        runner.call(stubborn, None)
+    for fn in (stubborn, very_stubborn):
+        t0 = time.perf_counter()
+        with pytest.raises(DecisionTimeout):
+            runner.call(fn, None)
+        assert time.perf_counter() - t0 < 1.0
     runner.close()
 
 

@@ -137,20 +137,25 @@ class InlineRunner:
 
     No thread hand-off: ``DeadlineRunner``'s two wake-ups a call (the worker's, then the
     caller's) cost ~50-150 µs median and millisecond tails on a shared 2-vCPU machine
-    (``rlsched bench plugin``, decision thread "worker" vs "engine"). The bound it keeps is
-    the one that holds for Python code: the watchdog raises ``DecisionTimeout`` in the
-    caller's thread at the decision's next bytecode, at most ``poll_s`` after the deadline.
-    A call blocked in C (a sleep, I/O) holds the caller until it returns — hence the
-    worker thread for policies rlsched does not ship (``PluginConfig.decision_thread``).
+    (``rlsched bench plugin --decision-threads worker,engine``). The bound it keeps is the one
+    that holds for Python code: from the deadline on, the watchdog raises ``DecisionTimeout`` in
+    the caller's thread at every poll (``poll_s``, a quarter of the deadline; it needs the GIL, so
+    up to the interpreter's switch interval later) until the call ends; a call that ends past its
+    deadline is a timeout however it ended. A call blocked in C (a sleep, I/O) holds the caller
+    until it returns — hence the worker thread for policies rlsched does not ship
+    (``PluginConfig.decision_thread``). A decision must not take a lock and then run Python code
+    that the interrupt could stop before it releases the lock (``logging`` does): the lock would
+    stay taken.
 
     The interrupt never lands outside the call: the watchdog raises only while the call is
-    in progress, under the same lock with which ``call`` ends it, and ``call`` clears a
-    raised interrupt that is still pending. A decision that catches it and returns anyway
-    is still a timeout. The watchdog wakes every ``poll_s`` (a quarter of the deadline) and
-    needs the GIL only for that check. ``KeyboardInterrupt`` passes through: on the caller's
-    thread it may be the process's Ctrl-C, which must reach the engine (``DeadlineRunner``'s
-    worker never receives signals, so there it can only be the policy's and stops as
-    ``PolicyAbort``).
+    armed, under the lock that ``call`` takes to disarm it; ``call`` disarms first on every way
+    out (the first bytecode of its ``finally``, before any point where an asynchronous exception
+    or a signal's could be delivered) and takes delivery of an interrupt still pending.
+    ``KeyboardInterrupt`` and ``SystemExit`` pass through: on the engine's thread they may be the
+    process's Ctrl-C or a signal handler's shutdown, which must reach the engine
+    (``DeadlineRunner``'s worker never receives signals, so there they can only be the policy's
+    and stop as ``PolicyAbort``). One thread calls a runner; a call made from inside a decision
+    runs under the outer call's deadline.
     """
 
     busy = False
@@ -173,34 +178,41 @@ class InlineRunner:
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         """``fn(arg)``, or ``DecisionTimeout`` when it ran past ``deadline_s``; ``fn``'s own
-        exception is re-raised (``PolicyAbort`` for a non-Exception)."""
+        exception is re-raised (``PolicyAbort`` for ``GeneratorExit`` and other non-Exceptions
+        but ``KeyboardInterrupt`` and ``SystemExit``)."""
         ident = threading.get_ident()
-        with self._lock:
-            self._job, self._fired = (ident, time.monotonic() + self.deadline_s), False
+        job = self._job
+        if job is not None and job[0] == ident:  # called from inside a decision: the outer deadline holds
+            return fn(arg)
+        due = time.monotonic() + self.deadline_s
+        fired = False
         try:
-            value = fn(arg)
+            try:
+                with self._lock:
+                    self._job, self._fired = (ident, due), False
+                value = fn(arg)
+            finally:
+                self._job = None  # first, before any point where an exception could be delivered
+                try:
+                    with self._lock:  # a poll in progress ends first; none can fire after this
+                        fired = self._fired
+                    if fired:
+                        _deliver()  # one still pending is raised here, not in the caller's code
+                except DecisionTimeout:
+                    fired = True
         except Exception:
-            if self._end(ident):
+            if fired or time.monotonic() >= due:
                 raise self._timeout() from None
             raise
-        except KeyboardInterrupt:  # on the engine's own thread this may be a real Ctrl-C: it goes on
-            self._end(ident)
+        except (KeyboardInterrupt, SystemExit):  # the engine thread's own signals go on
             raise
-        except BaseException as exc:  # SystemExit, GeneratorExit: stop here
-            if self._end(ident):
+        except BaseException as exc:  # GeneratorExit and the like: stop here
+            if fired or time.monotonic() >= due:
                 raise self._timeout() from None
             raise PolicyAbort(f"decide raised {type(exc).__name__}: {exc}") from None
-        if self._end(ident):  # it overran and swallowed the interrupt: still too late
+        if fired or time.monotonic() >= due:  # it ended late, or swallowed the interrupt
             raise self._timeout()
         return value
-
-    def _end(self, ident: int) -> bool:
-        """End the call; True when the watchdog fired on it (any interrupt still pending is cleared)."""
-        with self._lock:
-            self._job = None
-            if self._fired:
-                _set_async_exc(ident, None)
-            return self._fired
 
     def _timeout(self) -> DecisionTimeout:
         return DecisionTimeout(f"no decision within {self.deadline_s * 1e3:g} ms")
@@ -209,13 +221,19 @@ class InlineRunner:
         self._stop.set()
 
     def _check(self) -> None:
-        """The watchdog's poll: interrupt the call in progress if it is past its deadline."""
+        """The watchdog's poll: interrupt the call in progress if it is past its deadline (again at
+        every poll, should the decision catch the interrupt and go on)."""
         with self._lock:
             job = self._job
-            if job is not None and not self._fired and time.monotonic() >= job[1]:
-                self._fired = True
-                self.overruns += 1
+            if job is not None and time.monotonic() >= job[1]:
+                if not self._fired:
+                    self._fired = True
+                    self.overruns += 1
                 _set_async_exc(job[0], DecisionTimeout)
+
+
+def _deliver() -> None:
+    """A Python call: the interpreter delivers a pending asynchronous exception on entering it."""
 
 
 def _watch(runner: weakref.ref[InlineRunner], poll_s: float, stop: threading.Event) -> None:
@@ -223,14 +241,17 @@ def _watch(runner: weakref.ref[InlineRunner], poll_s: float, stop: threading.Eve
         alive = runner()
         if alive is None:
             return
-        alive._check()
+        try:
+            alive._check()
+        except Exception:  # noqa: BLE001 (a failed poll must not end the watchdog: the next one retries)
+            pass
         del alive
 
 
-def _set_async_exc(ident: int, exc: type[BaseException] | None) -> None:
-    """Raise ``exc`` in thread ``ident`` at its next bytecode (None: clear one still pending)."""
+def _set_async_exc(ident: int, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in thread ``ident`` at its next check point (CPython's ``PyThreadState_SetAsyncExc``)."""
     if hasattr(ctypes, "pythonapi"):
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
 
 
 def runner_for(policy: object, thread: str, deadline_s: float) -> DeadlineRunner | InlineRunner:
