@@ -174,11 +174,7 @@ class ObservationEncoder:
         ``tests/envs/test_observation_loops.py`` holds this to the numpy formulas byte for byte)."""
         now = state.now
         rows = self.rows = self.table.gather(recs)
-        work, steps = rows.work_s.tolist(), rows.num_steps.tolist()
-        if state.config.step_mode:
-            remaining = [w * (s - r.steps_done) / s for w, s, r in zip(work, steps, recs, strict=True)]
-        else:  # nothing waiting has run yet
-            remaining = [w * s / s for w, s in zip(work, steps, strict=True)]
+        work, remaining = rows.work_s.tolist(), rows.remaining_s(recs, state.config.step_mode)
         slack = [d - now - r for d, r in zip(rows.deadline_s.tolist(), remaining, strict=True)]
         self.slack_s = np.array(slack)
         rel = np.arcsinh([s / np_maximum(w, 1e-9) for s, w in zip(slack, work, strict=True)]).tolist()

@@ -376,11 +376,7 @@ class ProjectedPolicy:
         paths, not ``math.pow``); ``tests/policies/test_items_formulas.py`` holds it to them."""
         now = state.now
         rows = self.table.gather(recs)
-        work, steps = rows.work_s.tolist(), rows.num_steps.tolist()
-        if state.config.step_mode:
-            remaining = [w * (n - r.steps_done) / n for w, n, r in zip(work, steps, recs, strict=True)]
-        else:  # nothing waiting has run yet
-            remaining = [w * n / n for w, n in zip(work, steps, strict=True)]
+        remaining = rows.remaining_s(recs, state.config.step_mode)
         deadline = rows.deadline_s.tolist()
         time_left = [d - now for d in deadline]
         util = self.utility(rows.cls.tolist(), remaining, time_left)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
 from rlsched.sim.request import CLASS_INDEX, MODALITY_INDEX, RequestRecord
-
-_STEPS_DONE = attrgetter("steps_done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +28,13 @@ class Rows:
     mem_gb: np.ndarray
     tokens: np.ndarray
 
-    def remaining_s(self, records: Sequence[RequestRecord], step_mode: bool) -> np.ndarray:
-        """``RequestRecord.remaining_s`` of every record, bit for bit."""
+    def remaining_s(self, records: Sequence[RequestRecord], step_mode: bool) -> list[float]:
+        """``RequestRecord.remaining_s`` of every record, bit for bit, as Python floats (a decision's
+        few candidates: the observation and the projection's items compute on them in Python)."""
+        work, steps = self.work_s.tolist(), self.num_steps.tolist()
         if not step_mode:  # nothing waiting has run yet
-            return self.work_s * self.num_steps / self.num_steps
-        done = np.fromiter(map(_STEPS_DONE, records), np.float64, len(records))
-        return self.work_s * (self.num_steps - done) / self.num_steps
+            return [w * n / n for w, n in zip(work, steps, strict=True)]
+        return [w * (n - r.steps_done) / n for w, n, r in zip(work, steps, records, strict=True)]
 
 
 class RecordTable:

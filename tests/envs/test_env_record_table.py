@@ -32,7 +32,7 @@ def test_rows_match_the_records_bit_for_bit() -> None:
     assert rows.request_id.tolist() == list(range(6))
     assert rows.cls.tolist() == [CLASS_INDEX[r.request.priority] for r in recs]
     assert rows.deadline_s.tolist() == [r.deadline_s for r in recs]
-    assert rows.remaining_s(recs, step_mode=True).tolist() == [r.remaining_s for r in recs]
+    assert rows.remaining_s(recs, step_mode=True) == [r.remaining_s for r in recs]
     assert rows.key_id.tolist() == [0, 1, 0, 1, 0, 1]
 
 

@@ -63,7 +63,7 @@ class NumpyEncoder(ObservationEncoder):
     def _queue(self, out, state, recs, n_wait, with_slots=True):  # type: ignore[no-untyped-def]
         now, M = state.now, obs.M
         rows = self.rows = self.table.gather(recs)
-        remaining = rows.remaining_s(recs, state.config.step_mode)
+        remaining = np.array(rows.remaining_s(recs, state.config.step_mode))  # tested against the records
         slack = self.slack_s = rows.deadline_s - now - remaining
         rel = np.arcsinh(slack / np.maximum(rows.work_s, 1e-9))
         wait = np.log1p((now - rows.arrival_s) * (1.0 / obs.WAIT_SCALE_S))

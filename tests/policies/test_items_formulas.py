@@ -19,7 +19,7 @@ def numpy_items(policy: ProjectedPolicy, state, recs, running) -> tuple[np.ndarr
     """Utility, wait and lost as ``_build_items``, ``utility`` and ``_wait`` computed them in numpy."""
     now, p, cfg = state.now, policy.params, policy.config
     rows = policy.table.gather(recs)
-    remaining = rows.remaining_s(recs, state.config.step_mode)
+    remaining = np.array(rows.remaining_s(recs, state.config.step_mode))  # tested against the records
     time_left = rows.deadline_s - now
     w = np.asarray(p.class_weights)[rows.cls]
     pressure = remaining / np.maximum(time_left, 1e-3)
