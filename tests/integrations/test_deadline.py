@@ -67,18 +67,18 @@ def test_a_slow_call_is_abandoned_at_the_deadline_and_the_runner_recovers() -> N
     runner.close()
 
 
+def _spin(_):
+    spins = []
+    while True:
+        spins.append(1)
+        del spins[:]
+
+
 def test_a_looping_call_is_stopped_not_left_spinning() -> None:
     runner = DeadlineRunner(0.05)
-    spins = []
-
-    def loop(_):
-        while True:
-            spins.append(1)
-            del spins[:]
-
     t0 = time.perf_counter()
     with pytest.raises(DecisionTimeout):
-        runner.call(loop, None)
+        runner.call(_spin, None)
     assert time.perf_counter() - t0 < 0.5
     assert wait_until(lambda: not runner.busy)  # the interrupt ended the loop: no GIL contention for good
     assert runner.call(lambda x: x, "again") == "again"
@@ -169,13 +169,6 @@ def test_inline_a_call_made_from_inside_a_decision_keeps_the_outer_deadline() ->
         runner.call(lambda _: runner.call(_spin, None), None)
     assert time.perf_counter() - t0 < 0.5
     runner.close()
-
-
-def _spin(_):
-    spins = []
-    while True:
-        spins.append(1)
-        del spins[:]
 
 
 def test_inline_a_looping_call_is_interrupted_on_the_callers_thread() -> None:

@@ -185,7 +185,7 @@ class InlineRunner:
         if job is not None and job[0] == ident:  # called from inside a decision: the outer deadline holds
             return fn(arg)
         due = time.monotonic() + self.deadline_s
-        fired = False
+        late = False  # the watchdog fired, or the call ended past its deadline (however it ended)
         try:
             try:
                 with self._lock:
@@ -195,22 +195,21 @@ class InlineRunner:
                 self._job = None  # first, before any point where an exception could be delivered
                 try:
                     with self._lock:  # a poll in progress ends first; none can fire after this
-                        fired = self._fired
-                    if fired:
+                        late = self._fired
+                    if late:
                         _deliver()  # one still pending is raised here, not in the caller's code
                 except DecisionTimeout:
-                    fired = True
-        except Exception:
-            if fired or time.monotonic() >= due:
-                raise self._timeout() from None
-            raise
+                    late = True
+                late = late or time.monotonic() >= due
         except (KeyboardInterrupt, SystemExit):  # the engine thread's own signals go on
             raise
-        except BaseException as exc:  # GeneratorExit and the like: stop here
-            if fired or time.monotonic() >= due:
+        except BaseException as exc:
+            if late:
                 raise self._timeout() from None
-            raise PolicyAbort(f"decide raised {type(exc).__name__}: {exc}") from None
-        if fired or time.monotonic() >= due:  # it ended late, or swallowed the interrupt
+            if isinstance(exc, Exception):
+                raise
+            raise PolicyAbort(f"decide raised {type(exc).__name__}: {exc}") from None  # GeneratorExit and the like
+        if late:  # it ended late, or swallowed the interrupt
             raise self._timeout()
         return value
 
