@@ -4,7 +4,9 @@ Every shipped policy at 16, 256, 1,024 and 4,096 waiting requests, request mode
 (``RLRequestScheduler`` vs ``RequestScheduler``) and step mode (``RLStepScheduler``
 vs ``StepScheduler``), the default ``PluginConfig`` (5 ms decision budget, 100 ms
 deadline): median and p99 µs per call and the FIFO fallbacks counted, vLLM-Omni's
-own scheduler in the same run. The set-up is ``overhead``'s docstring.
+own scheduler in the same run, and what else set the slowest calls: the machine (a probe
+timed beside every call) and the garbage collector (the calls a collection ran in, and
+the p99 of the others). The set-up is ``overhead``'s docstring.
 
 This module imports no vLLM (``rlsched bench`` imports every bench module); the
 measurement (``overhead``) is imported when the bench runs and needs the plugin tier.
@@ -89,9 +91,11 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The rows as aligned text: mode, policy, queue, median, p99, CPU p99, overhead, fallbacks (reasons)."""
-    head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "+median µs",
-            "admitted/call", "disturbed calls", "fallbacks")
+    """The rows as aligned text: mode, policy, queue, median, p99, CPU p99, undisturbed p99, p99 of the
+    calls without a collection, overhead, admitted a call, disturbed calls, calls with a collection,
+    fallbacks (reasons)."""
+    head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "p99 w/o GC µs",
+            "+median µs", "admitted/call", "disturbed calls", "GC calls", "fallbacks")
     lines = [tuple(head)]
     several = len(result.get("decision_threads", ["auto"])) > 1
     for r in result["rows"]:
@@ -105,10 +109,11 @@ def table(result: dict[str, Any]) -> str:
         label = r["policy"] + (" (native)" if native else f" [{r['decision_thread']}]" if several else "")
         lines.append((r["mode"], label, f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
-                      f"{r['p99_undisturbed_us']:,.1f}", "" if native else f"{r['overhead_p50_us']:+,.1f}",
-                      f"{r['admitted_per_call']:.2f}", str(r["disturbed"]), "" if native else fb))
+                      f"{r['p99_undisturbed_us']:,.1f}", f"{r['p99_no_gc_us']:,.1f}",
+                      "" if native else f"{r['overhead_p50_us']:+,.1f}",
+                      f"{r['admitted_per_call']:.2f}", str(r["disturbed"]), str(r["gc_calls"]), "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = {2, 3, 4, 5, 6, 7, 8, 9}
+    right = set(range(2, 12))
     rounds = result.get("rounds", 1)
     out = [f"schedule() per call, {result['calls']} calls a cell"
            + (f" ({rounds} rounds, queue depths in alternating order)" if rounds > 1 else "")
@@ -118,7 +123,7 @@ def table(result: dict[str, Any]) -> str:
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
            f"admitted/call: requests a call admitted, on average (more work per call); "
            f"disturbed: calls beside a machine probe over {result['probe_slowdown']:g}x its median "
-           f"(the machine ran slow)"]
+           f"(the machine ran slow); GC calls: calls a garbage collection ran in"]
     for n, line in enumerate(lines):
         out.append("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
                    .rstrip())
@@ -141,8 +146,9 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     time in the call, all threads), ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``,
     ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
     probe's ``disturbed``, ``fallbacks_disturbed``,
-    ``p99_undisturbed_us`` and ``probe_p50_us``, and ``overhead_p50_us`` (this row's median minus
-    native's, same mode and queue)."""
+    ``p99_undisturbed_us`` and ``probe_p50_us``, the collector's ``gc_calls`` (calls a collection ran
+    in), ``gc_p50_us`` (its median time in those calls) and ``p99_no_gc_us`` (p99 of the other calls),
+    and ``overhead_p50_us`` (this row's median minus native's, same mode and queue)."""
     bad = sorted(set(modes) - set(MODES))
     if bad:
         raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
@@ -186,7 +192,7 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if len(cells) == 1:
         return cells[0]
     out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
-                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted")}
+                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted", "gc_us")}
     for k in ("fallbacks", "decisions"):
         out[k] = sum(c[k] for c in cells)
     for k in ("fallback_reasons", "warmup_fallback_reasons"):
@@ -198,15 +204,20 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
-    """A timed cell's arrays as the row's numbers: percentiles of all calls and of the undisturbed
-    ones, disturbed calls and the fallbacks among them (``overhead``'s machine probe)."""
+    """A timed cell's arrays as the row's numbers: percentiles of all calls, of the undisturbed
+    ones (``overhead``'s machine probe) and of those without a collection; disturbed calls and the
+    fallbacks among them; calls with a collection and its median time in them."""
     us, disturbed, fell_back = cell.pop("us"), cell.pop("disturbed"), cell.pop("fell_back")
-    cpu, probes = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us")
-    clean = us[~disturbed]
+    cpu, probes, gc_us = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us"), cell.pop("gc_us")
+    clean, collected = us[~disturbed], gc_us > 0
+    no_gc = us[~collected]
     return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"],
             "admitted_per_call": round(float(np.mean(cell.pop("admitted"))), 2), **cell,
             "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
             "p99_undisturbed_us": percentiles_us(clean)["p99_us"] if clean.size else float("nan"),
+            "gc_calls": int(collected.sum()),
+            "gc_p50_us": round(float(np.median(gc_us[collected])), 1) if collected.any() else 0.0,
+            "p99_no_gc_us": percentiles_us(no_gc)["p99_us"] if no_gc.size else float("nan"),
             "probe_p50_us": round(float(np.median(probes)), 1)}
 
 

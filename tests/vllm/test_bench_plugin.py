@@ -49,6 +49,10 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert 0 <= r["admitted_per_call"] <= result["max_num_seqs"], r
         if r["disturbed"] < CALLS:
             assert 0 < r["p99_undisturbed_us"] and math.isfinite(r["p99_undisturbed_us"]), r
+        assert isinstance(r["gc_calls"], int) and 0 <= r["gc_calls"] <= CALLS, r
+        assert (r["gc_p50_us"] > 0) == (r["gc_calls"] > 0), r
+        if r["gc_calls"] < CALLS:
+            assert 0 < r["p99_no_gc_us"] and math.isfinite(r["p99_no_gc_us"]), r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
             if r["mode"] == "request":  # sizes alternate along the queue: FIFO's head run is one request
@@ -69,6 +73,36 @@ def test_machine_probe_marks_the_calls_beside_a_slow_probe(monkeypatch: pytest.M
     assert cell["disturbed"].tolist() == [False, False, True, True, False, False]
     assert cell["probe_us"].tolist() == [20.0, 20.0, 20.0, 200.0, 20.0, 20.0, 20.0]
     assert not cell["fell_back"].any()
+
+
+def test_collections_inside_a_call_are_timed_and_set_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full collection forced inside every other ``schedule()`` is counted in exactly those calls,
+    timed there, and left out of ``p99_no_gc_us``; one outside the calls is not counted."""
+    import gc
+
+    from rlsched.bench.plugin import _summarize
+    from rlsched.integrations.vllm_omni import overhead
+
+    sched = overhead.native_scheduler(False)
+    inner, calls = sched.schedule, []
+
+    def schedule():  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) % 2 == 0:
+            gc.collect()
+        out = inner()
+        gc.collect() if len(calls) == 3 else None  # inside the call too
+        return out
+
+    monkeypatch.setattr(sched, "schedule", schedule)
+    refill = overhead.Feeder.refill
+    monkeypatch.setattr(overhead.Feeder, "refill", lambda self, s, q: (refill(self, s, q), gc.collect()))  # outside
+    cell = overhead.time_cell(sched, 8, False, 6, 0)
+    assert (cell["gc_us"] > 0).tolist() == [False, True, True, True, False, True]
+    row = _summarize(cell)
+    assert row["gc_calls"] == 4 and row["gc_p50_us"] > 0
+    assert row["p99_no_gc_us"] <= row["p99_us"]
+    assert not any(isinstance(c, overhead.Collections) for c in gc.callbacks)  # removed after the cell
 
 
 def test_table_and_command_line(result: dict) -> None:

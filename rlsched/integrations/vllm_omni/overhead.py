@@ -21,6 +21,13 @@ is *disturbed* when either probe took more than ``PROBE_SLOWDOWN`` × the cell's
 row reports the disturbed calls, the fallbacks among them, and the p99 of the undisturbed calls
 beside the p99 of all (which stays the headline number).
 
+Collector: ``gc.callbacks`` time every collection that runs inside a timed call (``gc_us``: its
+share of the call). A young collection walks what was allocated since the last one (here mostly
+vLLM-Omni's request objects, churned by the refills), so when one lands in a call it, not the
+decision, sets that call's time, and it costs more the larger the heap that holds the queue
+(2-4x at 4,096 waiting what it costs at 256: cache misses); each row also reports the p99 of
+the calls no collection ran in.
+
 The queue is filled and its requests moved to the collector's oldest generation
 (``gc.collect(1)``, not a full collection) before the calls, as a queue built up while
 serving would be. ``warmup`` untimed calls precede the timed ones in every cell; fallbacks are
@@ -149,6 +156,22 @@ def close(sched: Any) -> None:
 
 
 # ------------------------------------------------------------------ timing
+class Collections:
+    """Nanoseconds the garbage collector ran while ``armed`` (a ``gc.callbacks`` entry; a collection
+    runs to its end on the thread that started it, so start and stop pair up)."""
+
+    def __init__(self) -> None:
+        self.armed, self.ns, self._t0 = False, 0, 0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.armed:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+        else:
+            self.ns += time.perf_counter_ns() - self._t0
+
+
 PROBE_SLOWDOWN = 3.0
 """A probe this many times slower than the cell's median marks the calls beside it as disturbed."""
 _PROBE = np.arange(64.0)
@@ -168,10 +191,11 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each: ``us`` and
     ``cpu_us`` (each call's wall and process CPU microseconds), the fallbacks and decisions
     counted during the timed calls, and the machine probe's verdict (module docstring):
-    ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, and ``admitted`` (requests each
-    call admitted: a policy whose batches grow with the queue does more work per call there)."""
-    feeder, runner = Feeder(), StepRunner()
-    us, cpu, admitted = np.empty(calls), np.empty(calls), np.zeros(calls)
+    ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, ``admitted`` (requests each
+    call admitted: a policy whose batches grow with the queue does more work per call there) and
+    ``gc_us`` (µs the garbage collector ran inside each call)."""
+    feeder, runner, collections = Feeder(), StepRunner(), Collections()
+    us, cpu, admitted, gc_us = np.empty(calls), np.empty(calls), np.zeros(calls), np.zeros(calls)
     probes, fell_back = np.empty(calls + 1), np.zeros(calls, dtype=bool)
     fb0, reasons0, dec0 = 0, Counter[str](), 0
     feeder.refill(sched, queue)
@@ -179,24 +203,31 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     # requests sit in the oldest generation. Without this the young collections of the first
     # timed calls walk the whole fill (~3 ms at 4,096), a cost of the set-up, not of the depth.
     gc.collect(1)
-    for i in range(warmup + calls):
-        feeder.refill(sched, queue)
-        if i == warmup:
-            fb0, reasons0, dec0 = _counts(sched)
-        timed, before = i >= warmup, int(getattr(sched, "fallbacks", 0))
-        if timed:
-            probes[i - warmup] = probe() / 1e3
-        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-        out = sched.schedule()
-        dt, dc = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-        if timed:
-            us[i - warmup], cpu[i - warmup] = dt / 1e3, dc / 1e3
-            fell_back[i - warmup] = int(getattr(sched, "fallbacks", 0)) > before
-            admitted[i - warmup] = len(out.scheduled_new_reqs)
-        if step:
-            runner.step(sched, out)
-        else:
-            finish_wave(sched, out)
+    gc.callbacks.append(collections)
+    try:
+        for i in range(warmup + calls):
+            feeder.refill(sched, queue)
+            if i == warmup:
+                fb0, reasons0, dec0 = _counts(sched)
+            timed, before = i >= warmup, int(getattr(sched, "fallbacks", 0))
+            if timed:
+                probes[i - warmup] = probe() / 1e3
+            collections.ns, collections.armed = 0, True
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            out = sched.schedule()
+            dt, dc = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+            collections.armed = False
+            if timed:
+                us[i - warmup], cpu[i - warmup] = dt / 1e3, dc / 1e3
+                fell_back[i - warmup] = int(getattr(sched, "fallbacks", 0)) > before
+                admitted[i - warmup] = len(out.scheduled_new_reqs)
+                gc_us[i - warmup] = collections.ns / 1e3
+            if step:
+                runner.step(sched, out)
+            else:
+                finish_wave(sched, out)
+    finally:
+        gc.callbacks.remove(collections)
     probes[calls] = probe() / 1e3
     slow = probes > PROBE_SLOWDOWN * float(np.median(probes))
     fb, reasons, dec = _counts(sched)
@@ -204,7 +235,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0),
             "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes,
-            "admitted": admitted}
+            "admitted": admitted, "gc_us": gc_us}
 
 
 def _positive(counts: Counter[str]) -> dict[str, int]:
