@@ -257,6 +257,7 @@ def _fit_sp(name: str, m: dict[str, Any], coeffs: dict[str, float], rows: list[M
         x0 = np.maximum(np.array([values[k] if k in SP_COEFFS else coeffs[k] for k in free]), lb * 1.001)
         sol = least_squares(resid, x0, bounds=(lb, np.inf), x_scale=np.maximum(np.abs(x0), 1e-6),
                             xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        _identified(sol, free, where)
         # a coefficient the rows push to its bound of 0 is written as 0, not as 1e-14 of noise
         fitted = {k: _round(float(v)) if float(v) > 1e-9 * max(float(s0), 1.0) else 0.0
                   for k, v, s0 in zip(free, sol.x, x0)}
@@ -297,7 +298,37 @@ def _least_squares(name: str, m: dict[str, Any], coeffs: dict[str, float], free:
     x0 = np.maximum(np.array([coeffs[k] for k in free]), lb * 1.001)
     sol = least_squares(resid, x0, bounds=(lb, np.inf), x_scale=np.maximum(np.abs(x0), 1e-6),
                         xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    _identified(sol, free, where)
     return {k: _round(float(v)) for k, v in zip(free, sol.x)}
+
+
+IDENTIFIED_RCOND = 1e-8
+"""Smallest singular value, relative to the largest, of the fit's relative sensitivities for its
+coefficients to count as identified by the rows."""
+
+
+def _identified(sol: Any, free: list[str], where: str) -> None:
+    """ConfigError unless the rows pin down every fitted coefficient off its bound.
+
+    When they do not (three step coefficients fitted to two resolutions), a whole line of
+    values fits equally well, and which one the solver returns depends on the last bits of
+    its linear algebra: the same measurement set gave a_s 0.031 on one CPU's BLAS kernels and
+    0.032 on another's, so a shipped profile could not be refitted exactly. Coefficients at
+    a bound are pinned there and not asked about."""
+    import numpy as np
+
+    inside = [i for i, a in enumerate(sol.active_mask) if a == 0]
+    if not inside:
+        return
+    jac = np.asarray(sol.jac)[:, inside] * np.maximum(np.abs(sol.x[inside]), 1e-12)  # relative sensitivities
+    _, sv, vt = np.linalg.svd(jac, full_matrices=True)
+    sv = np.concatenate([sv, np.zeros(len(inside) - sv.size)])  # fewer rows than coefficients: zeros
+    if sv.max() > 0 and sv.min() >= IDENTIFIED_RCOND * sv.max():
+        return
+    line = np.abs(vt[-1])  # the direction along which the fit does not change
+    names = [free[i] for i, w in zip(inside, line) if w > 0.1 * line.max()]
+    raise ConfigError(f"{where}: fit", f"the 'fit' rows do not identify {names} (values along a line fit them "
+                      "equally well): hold one of them at a start value, or add rows that separate them")
 
 
 def _physical_lower_bounds(flops: dict[str, float], spec: dict[str, Any]) -> dict[str, float]:

@@ -95,6 +95,22 @@ def test_fit_recovers_known_coefficients(tmp_path: Path) -> None:
     assert got["act_gb_per_ktok"] == pytest.approx(want.act_gb_per_ktok, rel=1e-3)
 
 
+def test_coefficients_the_rows_cannot_separate_are_refused_by_name(tmp_path: Path) -> None:
+    """Three step coefficients (per-forward, linear, attention) fitted to two resolutions: a line
+    of values fits equally well, and which one a solver returned depended on the CPU's BLAS
+    kernels (the shipped vLLM-Omni profile refitted to a_s 0.032 on AMD, 0.031 on Intel). The fit
+    refuses it, naming the three; the shipped set holds a_s, and then refits exactly everywhere."""
+    src = MEASUREMENTS / "qwen-image-h200-vllm-omni"
+    fit_yaml = yaml.safe_load((src / "fit.yaml").read_text())
+    model = fit_yaml["models"]["qwen-image"]
+    assert "a_s" not in model["fit"]
+    model["fit"] = ["a_s", *model["fit"]]
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(fit_yaml))
+    (tmp_path / "measurements.csv").write_text((src / "measurements.csv").read_text())
+    with pytest.raises(ConfigError, match=r"do not identify \['a_s', 'b_s_per_mtok', 'c_s_per_gtok2'\]"):
+        fit_profile(tmp_path)
+
+
 def test_bad_row_names_file_line_and_column(tmp_path: Path) -> None:
     src = MEASUREMENTS / "flux1-dev-h100"
     text = (src / "measurements.csv").read_text().splitlines()
