@@ -14,7 +14,9 @@ per-decision caches.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from rlsched.sim.request import RequestRecord
@@ -28,6 +30,12 @@ ENQUEUED, DEQUEUED = 1, -1
 """Journal operations: a record joined ``waiting`` (arrival, preemption) or left it (started,
 rejected, aborted)."""
 
+ENGINE_KEEP = 4096
+"""Journal entries a state inside the engine keeps (``PluginState``, the router's ledger). Its readers
+(a policy's queue index) sync at every ``schedule()`` call, so they lag by the changes since the last
+call; one that lags by more rebuilds, and at that many changes one sort of the queue costs about
+what replaying them would. The simulator keeps ``Journal``'s default."""
+
 Entry = tuple[int, RequestRecord]
 Hook = Callable[[RequestRecord], None]
 
@@ -35,38 +43,50 @@ Hook = Callable[[RequestRecord], None]
 class Journal:
     """Every change of a queue, ``(ENQUEUED | DEQUEUED, record)``, in order, with bounded memory.
 
-    Readers keep an absolute cursor (``end`` when they last read). Only the newest entries
-    are kept (at least ``keep``; trimming halves the list, amortised O(1) per append): a
-    reader that fell further behind than that gets None from ``since`` and rebuilds from
-    the queue itself — correct, just not incremental. A 1,000,000-request replay would
-    otherwise hold two million entries that no reader needs.
+    Readers keep an absolute cursor (``end`` when they last read). Only the newest ``keep``
+    entries are kept, the oldest dropped as each new one arrives (a ``deque`` with ``maxlen``:
+    O(1) an append, never a bulk trim): a reader that fell further behind than that gets None
+    from ``since`` and rebuilds from the queue itself — correct, just not incremental. A
+    1,000,000-request replay would otherwise hold two million entries that no reader needs.
+
+    Each entry holds its record, so a finished request's record lives on until its entries
+    leave: in the engine (``PluginState``) that is memory, and objects the garbage collector
+    counts and walks. A list trimmed by halves there freed tens of thousands of records in one
+    call every few thousand requests; an unbounded one let every young collection's survivors
+    pile up in the older generations.
     """
 
-    __slots__ = ("_entries", "_start", "keep")
+    __slots__ = ("_entries", "_end")
 
     def __init__(self, keep: int = 1 << 16) -> None:
-        self.keep = keep
-        self._entries: list[Entry] = []
-        self._start = 0
+        if keep < 1:
+            raise ValueError(f"a journal keeps at least 1 entry, not {keep}")
+        self._entries: deque[Entry] = deque(maxlen=keep)
+        self._end = 0
+
+    @property
+    def keep(self) -> int:
+        """Most entries kept."""
+        return self._entries.maxlen  # type: ignore[return-value]
 
     def append(self, op: int, rec: RequestRecord) -> None:
-        entries = self._entries
-        entries.append((op, rec))
-        if len(entries) >= 2 * self.keep:
-            drop = len(entries) - self.keep
-            del entries[:drop]
-            self._start += drop
+        self._entries.append((op, rec))
+        self._end += 1
 
     @property
     def end(self) -> int:
         """Changes appended since the journal was created (the cursor of an up-to-date reader)."""
-        return self._start + len(self._entries)
+        return self._end
 
     def since(self, cursor: int) -> Sequence[Entry] | None:
-        """The entries from ``cursor`` on; None when some were trimmed or ``cursor`` is not of this journal."""
-        if cursor < self._start or cursor > self.end:
+        """The entries from ``cursor`` on, oldest first: O(entries returned); None when some were
+        dropped or ``cursor`` is not of this journal."""
+        behind = self._end - cursor
+        if behind < 0 or behind > len(self._entries):
             return None
-        return self._entries[cursor - self._start:]
+        out = list(islice(reversed(self._entries), behind))  # from the newest end: no walk past the rest
+        out.reverse()
+        return out
 
     def __len__(self) -> int:
         """Entries kept (not ``end``)."""

@@ -55,7 +55,7 @@ from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal
+from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
 
 EXTRAS_KEY = "rlsched_router"
 """The stage's ``extras`` section read here (beside the engine plugin's ``extras.rlsched``)."""
@@ -184,7 +184,7 @@ class LedgerView:
         self.now = 0.0
         self.waiting: dict[int, RequestRecord] = {}
         self.running: tuple[RequestRecord, ...] = ()
-        self.journal = Journal()
+        self.journal = Journal(ENGINE_KEEP)
         self.on_arrival: list[Hook] = []
         self.on_finish: list[Hook] = []
 

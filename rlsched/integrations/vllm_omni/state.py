@@ -45,7 +45,7 @@ from rlsched.sim.cost import CostModel
 from rlsched.sim.request import COMPLETED, PRIORITY_CLASSES, RUNNING, WAITING, Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
-from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal
+from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
 
 Clock = Callable[[], float]
 PARKED_KEY = "rlsched_parked_ms"
@@ -265,8 +265,8 @@ class PluginState:
         self.running: list[RequestRecord] = []
         self.records: dict[int, RequestRecord] = {}
         """Every live request (waiting or running), by int id."""
-        self.journal = Journal()
-        """Every change of ``waiting``, as ``Simulator.journal``."""
+        self.journal = Journal(ENGINE_KEEP)
+        """Every change of ``waiting``, as ``Simulator.journal`` (the newest ``ENGINE_KEEP``)."""
         self.waiting_by_class: Counter[str] = Counter()
         """Waiting requests per priority class (the queue-depth gauges), kept with ``waiting``."""
         self.invalid: Counter[str] = Counter()
