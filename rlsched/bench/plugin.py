@@ -129,6 +129,13 @@ def table(result: dict[str, Any]) -> str:
                    .rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
+    ratios = result.get("depth_ratios") or []
+    if ratios:
+        out.append(f"p99 at {ratios[0]['to']:,} waiting / p99 at {ratios[0]['from']:,} (in machine-probe units):")
+        for mode in dict.fromkeys(r["mode"] for r in ratios):
+            out.append(f"  {mode}: " + "; ".join(
+                f"{r['policy'].split(':')[0]}{' [' + r['decision_thread'] + ']' if several else ''} "
+                f"{r['p99_ratio']:.2f} ({r['p99_ratio_machine']:.2f})" for r in ratios if r["mode"] == mode))
     return "\n".join(out)
 
 
@@ -180,10 +187,36 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
                 cell["overhead_p50_us"] = round(cell["p50_us"] - native_p50, 1) if native_p50 is not None else 0.0
                 rows.append({"mode": mode, "policy": policy, "queue": queue, "decision_thread": thread, **cell})
     settings = PluginConfig()
-    return {"bench": "plugin", "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
+    return {"bench": "plugin", "depth_ratios": depth_ratios(rows),
+            "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
             "calls": calls * rounds, "rounds": rounds, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
             "decision_budget_ms": settings.decision_budget_ms,
             "decision_deadline_ms": settings.decision_deadline_ms, "decision_threads": list(threads), "rows": rows}
+
+
+BASE_QUEUE = 256
+"""The depth the deepest queue's p99 is compared with (the smallest measured when it is absent)."""
+
+
+def depth_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (mode, policy, decision thread): p99 at the deepest queue over p99 at ``BASE_QUEUE``, and the same
+    with each cell's times in units of its median machine probe (``p99_ratio_machine``): the cells of one
+    row are measured minutes apart, and this VM's speed drifts by up to 2x in that time (the probe, a fixed
+    piece of work, tracks it). Empty with fewer than two depths."""
+    out = []
+    cells: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["mode"], r["policy"], r["decision_thread"]), {})[r["queue"]] = r
+    for (mode, policy, thread), by_queue in cells.items():
+        if len(by_queue) < 2:
+            continue
+        deep = by_queue[max(by_queue)]
+        base = by_queue[BASE_QUEUE if BASE_QUEUE in by_queue and BASE_QUEUE != max(by_queue) else min(by_queue)]
+        ratio = deep["p99_us"] / base["p99_us"]
+        out.append({"mode": mode, "policy": policy, "decision_thread": thread, "from": base["queue"],
+                    "to": deep["queue"], "p99_ratio": round(ratio, 2),
+                    "p99_ratio_machine": round(ratio * base["probe_p50_us"] / deep["probe_p50_us"], 2)})
+    return out
 
 
 def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:

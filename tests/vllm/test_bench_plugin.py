@@ -108,7 +108,9 @@ def test_collections_inside_a_call_are_timed_and_set_apart(monkeypatch: pytest.M
 def test_table_and_command_line(result: dict) -> None:
     text = bench.table(result)
     assert "vllm-omni (native)" in text and "rl:checkpoints/default" in text
-    assert len(text.splitlines()) == 3 + len(result["rows"])  # title, head, rule, rows
+    ratio_lines = 1 + len(MODES)  # the depth-ratio heading, a line per mode
+    assert len(text.splitlines()) == 3 + len(result["rows"]) + ratio_lines  # title, head, rule, rows, ratios
+    assert f"p99 at {QUEUES[-1]:,} waiting / p99 at {QUEUES[0]:,}" in text
     kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1))
     assert kw == {"policies": list(bench.POLICIES), "queues": [16, 256, 1024, 4096], "modes": ["step"],
                   "calls": bench.CALLS, "rounds": 1, "threads": ["auto"]}
@@ -119,6 +121,24 @@ def test_table_and_command_line(result: dict) -> None:
         bench.parse(argparse.Namespace(policies="", queues="", modes="request,wave", calls=None, rounds=1))
     with pytest.raises(ConfigError, match="--rounds"):
         bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=0))
+
+
+def test_depth_ratios_compare_the_deepest_queue_with_256_and_discount_a_slow_machine() -> None:
+    """p99 at the deepest queue over p99 at 256 (the smallest depth when 256 is not measured); the machine
+    ratio divides each cell by its median probe, so a cell timed while the VM ran 2x slower is not charged."""
+    from rlsched.bench.plugin import depth_ratios
+
+    def row(queue: int, p99: float, probe: float, policy: str = "edf") -> dict:
+        return {"mode": "request", "policy": policy, "decision_thread": "", "queue": queue, "p99_us": p99,
+                "probe_p50_us": probe}
+
+    rows = [row(16, 50.0, 15.0), row(256, 100.0, 15.0), row(4096, 300.0, 30.0),
+            row(16, 10.0, 15.0, "fifo"), row(64, 15.0, 15.0, "fifo"), row(256, 7.0, 15.0, "one depth only")]
+    got = {r["policy"]: r for r in depth_ratios(rows)}
+    assert set(got) == {"edf", "fifo"}
+    assert (got["edf"]["from"], got["edf"]["to"], got["edf"]["p99_ratio"], got["edf"]["p99_ratio_machine"]) == \
+        (256, 4096, 3.0, 1.5)
+    assert (got["fifo"]["from"], got["fifo"]["to"], got["fifo"]["p99_ratio"]) == (16, 64, 1.5)
 
 
 def test_rounds_pool_each_cells_calls() -> None:
