@@ -247,11 +247,15 @@ def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
     return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"],
             "admitted_per_call": round(float(np.mean(cell.pop("admitted"))), 2), **cell,
             "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
-            "p99_undisturbed_us": percentiles_us(clean)["p99_us"] if clean.size else float("nan"),
-            "gc_calls": int(collected.sum()),
+            "p99_undisturbed_us": _p99(clean), "gc_calls": int(collected.sum()),
             "gc_p50_us": round(float(np.median(gc_us[collected])), 1) if collected.any() else 0.0,
-            "p99_no_gc_us": percentiles_us(no_gc)["p99_us"] if no_gc.size else float("nan"),
+            "p99_no_gc_us": _p99(no_gc),
             "probe_p50_us": round(float(np.median(probes)), 1)}
+
+
+def _p99(us: Any) -> float:
+    """p99 of some of a cell's calls; NaN when there are none."""
+    return percentiles_us(us)["p99_us"] if us.size else float("nan")
 
 
 @bench("plugin", text=table)

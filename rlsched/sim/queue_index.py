@@ -49,7 +49,7 @@ class Group:
         keys = self.keys
         # ranks by arrival put every newcomer last: one comparison instead of log n scattered ones
         i = len(keys) if not keys or keys[-1] < key else bisect_left(keys, key)
-        self.keys.insert(i, key)
+        keys.insert(i, key)
         self.recs.insert(i, rec)
         work = rec.remaining_s
         self.works.insert(i, work)
@@ -59,7 +59,7 @@ class Group:
         keys = self.keys
         # what starts is mostly the group's best: its head, found with one comparison
         i = 0 if keys[0] == key else bisect_left(keys, key)
-        del self.keys[i], self.recs[i]
+        del keys[i], self.recs[i]
         self.work_s -= self.works.pop(i)
 
     def first(self, n: int, start: int = 0) -> list[RequestRecord]:
