@@ -6,7 +6,8 @@ vs ``StepScheduler``), the default ``PluginConfig`` (5 ms decision budget, 100 m
 deadline): median and p99 µs per call and the FIFO fallbacks counted, vLLM-Omni's
 own scheduler in the same run, and what else set the slowest calls: the machine (a probe
 timed beside every call) and the garbage collector (the calls a collection ran in, and
-the p99 of the others). The set-up is ``overhead``'s docstring.
+the p99 of the others); and the work of a call, counted (function calls a ``schedule()``,
+which no machine's speed changes). The set-up is ``overhead``'s docstring.
 
 This module imports no vLLM (``rlsched bench`` imports every bench module); the
 measurement (``overhead``) is imported when the bench runs and needs the plugin tier.
@@ -92,10 +93,10 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     """The rows as aligned text: mode, policy, queue, median, p99, CPU p99, undisturbed p99, p99 of the
-    calls without a collection, overhead, admitted a call, disturbed calls, calls with a collection,
-    fallbacks (reasons)."""
+    calls without a collection, overhead, admitted a call, function calls a call, disturbed calls, calls
+    with a collection, fallbacks (reasons)."""
     head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "p99 w/o GC µs",
-            "+median µs", "admitted/call", "disturbed calls", "GC calls", "fallbacks")
+            "+median µs", "admitted/call", "fn calls/call", "disturbed calls", "GC calls", "fallbacks")
     lines = [tuple(head)]
     several = len(result.get("decision_threads", ["auto"])) > 1
     for r in result["rows"]:
@@ -111,9 +112,10 @@ def table(result: dict[str, Any]) -> str:
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
                       f"{r['p99_undisturbed_us']:,.1f}", f"{r['p99_no_gc_us']:,.1f}",
                       "" if native else f"{r['overhead_p50_us']:+,.1f}",
-                      f"{r['admitted_per_call']:.2f}", str(r["disturbed"]), str(r["gc_calls"]), "" if native else fb))
+                      f"{r['admitted_per_call']:.2f}", f"{r['work_p50']:,.0f}", str(r["disturbed"]),
+                      str(r["gc_calls"]), "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = set(range(2, 12))
+    right = set(range(2, 13))
     rounds = result.get("rounds", 1)
     out = [f"schedule() per call, {result['calls']} calls a cell"
            + (f" ({rounds} rounds, queue depths in alternating order)" if rounds > 1 else "")
@@ -122,6 +124,8 @@ def table(result: dict[str, Any]) -> str:
            f"deadline {result['decision_deadline_ms']:g} ms); CPU: the process's CPU time in the call (all threads; "
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
            f"admitted/call: requests a call admitted, on average (more work per call); "
+           f"fn calls/call: function calls (Python and C) a call made, median of {result.get('work_calls', 0)} "
+           f"untimed calls after the timed ones (the work, whatever the machine's speed); "
            f"disturbed: calls beside a machine probe over {result['probe_slowdown']:g}x its median "
            f"(the machine ran slow); GC calls: calls a garbage collection ran in"]
     for n, line in enumerate(lines):
@@ -131,11 +135,13 @@ def table(result: dict[str, Any]) -> str:
             out.append("  ".join("-" * w for w in widths))
     ratios = result.get("depth_ratios") or []
     if ratios:
-        out.append(f"p99 at {ratios[0]['to']:,} waiting / p99 at {ratios[0]['from']:,} (in machine-probe units):")
+        out.append(f"p99 at {ratios[0]['to']:,} waiting / p99 at {ratios[0]['from']:,} (in machine-probe units; "
+                   f"function calls a call):")
         for mode in dict.fromkeys(r["mode"] for r in ratios):
             out.append(f"  {mode}: " + "; ".join(
                 f"{r['policy'].split(':')[0]}{' [' + r['decision_thread'] + ']' if several else ''} "
-                f"{r['p99_ratio']:.2f} ({r['p99_ratio_machine']:.2f})" for r in ratios if r["mode"] == mode))
+                f"{r['p99_ratio']:.2f} ({r['p99_ratio_machine']:.2f}; {r['work_ratio']:.2f})"
+                for r in ratios if r["mode"] == mode))
     return "\n".join(out)
 
 
@@ -155,7 +161,8 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     probe's ``disturbed``, ``fallbacks_disturbed``,
     ``p99_undisturbed_us`` and ``probe_p50_us``, the collector's ``gc_calls`` (calls a collection ran
     in), ``gc_p50_us`` (its median time in those calls) and ``p99_no_gc_us`` (p99 of the other calls),
-    and ``overhead_p50_us`` (this row's median minus native's, same mode and queue)."""
+    ``work_p50`` (median function calls a call: ``overhead``'s work count, NaN for a decision on a worker
+    thread), and ``overhead_p50_us`` (this row's median minus native's, same mode and queue)."""
     bad = sorted(set(modes) - set(MODES))
     if bad:
         raise ValueError(f"unknown modes {bad} (known: {', '.join(MODES)})")
@@ -190,6 +197,7 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     return {"bench": "plugin", "depth_ratios": depth_ratios(rows),
             "max_num_seqs": o.MAX_NUM_SEQS, "sizes": list(o.SIZES), "steps_per_request": o.STEPS,
             "calls": calls * rounds, "rounds": rounds, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
+            "work_calls": o.WORK_CALLS * rounds,
             "decision_budget_ms": settings.decision_budget_ms,
             "decision_deadline_ms": settings.decision_deadline_ms, "decision_threads": list(threads), "rows": rows}
 
@@ -199,10 +207,11 @@ BASE_QUEUE = 256
 
 
 def depth_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (mode, policy, decision thread): p99 at the deepest queue over p99 at ``BASE_QUEUE``, and the same
+    """Per (mode, policy, decision thread): p99 at the deepest queue over p99 at ``BASE_QUEUE``, the same
     with each cell's times in units of its median machine probe (``p99_ratio_machine``): the cells of one
     row are measured minutes apart, and this VM's speed drifts by up to 2x in that time (the probe, a fixed
-    piece of work, tracks it). Empty with fewer than two depths."""
+    piece of work, tracks it), and the ratio of the median function calls a call (``work_ratio``: the
+    work itself, which no machine's speed changes). Empty with fewer than two depths."""
     out = []
     cells: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = {}
     for r in rows:
@@ -215,7 +224,8 @@ def depth_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ratio = deep["p99_us"] / base["p99_us"]
         out.append({"mode": mode, "policy": policy, "decision_thread": thread, "from": base["queue"],
                     "to": deep["queue"], "p99_ratio": round(ratio, 2),
-                    "p99_ratio_machine": round(ratio * base["probe_p50_us"] / deep["probe_p50_us"], 2)})
+                    "p99_ratio_machine": round(ratio * base["probe_p50_us"] / deep["probe_p50_us"], 2),
+                    "work_ratio": round(deep["work_p50"] / base["work_p50"], 2)})
     return out
 
 
@@ -225,7 +235,7 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
     if len(cells) == 1:
         return cells[0]
     out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
-                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted", "gc_us")}
+                           for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted", "gc_us", "work")}
     for k in ("fallbacks", "decisions"):
         out[k] = sum(c[k] for c in cells)
     for k in ("fallback_reasons", "warmup_fallback_reasons"):
@@ -239,8 +249,10 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
 def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
     """A timed cell's arrays as the row's numbers: percentiles of all calls, of the undisturbed
     ones (``overhead``'s machine probe) and of those without a collection; disturbed calls and the
-    fallbacks among them; calls with a collection and its median time in them."""
+    fallbacks among them; calls with a collection and its median time in them; the median work count."""
     us, disturbed, fell_back = cell.pop("us"), cell.pop("disturbed"), cell.pop("fell_back")
+    work = cell.pop("work")
+    work = work[~np.isnan(work)]
     cpu, probes, gc_us = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us"), cell.pop("gc_us")
     clean, collected = us[~disturbed], gc_us > 0
     no_gc = us[~collected]
@@ -249,7 +261,7 @@ def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
             "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
             "p99_undisturbed_us": _p99(clean), "gc_calls": int(collected.sum()),
             "gc_p50_us": round(float(np.median(gc_us[collected])), 1) if collected.any() else 0.0,
-            "p99_no_gc_us": _p99(no_gc),
+            "p99_no_gc_us": _p99(no_gc), "work_p50": float(np.median(work)) if work.size else float("nan"),
             "probe_p50_us": round(float(np.median(probes)), 1)}
 
 

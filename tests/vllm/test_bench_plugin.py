@@ -53,6 +53,7 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         assert (r["gc_p50_us"] > 0) == (r["gc_calls"] > 0), r
         if r["gc_calls"] < CALLS:
             assert 0 < r["p99_no_gc_us"] and math.isfinite(r["p99_no_gc_us"]), r
+        assert r["work_p50"] > 0 and math.isfinite(r["work_p50"]), r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
             if r["mode"] == "request":  # sizes alternate along the queue: FIFO's head run is one request
@@ -128,16 +129,16 @@ def test_depth_ratios_compare_the_deepest_queue_with_256_and_discount_a_slow_mac
     ratio divides each cell by its median probe, so a cell timed while the VM ran 2x slower is not charged."""
     from rlsched.bench.plugin import depth_ratios
 
-    def row(queue: int, p99: float, probe: float, policy: str = "edf") -> dict:
+    def row(queue: int, p99: float, probe: float, policy: str = "edf", work: float = 100.0) -> dict:
         return {"mode": "request", "policy": policy, "decision_thread": "", "queue": queue, "p99_us": p99,
-                "probe_p50_us": probe}
+                "probe_p50_us": probe, "work_p50": work}
 
-    rows = [row(16, 50.0, 15.0), row(256, 100.0, 15.0), row(4096, 300.0, 30.0),
+    rows = [row(16, 50.0, 15.0), row(256, 100.0, 15.0, work=200.0), row(4096, 300.0, 30.0, work=250.0),
             row(16, 10.0, 15.0, "fifo"), row(64, 15.0, 15.0, "fifo"), row(256, 7.0, 15.0, "one depth only")]
     got = {r["policy"]: r for r in depth_ratios(rows)}
     assert set(got) == {"edf", "fifo"}
-    assert (got["edf"]["from"], got["edf"]["to"], got["edf"]["p99_ratio"], got["edf"]["p99_ratio_machine"]) == \
-        (256, 4096, 3.0, 1.5)
+    assert (got["edf"]["from"], got["edf"]["to"], got["edf"]["p99_ratio"], got["edf"]["p99_ratio_machine"],
+            got["edf"]["work_ratio"]) == (256, 4096, 3.0, 1.5, 1.25)
     assert (got["fifo"]["from"], got["fifo"]["to"], got["fifo"]["p99_ratio"]) == (16, 64, 1.5)
 
 
@@ -163,5 +164,21 @@ def test_decision_threads_are_timed_side_by_side() -> None:
     assert [(r["policy"], r["decision_thread"]) for r in result["rows"]] == [
         ("vllm-omni", ""), ("edf", "engine"), ("edf", "worker")]
     assert all(r["fallbacks"] == 0 for r in result["rows"])
+    work = {r["decision_thread"]: r["work_p50"] for r in result["rows"]}
+    # the profile sees the engine thread only: a worker's decision is not counted, not counted as nothing
+    assert work[""] > 0 and work["engine"] > work[""] and math.isnan(work["worker"])
     text = bench.table(result)
     assert "edf [engine]" in text and "edf [worker]" in text
+
+
+@pytest.mark.slow
+def test_a_calls_work_does_not_grow_with_the_queue() -> None:
+    """Every shipped policy, both modes: the function calls a ``schedule()`` makes at 4,096 waiting are
+    within 1.5x of those at 1,024 (work linear in the queue would make ~4x as many, one rebuild of the
+    queue index a call ~5x; a bisection makes ~1.2x). Counted, not timed: no machine's speed changes it.
+    From 1,024: below it the bench's queue does not hold every request group yet (at 256 the realtime
+    groups drain as they arrive), so the candidate policies have fewer candidates to weigh."""
+    result = measure(policies=bench.POLICIES, queues=(1024, 4096), modes=MODES, calls=1, warmup=1)
+    ratios = {(r["mode"], r["policy"]): r["work_ratio"] for r in result["depth_ratios"]}
+    assert set(ratios) == {(m, p) for m in MODES for p in (NATIVE, *bench.POLICIES)}
+    assert all(ratio <= 1.5 for ratio in ratios.values()), ratios

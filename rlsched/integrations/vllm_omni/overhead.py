@@ -38,11 +38,20 @@ collector runs more often than it will in serving (2 to 8 journal entries a call
 untimed calls). Fallbacks are counted over the timed calls only, like the times
 (``warmup_fallback_reasons``: the untimed calls', e.g. a timeout whose back-off covered the first
 timed calls).
+
+Work: after the timed calls, ``WORK_CALLS`` more, untimed, count the function calls (Python and C:
+``sys.setprofile``'s ``call`` and ``c_call`` events) each ``schedule()`` makes on the engine thread.
+The count does not depend on how fast the machine runs, so it says what a call's time cannot on a
+VM whose speed drifts between cells: whether the work of a call grows with the queue (work linear
+in the depth would count ~4x as many calls at 4,096 as at 1,024; a bisection ~1.2x). It misses the
+work inside one C call (a ``deque.index`` scan counts one) and a decision on a worker thread
+(``decision_thread`` ``worker``: NaN).
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -58,6 +67,7 @@ from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.deadline import DeadlineRunner
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler, freeze_gc_heap
 
@@ -192,6 +202,21 @@ def probe() -> int:
     return time.perf_counter_ns() - t0
 
 
+class CallCounter:
+    """A ``sys.setprofile`` function counting the calls it sees (Python functions and C functions)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call" or event == "c_call":
+            self.n += 1
+
+
+WORK_CALLS = 50
+"""Untimed ``schedule()`` calls after the timed ones whose function calls are counted (``work``)."""
+
+
 STEADY_MAX_CALLS = 10_000
 """Most untimed calls spent turning the journal over (``steady``): a policy that admits little per call
 does it slowly (two entries a request, a step-mode call admits ~0.5)."""
@@ -205,13 +230,15 @@ def steady(sched: Any, queue: int) -> bool:
     return st is None or st.journal.end >= queue + st.journal.keep
 
 
-def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> dict[str, Any]:
+def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int, work_calls: int = WORK_CALLS
+              ) -> dict[str, Any]:
     """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each: ``us`` and
     ``cpu_us`` (each call's wall and process CPU microseconds), the fallbacks and decisions
     counted during the timed calls, and the machine probe's verdict (module docstring):
     ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, ``admitted`` (requests each
-    call admitted: a policy whose batches grow with the queue does more work per call there) and
-    ``gc_us`` (µs the garbage collector ran inside each call)."""
+    call admitted: a policy whose batches grow with the queue does more work per call there),
+    ``gc_us`` (µs the garbage collector ran inside each call) and ``work`` (function calls in each of
+    ``work_calls`` untimed calls after them; NaN where the decision runs on a worker thread)."""
     feeder, runner, collections = Feeder(), StepRunner(), Collections()
     us, cpu, admitted, gc_us = np.empty(calls), np.empty(calls), np.zeros(calls), np.zeros(calls)
     probes, fell_back = np.empty(calls + 1), np.zeros(calls, dtype=bool)
@@ -245,12 +272,43 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
         gc.callbacks.remove(collections)
     probes[calls] = probe() / 1e3
     slow = probes > PROBE_SLOWDOWN * float(np.median(probes))
-    fb, reasons, dec = _counts(sched)
+    fb, reasons, dec = _counts(sched)  # before the counted calls: profiled, they run slower than served
+    work = _count_work(sched, queue, step, runner, feeder, work_calls)
     reasons.subtract(reasons0)
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0),
             "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes,
-            "admitted": admitted, "gc_us": gc_us}
+            "admitted": admitted, "gc_us": gc_us, "work": work}
+
+
+def _count_work(sched: Any, queue: int, step: bool, runner: StepRunner, feeder: Feeder, calls: int) -> np.ndarray:
+    """Function calls in each of ``calls`` more ``schedule()`` calls (module docstring), the decision
+    budget lifted for them; NaN for a call that fell back to FIFO all the same (the deadline, a back-off),
+    and for every call when the decision runs on a thread the profile does not see."""
+    work = np.full(calls, np.nan)
+    if isinstance(getattr(sched, "_runner", None), DeadlineRunner):
+        return work
+    counter = CallCounter()
+    budget = getattr(sched, "_budget_s", None)
+    if budget is not None:  # profiled, a call runs 2-4x slower: not a reason to cut it to FIFO here
+        sched._budget_s = float("inf")
+    try:
+        for i in range(calls):
+            feeder.refill(sched, queue)
+            before = int(getattr(sched, "fallbacks", 0))
+            counter.n = 0
+            sys.setprofile(counter)
+            try:
+                out = sched.schedule()
+            finally:
+                sys.setprofile(None)
+            if int(getattr(sched, "fallbacks", 0)) == before:  # a FIFO fallback's calls are not the policy's work
+                work[i] = counter.n
+            _complete(sched, out, step, runner)
+    finally:
+        if budget is not None:
+            sched._budget_s = budget
+    return work
 
 
 def _complete(sched: Any, out: Any, step: bool, runner: StepRunner) -> None:
