@@ -230,15 +230,14 @@ def steady(sched: Any, queue: int) -> bool:
     return st is None or st.journal.end >= queue + st.journal.keep
 
 
-def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int, work_calls: int = WORK_CALLS
-              ) -> dict[str, Any]:
+def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> dict[str, Any]:
     """``calls`` timed ``schedule()`` calls with ``queue`` requests waiting at each: ``us`` and
     ``cpu_us`` (each call's wall and process CPU microseconds), the fallbacks and decisions
     counted during the timed calls, and the machine probe's verdict (module docstring):
     ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, ``admitted`` (requests each
     call admitted: a policy whose batches grow with the queue does more work per call there),
     ``gc_us`` (µs the garbage collector ran inside each call) and ``work`` (function calls in each of
-    ``work_calls`` untimed calls after them; NaN where the decision runs on a worker thread)."""
+    ``WORK_CALLS`` untimed calls after them; NaN where the decision runs on a worker thread)."""
     feeder, runner, collections = Feeder(), StepRunner(), Collections()
     us, cpu, admitted, gc_us = np.empty(calls), np.empty(calls), np.zeros(calls), np.zeros(calls)
     probes, fell_back = np.empty(calls + 1), np.zeros(calls, dtype=bool)
@@ -273,7 +272,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int, work_
     probes[calls] = probe() / 1e3
     slow = probes > PROBE_SLOWDOWN * float(np.median(probes))
     fb, reasons, dec = _counts(sched)  # before the counted calls: profiled, they run slower than served
-    work = _count_work(sched, queue, step, runner, feeder, work_calls)
+    work = _count_work(sched, queue, step, runner, feeder, WORK_CALLS)
     reasons.subtract(reasons0)
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0),
