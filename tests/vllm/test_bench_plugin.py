@@ -176,8 +176,9 @@ def test_a_calls_work_does_not_grow_with_the_queue() -> None:
     """Every shipped policy, both modes: the function calls a ``schedule()`` makes at 4,096 waiting are
     within 1.5x of those at 1,024 (work linear in the queue would make ~4x as many: a rebuild of the
     queue index every call made 3.9x for edf and static; a bisection makes ~1.2x). Counted, not timed:
-    no machine's speed changes it. From 1,024: below it the bench's queue does not hold every request group yet (at 256 the realtime
-    groups drain as they arrive), so the candidate policies have fewer candidates to weigh."""
+    no machine's speed changes it. From 1,024: below it the bench's queue does not hold every request
+    group yet (at 256 the realtime groups drain as they arrive), so the candidate policies have fewer
+    candidates to weigh."""
     result = measure(policies=bench.POLICIES, queues=(1024, 4096), modes=MODES, calls=1, warmup=1)
     ratios = {(r["mode"], r["policy"]): r["work_ratio"] for r in result["depth_ratios"]}
     assert set(ratios) == {(m, p) for m in MODES for p in (NATIVE, *bench.POLICIES)}
