@@ -98,7 +98,9 @@ results: $(VENV)/.installed
 	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
 
 # The multi-replica results (README "Beyond one GPU"): every router x replica policy on each
-# multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5. The tuned action each scenario's
+# multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5, every router on the deployed router's
+# information (view=engine, the default); rlsched's router on the replicas' true state (view=replica: a
+# ceiling) and on the ledger alone (view=ledger: the router before replicas published their state) beside it. The tuned action each scenario's
 # static runs is its one-GPU counterpart's (none is tuned on a stage yet).
 STAGE_PLAIN := fifo@round-robin,fifo@least-queue,fifo@random,edf@least-queue,edf@least-work,edf@affinity,sjf@least-work
 results-replicas: $(VENV)/.installed
@@ -107,7 +109,7 @@ results-replicas: $(VENV)/.installed
 	  s=static:agents/tuned/$$t.json; \
 	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
 	    --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
-	    --policies "$$s@rlsched,$$s@router,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central" || exit 1; \
+	    --policies "$$s@rlsched,$$s@router,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central,$$s@rlsched;view=replica,$$s@rlsched;view=ledger" || exit 1; \
 	done
 
 # plan's recommendation on each homogeneous pool, chosen on training seeds 0-2 and re-checked on

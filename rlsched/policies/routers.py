@@ -24,6 +24,7 @@ the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
 from __future__ import annotations
 
 import importlib
+import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Hashable
@@ -33,6 +34,7 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
+from rlsched.policies.router_views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Simulator
@@ -150,6 +152,8 @@ class _Followed:
 
 class RoundRobin:
     name = "round-robin"
+    reads_state = False
+    """Decides on nothing a replica holds: every view routes it alike (``make_router`` does not wrap it)."""
 
     def reset(self, stage: Stage) -> None:
         self._next = 0
@@ -162,6 +166,7 @@ class RoundRobin:
 
 class RandomRouter:
     name = "random"
+    reads_state = False
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
@@ -312,11 +317,19 @@ def random_router(spec: PolicySpec) -> RandomRouter:
 
 def make_router(spec: str, policy: str | None = None) -> Router:
     """A router from its spec (``round-robin``, ``random:7``, ``rlsched``); a teacher (``lookahead``,
-    ``hindsight``) also needs the replica ``policy`` spec it simulates."""
-    parsed = parse_spec(spec)
+    ``hindsight``) also needs the replica ``policy`` spec it simulates.
+
+    Every router takes ``;view=engine|ledger|replica`` (``router_views.VIEWS``; default ``engine``: what
+    the router deployed in vLLM-Omni sees, the replicas' published states heard ``delay_ms`` late, option
+    ``;delay_ms=``, default 10) — except the teachers, which decide on forks of the replicas' true state
+    (``view=replica`` only: ceilings)."""
+    parsed, view, delay_s = _view_options(parse_spec(spec))
     if parsed.name in TEACHERS:
         if policy is None:
             raise ConfigError("router", f"{parsed.name} simulates the replica policy: give it as POLICY@{spec}")
+        if view != "replica":
+            raise ConfigError(f"router {spec!r}", f"{parsed.name} decides on forks of the replicas' true state "
+                                                  "(a ceiling): it takes view=replica only")
         teacher: Callable[[PolicySpec, str], Router] = _load(TEACHERS[parsed.name])
         return teacher(parsed, policy)
     target = ROUTERS.get(parsed.name)
@@ -324,7 +337,33 @@ def make_router(spec: str, policy: str | None = None) -> Router:
         raise ConfigError("router", f"unknown router {spec!r} (known: {', '.join(sorted([*ROUTERS, *TEACHERS]))}, "
                                     "or central for late binding)")
     factory: Callable[[PolicySpec], Router] = _load(target)
-    return factory(parsed)
+    router = factory(parsed)
+    if view == "replica" or not getattr(router, "reads_state", True):
+        return router
+    return ViewRouter(router, view, delay_s)  # type: ignore[return-value]
+
+
+def _view_options(spec: PolicySpec) -> tuple[PolicySpec, str, float]:
+    """``spec`` without its ``view`` and ``delay_ms`` options, and their values (checked)."""
+    options = dict(spec.options)
+    view = options.pop("view", None)
+    teacher = spec.name in TEACHERS
+    if view is None:
+        view = "replica" if teacher else DEFAULT_VIEW
+    if view not in VIEWS:
+        raise ConfigError(f"router {spec} option view", f"one of {', '.join(VIEWS)}, not {view!r}")
+    delay = options.pop("delay_ms", None)
+    delay_s = PUBLISH_DELAY_S
+    if delay is not None:
+        try:
+            delay_s = float(delay) / 1e3
+        except ValueError:
+            delay_s = math.nan
+        if not 0 <= delay_s <= 3600:
+            raise ConfigError(f"router {spec} option delay_ms", f"milliseconds in [0, 3600000], not {delay!r}")
+        if view != "engine":
+            raise ConfigError(f"router {spec} option delay_ms", "only with view=engine (the published state's delay)")
+    return PolicySpec(spec.name, spec.arg, options), view, delay_s
 
 
 def _load(target: str) -> Callable:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -156,6 +156,9 @@ class Simulator:
         """Callbacks ``f(record)`` run when a request arrives (policies' history features)."""
         self.on_finish: list[Hook] = []
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
+        self.on_change: list[Callable[[Simulator], None]] = []
+        """Callbacks ``f(self)`` run after the running batch changed (a batch started, ended, failed or was
+        preempted): what a replica publishes to a router (``policies.router_views``)."""
         self.journal = Journal()
         """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
         their own per-key structures in step by replaying it from where they last read, so a
@@ -262,6 +265,7 @@ class Simulator:
         mem = self.cost.batch_memory_gb(batch)
         if mem > self.cost.gpu_memory_gb:
             self._fail_oom(batch)
+            self._changed()
             return
         duration = self._duration(batch)
         for rec in batch:
@@ -271,6 +275,11 @@ class Simulator:
         self.running = self.last_batch = batch
         self._batch_mem_gb, self._batch_start_s = mem, self.now
         self.gpu_end_s = self.now + duration
+        self._changed()
+
+    def _changed(self) -> None:
+        for callback in self.on_change:
+            callback(self)
 
     def _wait(self, until: float | None) -> None:
         if until is not None and until > self.now:
@@ -279,6 +288,7 @@ class Simulator:
         if self.step_mode and self.running:
             self._preempt(self.running)
             self.running = []
+            self._changed()
 
     def _take(self, ids: Iterable[int]) -> list[RequestRecord]:
         ids = tuple(ids)
@@ -344,6 +354,8 @@ class Simulator:
         for rec in sorted(done, key=_request_id):
             self._finish(rec, COMPLETED)
         self.running = still
+        if done:
+            self._changed()
 
     def _fail_oom(self, batch: list[RequestRecord]) -> None:
         self.oom_batches += 1

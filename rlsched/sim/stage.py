@@ -9,12 +9,15 @@ or the distributed mode's ``LoadBalancer``. Two ways requests reach replicas:
   request arrives; the request stays there (affinity) and that replica's own
   ``SchedulingPolicy`` decides over its own queue (``QueueView``);
 * **late binding** (``central``): requests wait in one central queue; whenever a
-  replica is idle with nothing queued, a central policy picks a batch from the central
-  queue and the stage hands it to that replica (lowest index first), whose own policy
-  then runs it. The central policy decides in the freed replica's costs: the stage keeps
-  one view of the central queue per distinct replica kind (cost model and serving
-  config), each with its own instance of the central policy, all holding the same
-  waiting requests; a batch handed out leaves every view. A homogeneous stage has one.
+  replica takes its next batch (``takes_next_batch``: nothing queued there, and idle — or,
+  in request mode, its running wave predicted to end within ``lead_s``, one wave ahead, as
+  the engine's central pool sends it so the send's round trip leaves the critical path), a
+  central policy picks a batch from the central queue and the stage hands it to that
+  replica (lowest index first), whose own policy then runs it. The central policy decides
+  in the freed replica's costs: the stage keeps one view of the central queue per
+  distinct replica kind (cost model and serving config), each with its own instance of
+  the central policy, all holding the same waiting requests; a batch handed out leaves
+  every view. A homogeneous stage has one.
 
 The event loop merges the replicas' events with the arrivals in time order; at one
 instant every replica's own events (batch ends, timers) fire first, then the arrivals
@@ -38,6 +41,24 @@ from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
 
 INF = math.inf
+CENTRAL_LEAD_S = 0.05
+"""Late binding, request mode: how long before a replica's running wave is predicted to end the central
+queue sends it its next batch (wall-clock seconds at time scale 1). It covers the send from the API
+process to the replica (a few ms on one host) and the dispatcher's wake-up; the engine's central pool
+uses the same rule with this lead (``extras.rlsched_router.lead_ms``)."""
+
+
+def takes_next_batch(queued: int, running: bool, end_s: float, now: float, step_mode: bool,
+                     lead_s: float = CENTRAL_LEAD_S) -> bool:
+    """The one rule of late binding, for the simulator and the engine's central pool alike: a replica
+    takes its next batch from the central queue when nothing is queued there and it is idle, or — in
+    request mode — its running wave is predicted to end within ``lead_s`` (one wave ahead). A step-mode
+    replica takes requests at every step boundary and runs minutes-long requests: only when idle."""
+    if queued:
+        return False
+    if not running:
+        return True
+    return not step_mode and end_s - now <= lead_s
 
 
 @dataclass(frozen=True)
@@ -83,6 +104,10 @@ class Stage:
         per replica kind, in order of each kind's first replica."""
         self._kind: list[int] = []
         """Late binding: replica index -> its kind's index in ``hubs``."""
+        self.lead_s = CENTRAL_LEAD_S
+        """Late binding: ``takes_next_batch``'s lead (seconds on this stage's clock)."""
+        self._woken_for: list[float] = []
+        """Late binding: per replica, the running wave whose end (less the lead) already woke the stage."""
         self._next = 0
 
     @classmethod
@@ -164,9 +189,24 @@ class Stage:
                 while sim.needs_decision:
                     sim.apply(policy.decide(sim))
             for r in set(touched):
-                times[r] = sims[r].next_event_s()
+                times[r] = self._ahead(r) if hubs and r < hub else sims[r].next_event_s()
         for sim in self.replicas:  # one makespan for every replica's utilisation
             sim.now = max(sim.now, self.now)
+
+    def _ahead(self, r: int) -> float:
+        """Replica ``r``'s next event, or (late binding, request mode) the instant its running wave comes
+        within the lead of its end with nothing queued there — once per wave."""
+        sim = self.replicas[r]
+        t = sim.next_event_s()
+        if sim.step_mode or sim.waiting or sim.gpu_end_s == INF or self._woken_for[r] == sim.gpu_end_s:
+            return t
+        wake = max(sim.gpu_end_s - self.lead_s, self.now)
+        if wake >= t:
+            return t
+        if wake == self.now:  # already within the lead: the dispatch of this instant saw it
+            self._woken_for[r] = sim.gpu_end_s
+            return t
+        return wake
 
     def _all(self) -> list[Simulator]:
         return [*self.replicas, *self.hubs]
@@ -223,6 +263,7 @@ class Stage:
             self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
         firsts = [next(s for s, k in zip(self.specs, self._kind) if k == i) for i in range(len(kinds))]
         self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s) for s in firsts]
+        self._woken_for = [INF] * len(self.replicas)
         policies = []
         for view in self.hubs:
             policy = make()
@@ -252,8 +293,12 @@ class Stage:
         for r, sim in enumerate(self.replicas):
             if not self.hubs[0].waiting:
                 break
-            if sim.gpu_end_s != INF or sim.waiting or sim.running:
+            busy = sim.gpu_end_s != INF
+            if not takes_next_batch(len(sim.waiting), busy or bool(sim.running), sim.gpu_end_s, self.now,
+                                    sim.step_mode, self.lead_s):
                 continue
+            if busy:
+                self._woken_for[r] = sim.gpu_end_s
             k = self._kind[r]
             view = self.hubs[k]
             if not woken[k]:  # a replica is free: its kind's policy decides again (as after any event)
@@ -309,4 +354,4 @@ def _arrival(req: Request) -> float:
     return req.arrival_s
 
 
-__all__ = ["ReplicaSpec", "Router", "Stage"]
+__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "takes_next_batch"]

@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -52,10 +52,10 @@ from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
 from rlsched.integrations.vllm_omni.state import read_request
+from rlsched.policies.router_views import Ledger, LedgerStage, ReplicaView
 from rlsched.sim.cost import CostModel
-from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.request import Request
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
 
 EXTRAS_KEY = "rlsched_router"
 """The stage's ``extras`` section read here (beside the engine plugin's ``extras.rlsched``)."""
@@ -169,112 +169,9 @@ class RouterMetrics(MetricSet):
 
 
 # ------------------------------------------------------------------------------ ledger
-class LedgerView:
-    """One replica's part of the ledger as a ``QueueView``: every request bound to it and not
-    finished waits, at its standalone work at this replica's layout; nothing runs (``running``
-    empty, ``gpu_end_s`` infinite): the orchestrator does not see a replica start a request."""
-
-    can_reject = False
-    gpu_end_s = INF
-    """What the routers read of a ``Simulator``'s running batch: none known."""
-
-    def __init__(self, slot: int, cost: CostModel, config: ServingConfig) -> None:
-        self.slot, self.cost, self.config = slot, cost, config
-        self.step_mode = config.step_mode
-        self.now = 0.0
-        self.waiting: dict[int, RequestRecord] = {}
-        self.running: tuple[RequestRecord, ...] = ()
-        self.journal = Journal(ENGINE_KEEP)
-        self.on_arrival: list[Hook] = []
-        self.on_finish: list[Hook] = []
-
-    @property
-    def memory_used_gb(self) -> float:
-        return self.cost.weights_gb
-
-    def open_telemetry(self) -> None:
-        return None
-
-    def add(self, req: Request) -> RequestRecord:
-        rec = self.cost.record(req, req.arrival_s + req.slo_s)
-        rec.key = req.key(self.step_mode)
-        self.waiting[req.id] = rec
-        self.journal.append(ENQUEUED, rec)
-        return rec
-
-    def remove(self, iid: int) -> None:
-        rec = self.waiting.pop(iid, None)
-        if rec is not None:
-            self.journal.append(DEQUEUED, rec)
-
-
-@dataclass
-class LedgerStage:
-    """What a router reads of a ``Stage``: the live replicas' views (index = position, not slot), the clock
-    and the seed."""
-
-    replicas: list[LedgerView]
-    seed: int = 0
-    now: float = 0.0
-
-
-class Ledger:
-    """The requests a pool bound and that have not finished, per replica slot (``LedgerView``s),
-    with the ``LedgerStage`` a router decides on. Not thread-safe: the pool holds its lock."""
-
-    def __init__(self, cost_of: Callable[[int], CostModel], config: ServingConfig, seed: int = 0) -> None:
-        self._cost_of, self.config = cost_of, config
-        self.views: dict[int, LedgerView] = {}
-        self.stage = LedgerStage([], seed)
-        self.bound: dict[str, tuple[int, int]] = {}
-        """vLLM request id -> (slot, the ledger's int id)."""
-        self._next_id = 0
-
-    @property
-    def slots(self) -> list[int]:
-        """The slot of each of the stage's replicas, by position."""
-        return [v.slot for v in self.stage.replicas]
-
-    def follow(self, live: Sequence[int]) -> list[str]:
-        """Make ``live`` (slot ids, in order) the routed replicas; returns the request ids whose replica
-        left (their entries are resolved)."""
-        lost = [rid for rid, (slot, _) in self.bound.items() if slot not in live]
-        for rid in lost:
-            del self.bound[rid]
-        for slot in [s for s in self.views if s not in live]:
-            del self.views[slot]
-        for slot in live:
-            if slot not in self.views:
-                self.views[slot] = LedgerView(slot, self._cost_of(slot), self.config)
-        self.stage.replicas = [self.views[s] for s in live]
-        return lost
-
-    def new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id - 1
-
-    def add(self, request_id: str, slot: int, req: Request) -> None:
-        self.remove(request_id)
-        view = self.views.get(slot)
-        if view is None:  # a replica that is not routed (it left): nothing to follow
-            return
-        view.add(req)
-        self.bound[request_id] = (slot, req.id)
-
-    def remove(self, request_id: str) -> int | None:
-        """Resolve ``request_id``'s entry; returns its slot (None when it had none)."""
-        entry = self.bound.pop(request_id, None)
-        if entry is None:
-            return None
-        slot, iid = entry
-        view = self.views.get(slot)
-        if view is not None:
-            view.remove(iid)
-        return slot
-
-    def outstanding(self, slot: int) -> int:
-        view = self.views.get(slot)
-        return 0 if view is None else len(view.waiting)
+# The ledger and the replicas' published states live in rlsched.policies.router_views: the simulator's
+# ``view=engine`` and ``view=ledger`` route on the same classes.
+LedgerView = ReplicaView
 
 
 def make_request(iid: int, now: float, sampling: Any, settings: PluginConfig, cost: CostModel) -> Request:

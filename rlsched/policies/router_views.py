@@ -1,0 +1,445 @@
+"""What a router in vLLM-Omni's orchestrator knows of each replica, for the engine and the simulator alike.
+
+A router in the API process never sees a replica's scheduler. It knows the requests it bound there that
+have not finished (its **ledger**), and — when the replica runs rlsched's engine — what that engine
+**published** of its state: which of them run, how far each is, and the running batch's predicted end.
+``ReplicaView`` is one replica as such a router sees it (a ``QueueView``), ``Ledger`` the views of a
+stage's replicas (the ``LedgerStage`` a router decides on). The engine's ``RouterStagePool`` feeds it
+the replicas' published states as they reach the orchestrator; the simulator's ``view=engine`` feeds it
+the same messages, built by the same ``replica_state`` and delayed as the engine's path delays them —
+one rule, one parser, for both.
+
+**The published state** (``replica_state``; the engine plugin piggybacks it on every output it sends,
+under ``STATE_KEY`` in the output's metrics dict, and sends one carrier output whenever its running set
+changes)::
+
+    {"v": 1, "seq": 17, "remaining_s": 3.2, "running": [["req-a", 12], ["req-b", 0]], "finished": ["req-c"],
+     "preempted": [["req-d", 30]]}
+
+``seq`` increases with every state the replica takes (a stale one, arriving late, is ignored);
+``remaining_s`` is the running batch's predicted time left when the message was built, on the plugin's
+(time-scaled) clock, so no clock is shared between processes; ``running`` the running requests with
+their denoise steps done; ``finished`` those that ended since the previous state, ``preempted`` those
+that left the running batch unfinished since then (step mode), with their steps done. Requests are named by
+their vLLM ids. The waiting order is not sent: a replica's rlsched policy runs deadline order, which the
+router's model assumes already.
+
+**A view from a state**: the bound requests the state lists as running run (from the waiting set, with
+their steps done), until the predicted end (``gpu_end_s``; never before ``now``: a batch past its
+predicted end is about to end); every other bound request waits at its remaining standalone work, the
+ones routed since the state was built included. A view **falls back to the ledger** (nothing runs,
+everything waits at full cost: what the router saw before replicas published) while it has heard no
+state (``missing``: the replica does not run rlsched's engine, or has not started a batch yet), after a
+malformed or oversized one (``invalid``), and once it is silent past its bound (``stale``: no message
+for ``silence_s`` after the later of the last message and the predicted end). A stale or invalid view
+is trusted again at its next valid state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from rlsched.sim.cost import CostModel
+from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
+
+INF = math.inf
+STATE_KEY = "rlsched_state"
+"""Key of the published state in an output's metrics dict."""
+STATE_VERSION = 1
+MAX_LISTED = 1024
+"""Most requests a state may list as running or finished (a batch is at most ``max_num_seqs``,
+which the schema caps lower): a longer list is refused as oversized."""
+MAX_ID_CHARS = 512
+SILENCE_S = 30.0
+"""Default bound on a replica's silence past its predicted end, in the router's (profile) seconds."""
+VIEWS = ("engine", "ledger", "replica")
+"""A router's view of the replicas: ``engine`` (the ledger plus each replica's published state, as
+the router in vLLM-Omni sees it), ``ledger`` (bound requests only, nothing seen running: the router
+before replicas published their state), ``replica`` (the replicas' true state: a ceiling only the
+simulator has)."""
+DEFAULT_VIEW = "engine"
+PUBLISH_DELAY_S = 0.01
+"""The simulator's delay between a replica's change and the router's knowing it (``view=engine``).
+Measured over HTTP with two replicas on the 2-core CPU box: a carrier output takes a few milliseconds
+from the replica's ``schedule()`` to the orchestrator (docs/deploy.md); 10 ms bounds it."""
+FALLBACK_REASONS = ("missing", "invalid", "stale")
+
+
+class StateError(ValueError):
+    """A published state that cannot be read (the field says what is wrong)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A published state, read and checked (``ReplicaState.read``)."""
+
+    seq: int
+    remaining_s: float
+    running: tuple[tuple[str, int], ...]
+    finished: tuple[str, ...] = ()
+    preempted: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def read(cls, raw: Any) -> ReplicaState:
+        """``raw`` (the wire dict) checked field by field; ``StateError`` naming the field otherwise."""
+        if not isinstance(raw, Mapping):
+            raise StateError(f"state: a mapping expected, not {type(raw).__name__}")
+        if raw.get("v") != STATE_VERSION:
+            raise StateError(f"state.v: version {STATE_VERSION} expected, not {raw.get('v')!r}")
+        seq, remaining = raw.get("seq"), raw.get("remaining_s")
+        if type(seq) is not int or seq < 0:
+            raise StateError(f"state.seq: an integer >= 0 expected, not {seq!r}")
+        if isinstance(remaining, bool) or not isinstance(remaining, (int, float)) or not 0 <= remaining < INF:
+            raise StateError(f"state.remaining_s: a finite number >= 0 expected, not {remaining!r}")
+        running = tuple(_pairs(raw.get("running", ()), "state.running"))
+        finished = tuple(_ids(raw.get("finished", ()), "state.finished"))
+        preempted = tuple(_pairs(raw.get("preempted", ()), "state.preempted"))
+        return cls(seq, float(remaining), running, finished, preempted)
+
+
+def _listed(value: Any, where: str) -> Sequence[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise StateError(f"{where}: a list expected, not {type(value).__name__}")
+    if len(value) > MAX_LISTED:
+        raise StateError(f"{where}: {len(value)} entries, at most {MAX_LISTED} (oversized)")
+    return value
+
+
+def _ids(value: Any, where: str) -> Iterable[str]:
+    for rid in _listed(value, where):
+        if not isinstance(rid, str) or not rid or len(rid) > MAX_ID_CHARS:
+            raise StateError(f"{where}: a request id (a non-empty string) expected, not {rid!r:.80}")
+        yield rid
+
+
+def _pairs(value: Any, where: str) -> Iterable[tuple[str, int]]:
+    for entry in _listed(value, where):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise StateError(f"{where}: [request id, steps done] expected, not {entry!r:.80}")
+        rid, done = entry
+        next(iter(_ids([rid], where)))
+        if type(done) is not int or done < 0:
+            raise StateError(f"{where}: steps done must be an integer >= 0, not {done!r}")
+        yield rid, done
+
+
+def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int]], finished: Iterable[Any] = (),
+                  preempted: Iterable[tuple[Any, int]] = ()) -> dict[str, Any]:
+    """The wire form of a replica's state (module docstring); ids are sent as strings."""
+    return {"v": STATE_VERSION, "seq": seq, "remaining_s": max(float(remaining_s), 0.0),
+            "running": [[str(rid), int(done)] for rid, done in running], "finished": [str(r) for r in finished],
+            "preempted": [[str(rid), int(done)] for rid, done in preempted]}
+
+
+class ReplicaView:
+    """One replica as a router in the orchestrator sees it: a ``QueueView`` (module docstring)."""
+
+    can_reject = False
+
+    def __init__(self, slot: int, cost: CostModel, config: ServingConfig, silence_s: float = SILENCE_S) -> None:
+        self.slot, self.cost, self.config, self.silence_s = slot, cost, config, silence_s
+        self.step_mode = config.step_mode
+        self.now = 0.0
+        self.waiting: dict[int, RequestRecord] = {}
+        self.running: tuple[RequestRecord, ...] = ()
+        self.journal = Journal(ENGINE_KEEP)
+        self.on_arrival: list[Hook] = []
+        self.on_finish: list[Hook] = []
+        self._followed: dict[int, RequestRecord] = {}
+        """Every bound, unfinished request (waiting or running)."""
+        self._end_s = INF
+        self._step_s = 0.0
+        """Step mode: one step of the running batch, from the cost model."""
+        self._heard_s = -INF
+        self._seq = -1
+        self.fallback: str | None = "missing"
+        """Why the view is the ledger alone (``FALLBACK_REASONS``), None while a published state holds."""
+
+    @property
+    def gpu_end_s(self) -> float:
+        """The running batch's predicted end (INF: nothing seen running), advanced to ``now`` by the cost
+        model: in step mode, a step past its published end is followed by the same batch's next steps (one
+        step's time each); a request-mode wave past its end is about to end (``now``)."""
+        if not self.running:
+            return INF
+        end = self._end_s
+        if end < self.now and self.step_mode and self._step_s > 0:
+            end += math.ceil((self.now - end) / self._step_s) * self._step_s
+        return max(end, self.now)
+
+    @property
+    def memory_used_gb(self) -> float:
+        return self.cost.weights_gb
+
+    def open_telemetry(self) -> None:
+        return None
+
+    # ------------------------------------------------------------------ ledger
+    def add(self, req: Request) -> RequestRecord:
+        rec = self.cost.record(req, req.arrival_s + req.slo_s)
+        rec.key = req.key(self.step_mode)
+        self._followed[req.id] = self.waiting[req.id] = rec
+        self.journal.append(ENQUEUED, rec)
+        return rec
+
+    def remove(self, iid: int) -> None:
+        rec = self._followed.pop(iid, None)
+        if rec is None:
+            return
+        if self.waiting.pop(iid, None) is not None:
+            self.journal.append(DEQUEUED, rec)
+        elif any(r is rec for r in self.running):
+            self.running = tuple(r for r in self.running if r is not rec)
+
+    # ------------------------------------------------------------------- state
+    def current(self) -> str | None:
+        """Why the published state is not used now (``FALLBACK_REASONS``), None when it is. A view past
+        its silence bound drops what it heard (everything waits again, as in the ledger)."""
+        if self.fallback is None and self.now > max(self._heard_s, self._end_s if self.running else -INF) \
+                + self.silence_s:
+            self._forget("stale")
+        return self.fallback
+
+    def publish(self, state: ReplicaState, now: float, iid_of: Callable[[str], int | None]) -> bool:
+        """Take a published state heard at ``now`` (``iid_of`` maps a vLLM id to this view's id, None for a
+        request it does not follow); False when it is older than one already taken (ignored)."""
+        if state.seq <= self._seq:
+            return False
+        self._seq, self._heard_s, self.fallback = state.seq, now, None
+        for rid in state.finished:
+            iid = iid_of(rid)
+            if iid is not None:
+                self.remove(iid)
+        for rid, done in state.preempted:
+            rec = self._followed.get(iid_of(rid))  # type: ignore[arg-type]
+            if rec is not None:
+                rec.steps_done = min(done, rec.request.num_inference_steps - 1)
+        running = []
+        for rid, done in state.running:
+            rec = self._followed.get(iid_of(rid))  # type: ignore[arg-type]
+            if rec is None:
+                continue
+            rec.steps_done = min(done, rec.request.num_inference_steps - 1)
+            running.append(rec)
+        self._set_running(running)
+        self._end_s = now + state.remaining_s
+        if self.step_mode and running:
+            cfg = self.config
+            self._step_s = self.cost.batch_step_time(running) + cfg.engine_overhead_ms / 1e3
+        return True
+
+    def refuse(self, reason: str) -> None:
+        """A message that could not be read: the ledger alone until the next valid state."""
+        self._forget(reason)
+
+    def _forget(self, reason: str) -> None:
+        self.fallback = reason
+        self._set_running([])
+        self._end_s = INF
+
+    def _set_running(self, batch: list[RequestRecord]) -> None:
+        new = {id(r) for r in batch}
+        for rec in self.running:  # left the batch unfinished: preempted (step mode) or its end not yet heard
+            if id(rec) not in new and rec.request.id in self._followed:
+                if self.step_mode:
+                    self.waiting[rec.request.id] = rec
+                    self.journal.append(ENQUEUED, rec)
+                else:  # a request-mode wave runs to its end: gone, its finish is on its way
+                    del self._followed[rec.request.id]
+        for rec in batch:
+            if self.waiting.pop(rec.request.id, None) is not None:
+                self.journal.append(DEQUEUED, rec)
+        self.running = tuple(batch)
+
+
+@dataclass
+class LedgerStage:
+    """What a router reads of a ``Stage``: the live replicas' views (index = position, not slot), the clock
+    and the seed."""
+
+    replicas: list[ReplicaView]
+    seed: int = 0
+    now: float = 0.0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    """Routing decisions made with a replica seen through the ledger alone, by reason (one count per
+    replica and decision)."""
+
+    def at(self, now: float) -> LedgerStage:
+        """Every view's clock at ``now``; counts the views seen through the ledger alone."""
+        self.now = now
+        for view in self.replicas:
+            view.now = now
+            reason = view.current()
+            if reason is not None:
+                self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+        return self
+
+
+class Ledger:
+    """The requests a router bound that have not finished, per replica slot (``ReplicaView``s), with the
+    published states, and the ``LedgerStage`` a router decides on. Not thread-safe: the pool holds its lock."""
+
+    def __init__(self, cost_of: Callable[[int], CostModel], config: ServingConfig, seed: int = 0,
+                 silence_s: float = SILENCE_S) -> None:
+        self._cost_of, self.config, self.silence_s = cost_of, config, silence_s
+        self.views: dict[int, ReplicaView] = {}
+        self.stage = LedgerStage([], seed)
+        self.bound: dict[str, tuple[int, int]] = {}
+        """vLLM request id -> (slot, the ledger's int id)."""
+        self._next_id = 0
+        self.last_error = ""
+        """Why the last refused state could not be read."""
+
+    @property
+    def slots(self) -> list[int]:
+        """The slot of each of the stage's replicas, by position."""
+        return [v.slot for v in self.stage.replicas]
+
+    def follow(self, live: Sequence[int]) -> list[str]:
+        """Make ``live`` (slot ids, in order) the routed replicas; returns the request ids whose replica
+        left (their entries are resolved)."""
+        lost = [rid for rid, (slot, _) in self.bound.items() if slot not in live]
+        for rid in lost:
+            del self.bound[rid]
+        for slot in [s for s in self.views if s not in live]:
+            del self.views[slot]
+        for slot in live:
+            if slot not in self.views:
+                self.views[slot] = ReplicaView(slot, self._cost_of(slot), self.config, self.silence_s)
+        self.stage.replicas = [self.views[s] for s in live]
+        return lost
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def add(self, request_id: str, slot: int, req: Request) -> None:
+        self.remove(request_id)
+        view = self.views.get(slot)
+        if view is None:  # a replica that is not routed (it left): nothing to follow
+            return
+        view.add(req)
+        self.bound[request_id] = (slot, req.id)
+
+    def remove(self, request_id: str) -> int | None:
+        """Resolve ``request_id``'s entry; returns its slot (None when it had none)."""
+        entry = self.bound.pop(request_id, None)
+        if entry is None:
+            return None
+        slot, iid = entry
+        view = self.views.get(slot)
+        if view is not None:
+            view.remove(iid)
+        return slot
+
+    def publish(self, slot: int, raw: Any, now: float) -> str | None:
+        """Take replica ``slot``'s published state (the wire dict) heard at ``now``. Returns None when it
+        was taken, ``"old"`` when a newer one was taken before, ``"unrouted"`` for a slot not routed,
+        ``"invalid"`` when it cannot be read (``last_error`` says why; the view is the ledger alone)."""
+        view = self.views.get(slot)
+        if view is None:
+            return "unrouted"
+        try:
+            state = ReplicaState.read(raw)
+        except StateError as exc:
+            self.last_error = str(exc)
+            view.refuse("invalid")
+            return "invalid"
+        view.now = now
+        return None if view.publish(state, now, lambda rid: self._iid(slot, rid)) else "old"
+
+    def _iid(self, slot: int, request_id: str) -> int | None:
+        entry = self.bound.get(request_id)
+        return entry[1] if entry is not None and entry[0] == slot else None
+
+    def outstanding(self, slot: int) -> int:
+        """Requests bound to ``slot`` that have not finished (waiting or running)."""
+        view = self.views.get(slot)
+        return 0 if view is None else len(view._followed)
+
+    def waiting(self, slot: int) -> int:
+        """Requests bound to ``slot`` not seen running."""
+        view = self.views.get(slot)
+        return 0 if view is None else len(view.waiting)
+
+
+__all__ = ["DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerStage", "MAX_LISTED", "PUBLISH_DELAY_S",
+           "ReplicaState", "ReplicaView", "SILENCE_S", "STATE_KEY", "STATE_VERSION", "StateError", "VIEWS",
+           "ViewRouter", "replica_state"]
+
+
+class ViewRouter:
+    """A simulator router on what the deployed router sees (``view=engine`` or ``view=ledger``).
+
+    Wraps any router: it decides on a ``Ledger`` of the requests it routed that have not finished — and,
+    with ``view=engine``, on the states the replicas publish (``replica_state``, built when a replica's
+    running batch changes, as the engine plugin builds it), each heard ``delay_s`` after the change;
+    finishes reach it after the same delay. ``view=ledger`` is the router in vLLM-Omni before replicas
+    published anything: every routed, unfinished request waits at its full standalone time."""
+
+    def __init__(self, router: Any, view: str = DEFAULT_VIEW, delay_s: float = PUBLISH_DELAY_S) -> None:
+        if view not in ("engine", "ledger"):
+            raise ValueError(f"a ViewRouter routes on view=engine or view=ledger, not {view!r}")
+        self.router, self.view, self.delay_s = router, view, delay_s
+        self.name = getattr(router, "name", "router")
+
+    def reset(self, stage: Any) -> None:
+        sims = stage.replicas
+        self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed, silence_s=INF)
+        self.ledger.follow(list(range(len(sims))))
+        self._heard: deque[tuple[float, int, Any]] = deque()
+        """(when the router hears it, slot, a state dict or a finished request's id), in time order."""
+        self._seq = [0] * len(sims)
+        self._published: list[tuple[int, ...]] = [()] * len(sims)
+        self._finished: list[list[int]] = [[] for _ in sims]
+        self._progress: list[dict[int, RequestRecord]] = [{} for _ in sims]
+        """Per replica, the records of the running batch last published (to tell who left it unfinished)."""
+        for slot, sim in enumerate(sims):
+            sim.on_finish.append(partial(self._finish, slot))
+            if self.view == "engine":
+                sim.on_change.append(partial(self._change, slot))
+        self.router.reset(self.ledger.stage)
+
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        return self.ledger.stage.fallbacks
+
+    def _finish(self, slot: int, rec: RequestRecord) -> None:
+        self._heard.append((rec.finish_s + self.delay_s, slot, str(rec.request.id)))
+        if self.view == "engine":
+            self._finished[slot].append(rec.request.id)
+
+    def _change(self, slot: int, sim: Any) -> None:
+        running = tuple(r.request.id for r in sim.running)
+        if running == self._published[slot] and not self._finished[slot]:
+            return  # the engine publishes when its running set changes
+        self._published[slot] = running
+        self._seq[slot] += 1
+        left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
+        before, now_running = self._progress[slot], {r.request.id: r for r in sim.running}
+        preempted = [(rid, r.steps_done) for rid, r in before.items()
+                     if rid not in now_running and r.steps_done < r.request.num_inference_steps]
+        state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
+                              self._finished[slot], preempted)
+        self._finished[slot], self._progress[slot] = [], now_running
+        self._heard.append((sim.now + self.delay_s, slot, state))
+
+    def route(self, request: Request, stage: Any) -> int:
+        now, heard, ledger = stage.now, self._heard, self.ledger
+        while heard and heard[0][0] <= now:
+            t, slot, what = heard.popleft()
+            if isinstance(what, str):
+                ledger.remove(what)
+            else:
+                ledger.publish(slot, what, t)
+        slot = self.router.route(request, ledger.stage.at(now))
+        if type(slot) is int:
+            ledger.add(str(request.id), slot, request)
+        return slot
