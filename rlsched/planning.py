@@ -28,7 +28,7 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.evaluation import EVAL_SEED_BASE
 from rlsched.parallel import run_tasks
-from rlsched.policies.routers import run_spec, split_pair
+from rlsched.policies.routers import check_spec, run_spec, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile
 from rlsched.sim.layout import at_layout
@@ -112,10 +112,13 @@ def profile_of(sc: Any) -> str:
 def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
          progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = (),
-         cfg_degrees: Sequence[int] = CFG_DEGREES) -> dict[str, Any]:
+         cfg_degrees: Sequence[int] = CFG_DEGREES, routers: Sequence[str] = ()) -> dict[str, Any]:
     """Simulate every layout (see the module docstring); returns the table and the choice.
     ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1);
-    ``cfg_degrees``: the CFG-parallel degrees to consider ((1,): SP layouts only)."""
+    ``cfg_degrees``: the CFG-parallel degrees to consider ((1,): SP layouts only); ``routers``: routers
+    to compare on the recommended layout, ``spec``'s policy behind each (``rlsched``, ``router``,
+    ``central``), on the routers' deployed view — the winner's mean over the loads picks the router
+    of the deploy line (``router_rows``, ``recommended_router``)."""
     bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
     if bad:
         raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
@@ -131,17 +134,21 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     gpus = sc.gpus if gpus is None else gpus
     profile = profile or profile_of(sc)
     options = layouts(gpus, load_profile(profile), cfg_degrees)
-    split_pair(spec)  # a typo fails here, not after the first layout
+    policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
+    specs = [f"{policy}@{r}" for r in routers]
+    for s in specs:
+        check_spec(s)
 
-    def simulate(seed_list: Sequence[int]) -> np.ndarray:
-        tasks = [PlanTask(scenario, profile, lay, spec, s, x, gpus) for lay in options for x in loads
+    def simulate(seed_list: Sequence[int], lays: Sequence[Layout] = options,
+                 pairs: Sequence[str] = (spec,)) -> np.ndarray:
+        tasks = [PlanTask(scenario, profile, lay, p, s, x, gpus) for lay in lays for p in pairs for x in loads
                  for s in seed_list]
         values: list[float] = []
         for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
             values.append(v)
             if progress is not None:
                 progress()
-        return np.asarray(values).reshape(len(options), len(loads), len(seed_list))
+        return np.asarray(values).reshape(len(lays) * len(pairs), len(loads), len(seed_list))
 
     grid = simulate(seeds)
     rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree, "cfg_parallel": lay.cfg,
@@ -155,6 +162,11 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
            "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
            "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
            "deploy_command": deploy_command(options[best], gpus, spec, profile, sc.serving)}
+    if specs:
+        _compare_routers(out, routers, lambda seed_list: simulate(seed_list, [options[best]], specs), seeds,
+                         check_seeds, loads)
+        out["deploy_command"] = deploy_command(options[best], gpus, f"{policy}@{out['recommended_router']}",
+                                               profile, sc.serving)
     if check_seeds:
         check = simulate(check_seeds)
         for i, row in enumerate(rows):
@@ -166,6 +178,27 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
                    check_worst_loses_points=round(100 * (hindsight["check_mean"]
                                                          - min(r["check_mean"] for r in rows)), 2))
     return out
+
+
+def _compare_routers(out: dict[str, Any], routers: Sequence[str], simulate: Callable[[Sequence[int]], np.ndarray],
+                     seeds: Sequence[int], check_seeds: Sequence[int], loads: Sequence[float]) -> None:
+    """The routers on the recommended layout: a row per router (per load, mean; re-checked on the
+    evaluation seeds when given), the best mean on the training seeds recommended."""
+    grid = simulate(seeds)
+    check = simulate(check_seeds) if check_seeds else None
+    rows = []
+    for i, router in enumerate(routers):
+        row: dict[str, Any] = {"router": router, "by_load": {f"{x:g}": float(grid[i, j].mean())
+                                                             for j, x in enumerate(loads)},
+                               "mean": float(grid[i].mean())}
+        if check is not None:
+            row["check_by_load"] = {f"{x:g}": float(check[i, j].mean()) for j, x in enumerate(loads)}
+            row["check_mean"] = float(check[i].mean())
+        rows.append(row)
+    best = max(rows, key=lambda r: round(r["mean"], 9))
+    out.update(router_rows=rows, recommended_router=best["router"],
+               best_router_by_load={f"{x:g}": max(rows, key=lambda r: r["by_load"][f"{x:g}"])["router"]
+                                    for x in loads})
 
 
 def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:

@@ -18,10 +18,15 @@ With ``--replicas R`` (> 1) each policy is a ``POLICY@ROUTER`` spec: the simulat
 of R replicas behind that router, and the server runs ``num_replicas`` R on devices ``0..R-1`` with
 that policy in every replica and the router in the API process (``round-robin``: vLLM-Omni's own
 pool, no rlsched router; ``central``: late binding, the policy deciding from the API process's
-central queue and FIFO replicas, on both sides). The simulated router is run twice: on the replicas' state, as the
-simulator's results do, and on the engine's information (``LedgerRouter``: a ledger of the requests it
-routed and that have not finished, all waiting at their full standalone time — what the
-``RouterStagePool`` sees in the orchestrator). ``--out DIR`` writes ``table.md`` and ``rows.json``:
+central queue and FIFO replicas, on both sides). The simulated router runs on three views
+(``rlsched.policies.router_views``): the default, what the ``RouterStagePool`` in the orchestrator sees
+(its ledger plus each replica's published state, heard 10 ms of wall time late), the replicas' true state
+(a ceiling) and the ledger alone (the router before replicas published their state); each with the
+engine's wave overhead fitted from the run. Each row of ``rows.json`` carries ``engine_attainment`` (the
+executor's batch ends against the planned arrivals, what the simulator measures) and ``sim_attainment``
+(the default view), per class and ``all``; ``views_compared`` counts the routing decisions whose view
+differed from the replica's own state (the router's log against the executor's). ``--out DIR`` writes
+``table.md`` and ``rows.json``:
 
     .venv-vllm/bin/python scripts/sim_vs_engine.py --replicas 2 --rate-scale 2 \\
         --policies "fifo@round-robin,edf@rlsched" --duration 1800 --time-scale 25 \\
@@ -45,12 +50,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsched import loadgen  # noqa: E402
-from rlsched.integrations.vllm_omni.router import Ledger  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
+from rlsched.policies.router_views import PUBLISH_DELAY_S  # noqa: E402
 from rlsched.policies.routers import make_router, split_pair  # noqa: E402
 from rlsched.sim import Simulator, load_scenario  # noqa: E402
-from rlsched.sim.request import PRIORITY_CLASSES, Request, RequestRecord  # noqa: E402
-from rlsched.sim.stage import Stage  # noqa: E402
+from rlsched.sim.request import PRIORITY_CLASSES, Request  # noqa: E402
+from rlsched.sim.stage import CENTRAL_LEAD_S, Stage  # noqa: E402
 from tests.e2e import tiny_model  # noqa: E402
 from tests.e2e.harness import Server, deploy_stage  # noqa: E402
 
@@ -287,54 +292,30 @@ def _pct(x: float | None) -> str:
 
 
 # ------------------------------------------------------------------ several replicas
-class LedgerRouter:
-    """``router`` as the engine's ``RouterStagePool`` runs it: on a ``Ledger`` of the requests it routed that
-    have not finished (each waiting at its full standalone time; nothing seen running), not on the replicas'
-    state. Requests leave the ledger when their replica finishes them."""
-
-    def __init__(self, router: Any) -> None:
-        self.router = router
-        self.name = getattr(router, "name", "router")
-
-    def reset(self, stage: Stage) -> None:
-        sims = stage.replicas
-        self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed)
-        self.ledger.follow(list(range(len(sims))))
-        for sim in sims:
-            sim.on_finish.append(self._finished)
-        self.router.reset(self.ledger.stage)
-
-    def _finished(self, rec: RequestRecord) -> None:
-        self.ledger.remove(str(rec.request.id))
-
-    def route(self, request: Request, stage: Stage) -> int:
-        view = self.ledger.stage
-        view.now = stage.now
-        for replica in view.replicas:
-            replica.now = stage.now
-        slot = self.router.route(request, view)
-        self.ledger.add(str(request.id), slot, request)
-        return int(slot)
+VIEWS = {"sim": "engine", "sim_replica": "replica", "sim_ledger": "ledger"}
+"""Simulated columns: the router on the deployed router's information (the default view, with the fitted engine
+overhead: the row's ``sim_attainment``), on the replicas' true state (a ceiling) and on the ledger alone."""
 
 
 def simulate_stage(spec: str, args: argparse.Namespace, overhead: tuple[float, float] = (0.0, 0.0),
-                   ledger: bool = False) -> dict[str, Any]:
-    """Run ``spec`` (``POLICY@ROUTER``) on a stage of ``args.replicas``; ``ledger``: the router on the engine's
-    information (``LedgerRouter``)."""
+                   view: str = "engine") -> dict[str, Any]:
+    """Run ``spec`` (``POLICY@ROUTER``) on a stage of ``args.replicas`` with the router on ``view``, every
+    delay in profile seconds at ``args.time_scale`` (the published state's 10 ms and late binding's lead are
+    wall time in the engine)."""
     sc, reqs = workload(args)
     fixed, per_mpx = (x * args.time_scale for x in overhead)
     serving = dataclasses.replace(sc.serving, engine_overhead_ms=fixed, engine_overhead_ms_per_mpx=per_mpx)
     stage = Stage.uniform(reqs, args.replicas, sc.cost(), serving, seed=args.seed)
+    stage.lead_s = CENTRAL_LEAD_S * args.time_scale
     policy, router_spec = split_pair(spec)
     if router_spec == "central":  # late binding, as rlsched's run_spec: the policy central, FIFO replicas
         pols = [make_policy("fifo") for _ in stage.replicas]
-        # the engine's central pool decides on the same information (the queue; a replica with nothing
-        # outstanding is free), so there is no separate ledger variant
         stage.run(pols, central=lambda: _quiet(make_policy(policy)))
     else:
-        router = make_router(router_spec)
+        delay = f";delay_ms={PUBLISH_DELAY_S * 1e3 * args.time_scale:g}" if view == "engine" else ""
+        router = make_router(f"{router_spec};view={view}{delay}")
         pols = [_quiet(make_policy(policy)) for _ in stage.replicas]
-        stage.run(pols, LedgerRouter(router) if ledger else router)
+        stage.run(pols, router)
     out: dict[str, Any] = {"routed": {str(i): r for i, r in stage.routed.items()}, "batches": {}, "queue_s": {}}
     pairs = []
     for k, sim in enumerate(stage.replicas):
@@ -417,10 +398,14 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
 
 def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     eng, fit, row = run_engine(spec, args, engine_stage)
-    sims = {"sim": simulate_stage(spec, args), "sim_ledger": simulate_stage(spec, args, ledger=True),
-            "sim_ledger_overhead": simulate_stage(spec, args, fit, ledger=True)}
-    return {**row, "replicas": args.replicas, "engine_batches": sum(len(b) for b in eng["batches"].values()),
-            "router_decisions": eng["router_decisions"], "executor_attainment": eng["executor_attainment"],
+    sims = {name: simulate_stage(spec, args, fit, view) for name, view in VIEWS.items()}
+    # what the engine measured (the executor's batch ends against the planned arrivals, as the simulator
+    # measures) beside the simulator on its default view with the fitted engine overhead, per class
+    row["engine_attainment"], row["plugin_attainment"] = eng["executor_attainment"], row["engine_attainment"]
+    return {**row, "sim_attainment": sims["sim"]["attainment"], "replicas": args.replicas,
+            "engine_batches": sum(len(b) for b in eng["batches"].values()),
+            "router_decisions": eng["router_decisions"], "view_fallbacks": eng["view_fallbacks"],
+            "views_compared": eng["views_compared"],
             **{name: _versus_stage(sim, eng) for name, sim in sims.items()},
             "engine_batch_sequence": eng["batches"], "engine_routed": eng["routed"]}
 
@@ -442,24 +427,26 @@ def _versus_stage(sim: dict[str, Any], eng: dict[str, Any]) -> dict[str, Any]:
             "batch_sequence": sim["batches"], "routed": sim["routed"]}
 
 
-SIM_COLUMNS = (("sim", "sim (router on replica state)"), ("sim_ledger", "sim (router on the ledger)"),
-               ("sim_ledger_overhead", "sim (ledger) + overhead"))
+SIM_COLUMNS = (("sim", "sim (deployed view) + overhead"), ("sim_replica", "sim (replica state, ceiling)"),
+               ("sim_ledger", "sim (ledger alone)"))
 
 
 def table_stage(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    head = ("| policy | class | " + " | ".join(f"SLO % {t}" for _, t in SIM_COLUMNS)
-            + " | SLO % engine (plugin) | SLO % engine (executor) | SLO % client (HTTP) "
-            "| engine (executor) − sim (ledger) + overhead |\n" + "|---" * (len(SIM_COLUMNS) + 6) + "|")
+    head = ("| policy | class | SLO % engine (executor) | " + " | ".join(f"SLO % {t}" for _, t in SIM_COLUMNS)
+            + " | engine − sim (deployed view) | SLO % engine (plugin) | SLO % client (HTTP) |\n"
+            + "|---" * (len(SIM_COLUMNS) + 6) + "|")
     lines = [f"{args.scenario}, seed {args.seed}, rate x{args.rate_scale:g}, {args.duration:g} s of arrivals, "
-             f"{args.replicas} replicas, time scale {args.time_scale:g}, max_num_seqs {args.max_num_seqs}\n", head]
+             f"{args.replicas} replicas, time scale {args.time_scale:g}, max_num_seqs {args.max_num_seqs}; every "
+             "simulated column with the fitted engine overhead\n", head]
     for r in rows:
         for cls in (*PRIORITY_CLASSES, "all"):
             vals = [r[name]["attainment"].get(cls) for name, _ in SIM_COLUMNS]
             eng, cli = r["engine_attainment"].get(cls), r["client_attainment"].get(cls)
-            ex = r.get("executor_attainment", {}).get(cls)
-            diff = "—" if ex is None or vals[-1] is None else f"{100 * (ex - vals[-1]):+.1f}"
-            cells = " | ".join(_pct(v) for v in [*vals, eng, ex, cli])
-            lines.append(f"| {r['policy'] if cls == 'realtime' else ''} | {cls} | {cells} | {diff} |")
+            plug = r.get("plugin_attainment", {}).get(cls)
+            diff = "—" if eng is None or vals[0] is None else f"{100 * (eng - vals[0]):+.1f}"
+            cells = " | ".join(_pct(v) for v in [eng, *vals])
+            lines.append(f"| {r['policy'] if cls == 'realtime' else ''} | {cls} | {cells} | {diff} | {_pct(plug)} "
+                         f"| {_pct(cli)} |")
     lines += ["", "| policy | requests | wave gap, mean / median wall ms (waves); fit ms + ms/Mpx | batches engine | "
               + " | ".join(f"{t}: batches → in place / in common, same replica, queueing delay engine − sim "
                            "mean / max s" for _, t in SIM_COLUMNS) + " | errors, mismatches, fallbacks |",

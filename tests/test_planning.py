@@ -63,6 +63,20 @@ def test_plan_recommends_the_best_layout_on_training_seeds_only() -> None:
         plan("default", 4, "fifo@round-robin", [1000], [1.0])
 
 
+def test_plan_compares_the_routers_on_the_recommended_layout_and_deploys_the_winner() -> None:
+    result = plan("qwen-image-8gpu", 2, "static:agents/tuned/default.json@rlsched", [0], [1.0, 1.5],
+                  routers=["rlsched", "central"])
+    rows = {r["router"]: r for r in result["router_rows"]}
+    assert set(rows) == {"rlsched", "central"}
+    best = max(rows, key=lambda r: rows[r]["mean"])
+    assert result["recommended_router"] == best and f"--router {best}" in result["deploy_command"]
+    for load in ("1", "1.5"):
+        assert rows[result["best_router_by_load"][load]]["by_load"][load] == max(r["by_load"][load]
+                                                                               for r in rows.values())
+    with pytest.raises(ConfigError, match="router"):
+        plan("qwen-image-8gpu", 2, "edf@rlsched", [0], [1.0], routers=["nope"])
+
+
 def test_plan_cli_writes_table_plot_and_stage_keys(tmp_path) -> None:
     out = tmp_path / "plan"
     res = subprocess.run([sys.executable, "-m", "rlsched", "plan", "--gpus", "2", "--profile",

@@ -25,6 +25,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "qwen-image-h200-vllm-omni")
     p.add_argument("--policy", default="static:agents/tuned/default.json@rlsched",
                    help="POLICY@ROUTER every layout is run with (@central: late binding)")
+    p.add_argument("--routers", default="rlsched,router,central",
+                   help="routers compared on the recommended layout, --policy's replica policy behind each, on "
+                        "the deployed router's information (view=engine); the best mean picks the deploy line's "
+                        "router ('' keeps --policy's)")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
     p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
                    help="loads, x the scenario's nominal rate per GPU x --gpus")
@@ -58,10 +62,12 @@ def run(args: argparse.Namespace) -> int:
     profile = args.profile or profile_of(sc)
     gpus = sc.gpus if args.gpus is None else args.gpus
     cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees")
-    total = len(layouts(gpus, load_profile(profile), cfg_degrees)) * len(loads) * (len(seeds) + len(check))
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    total = (len(layouts(gpus, load_profile(profile), cfg_degrees)) + len(routers)) * len(loads) \
+        * (len(seeds) + len(check))
     with _bar(total, args.json) as advance:
         result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
-                      check, cfg_degrees)
+                      check, cfg_degrees, routers)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan.json").write_text(json.dumps(result, indent=1))
     (args.out / "stage.yaml").write_text(result["stage_yaml"])
@@ -87,6 +93,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"recommended: {result['recommended']} (the worst layout loses {result['worst_loses_points']} points); "
           f"stage keys in {args.out / 'stage.yaml'}, " + (f"plot {args.out / 'plan.png'}" if plotted else
                                                             "no plot (matplotlib is not installed here)"))
+    if result.get("router_rows"):
+        print(f"routers on {result['recommended']} (deployed view), class-weighted SLO attainment %:")
+        for r in result["router_rows"]:
+            print(f"{r['router']:>12} " + " ".join(f"{100 * v:6.1f}" for v in r["by_load"].values())
+                  + f"  {100 * r['mean']:6.1f}" + (f"   re-checked {100 * r['check_mean']:.1f}" if "check_mean" in r
+                                                   else ""))
+        by_load = ", ".join(f"x{x} {r}" for x, r in result["best_router_by_load"].items())
+        print(f"recommended router: {result['recommended_router']} (best per load: {by_load})")
     if result["deploy_command"] is not None:
         print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
     else:

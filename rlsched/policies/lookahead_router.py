@@ -63,6 +63,8 @@ class LookaheadRouter:
             raise ConfigError("router lookahead", f"future_s must lie in [0, horizon {horizon_s:g}], not {future_s!r}")
         if type(top) is not int or top == 1 or top < 0:
             raise ConfigError("router lookahead", f"top must be 0 (every replica) or an integer >= 2, not {top!r}")
+        # a teacher decides on forks of the replicas' true state (a ceiling): its base router reads the same
+        base = base if "view=" in base else f"{base};view=replica"
         self.policy, self.horizon_s, self.future_s, self.base_spec = policy, horizon_s, future_s, base
         self.top = top
         """Try at most this many replicas (0: all): the base router's choice and the best others by

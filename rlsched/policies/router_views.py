@@ -240,8 +240,13 @@ class ReplicaView:
         self._forget(reason)
 
     def _forget(self, reason: str) -> None:
+        """Back to the ledger alone: what was seen running waits again, at its remaining work."""
         self.fallback = reason
-        self._set_running([])
+        for rec in self.running:
+            if rec.request.id in self._followed:
+                self.waiting[rec.request.id] = rec
+                self.journal.append(ENQUEUED, rec)
+        self.running = ()
         self._end_s = INF
 
     def _set_running(self, batch: list[RequestRecord]) -> None:
@@ -405,7 +410,24 @@ class ViewRouter:
             sim.on_finish.append(partial(self._finish, slot))
             if self.view == "engine":
                 sim.on_change.append(partial(self._change, slot))
+            self._seed(slot, sim)
         self.router.reset(self.ledger.stage)
+
+    def _seed(self, slot: int, sim: Any) -> None:
+        """A stage that already holds requests (a fork): the router has bound them and, on the engine view,
+        heard the replica's state as it is now."""
+        present = [*sim.running, *sim.waiting.values()]
+        for rec in present:
+            self.ledger.add(str(rec.request.id), slot, rec.request)
+        if self.view == "engine" and present:
+            self._seq[slot] += 1
+            self._published[slot] = tuple(r.request.id for r in sim.running)
+            self._progress[slot] = {r.request.id: r for r in sim.running}
+            left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
+            state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
+                                  preempted=[(r.request.id, r.steps_done) for r in sim.waiting.values()
+                                             if r.steps_done])
+            self.ledger.publish(slot, state, sim.now)
 
     @property
     def fallbacks(self) -> dict[str, int]:

@@ -75,9 +75,9 @@ def test_work_aware_routers_avoid_the_busy_replica() -> None:
     """Replica 0 holds 30 minutes of video-sized work; an image then goes to the idle replica."""
     big = [Request(i, 0.0, "qwen-image", "image", 2048, 2048, 1, 50, True, "background", 1e5) for i in range(3)]
     small = Request(9, 1.0, "qwen-image", "image", 512, 512, 1, 20, True, "realtime", 20.0)
-    for name in ("least-work", "rlsched", "least-queue"):
+    for name in ("least-work", "rlsched", "least-queue"):  # on the replicas' state: _First binds past the router
         stage = Stage([*big, small], replicas(2))
-        stage.run([make_policy("fifo") for _ in range(2)], _First(make_router(name)))
+        stage.run([make_policy("fifo") for _ in range(2)], _First(make_router(f"{name};view=replica")))
         assert stage.routed[9] == 1, name
 
 

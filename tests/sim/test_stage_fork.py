@@ -1,5 +1,7 @@
 """Forks of a multi-replica stage: independent of the original, conserving, deterministic, and
-exact (a fork run on under the same policy and router continues as the original does)."""
+exact (a fork run on under the same policy and router continues as the original does). The routers here
+read the replicas' true state (``view=replica``): a router on the deployed view also carries what it has
+heard but not yet acted on, which a fork's fresh router starts without."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from rlsched.sim.stage import Stage
 from tests.sim.test_stage import outcome, replicas, workload
 
 STATIC = "static:agents/tuned/default.json"
+TRUE = "rlsched;view=replica"
 ENDED = (COMPLETED, FAILED_OOM, REJECTED)
 
 
@@ -55,7 +58,7 @@ def continue_fork(policy: str, base: str, future_s: float) -> Callable[[Stage, R
 
 @pytest.mark.parametrize("mode", ["request", "step"])
 @pytest.mark.parametrize("policy", ["fifo", "edf", STATIC])
-@pytest.mark.parametrize("base", ["rlsched", "least-work"])
+@pytest.mark.parametrize("base", ["rlsched;view=replica", "least-work;view=replica"])
 def test_a_fork_run_on_continues_exactly_as_the_original(mode: str, policy: str, base: str) -> None:
     reqs = workload(160, seed=2, rate=1.2)
     at = 100
@@ -76,8 +79,8 @@ def test_a_fork_run_on_continues_exactly_as_the_original(mode: str, policy: str,
 @pytest.mark.parametrize("mode", ["request", "step"])
 def test_forking_and_running_a_fork_leave_the_original_untouched(mode: str) -> None:
     reqs = workload(160, seed=3, rate=1.5)
-    plain = run(reqs, 3, STATIC, make_router("rlsched"), mode)
-    forked = run(reqs, 3, STATIC, Forking("rlsched", 90, continue_fork(STATIC, "rlsched", 600.0)), mode)
+    plain = run(reqs, 3, STATIC, make_router("rlsched;view=replica"), mode)
+    forked = run(reqs, 3, STATIC, Forking(TRUE, 90, continue_fork(STATIC, TRUE, 600.0)), mode)
     assert outcome(forked.records) == outcome(plain.records)
     assert forked.routed == plain.routed
     assert [s.batch_sizes for s in forked.replicas] == [s.batch_sizes for s in plain.replicas]
@@ -96,12 +99,12 @@ def test_a_fork_holds_the_present_once_each_and_its_arrivals_are_the_next_future
         out = {"live": live, "routed": dict(fork.routed), "held": held, "ahead": ahead,
                "arrivals": [q.id for q in fork._arrivals], "now": (fork.now, stage.now)}
         fork.bind(request, r)
-        fork.run([make_policy(STATIC) for _ in fork.replicas], make_router("rlsched"))
+        fork.run([make_policy(STATIC) for _ in fork.replicas], make_router("rlsched;view=replica"))
         out["ended"] = sorted(rid for rid, rec in fork.records.items() if rec.status in ENDED)
         out["left"] = sorted(fork.records)
         return out
 
-    router = Forking("rlsched", at, probe)
+    router = Forking("rlsched;view=replica", at, probe)
     run(reqs, 3, STATIC, router)
     seen = router.seen
     assert len(seen["live"]) > 3  # a backlog, not an empty stage
@@ -121,10 +124,10 @@ def test_two_forks_of_one_moment_run_the_same() -> None:
         for _ in range(2):
             fork = stage.fork(300.0, stage.now + 200.0)
             fork.bind(request, r)
-            runs.append(outcome(fork.run([make_policy(STATIC) for _ in fork.replicas], make_router("rlsched")).records))
+            runs.append(outcome(fork.run([make_policy(STATIC) for _ in fork.replicas], make_router(TRUE)).records))
         return runs[0], runs[1]
 
-    router = Forking("rlsched", 80, probe)
+    router = Forking("rlsched;view=replica", 80, probe)
     run(reqs, 3, STATIC, router)
     a, b = router.seen
     assert a == b
