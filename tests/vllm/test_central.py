@@ -28,7 +28,8 @@ from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.simulator import Decision, ServingConfig  # noqa: E402
-from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402
+from tests.vllm.fakes import Clock  # noqa: E402
+from tests.vllm.published import Replica  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
@@ -59,14 +60,16 @@ class Scripted:
 class Rig:
     """A real Orchestrator over one CentralStagePool of ``n`` fake replicas."""
 
-    def __init__(self, n: int = 2, policy: Any = "edf", seqs: int = 2, budget_ms: float = 1e6, **kw: Any) -> None:
+    def __init__(self, n: int = 2, policy: Any = "edf", seqs: int = 2, budget_ms: float = 1e6, mode: str = "request",
+                 clock: Any = None, **kw: Any) -> None:
         self.queues = [janus.Queue() for _ in range(3)]
+        self.replicas = [Replica() for _ in range(n)]
         self.pool = CentralStagePool(
-            0, [Client() for _ in range(n)], policy=policy, costs=BASE,
+            0, list(self.replicas), policy=policy, costs=BASE,
             config=RouterConfig(router="central", policy=policy if isinstance(policy, str) else "fifo",
                                 budget_ms=budget_ms, **kw),
-            settings=PluginConfig(profile=PROFILE), serving=ServingConfig(max_num_seqs=seqs),
-            metrics=RouterMetrics(CollectorRegistry()))
+            settings=PluginConfig(profile=PROFILE), serving=ServingConfig(mode, max_num_seqs=seqs),
+            metrics=RouterMetrics(CollectorRegistry()), clock=clock)
         self.orch = Orchestrator(*(q.async_q for q in self.queues), [self.pool])
         self.pool.attach_orchestrator(self.orch)  # what router.install's hook does
 
@@ -107,6 +110,15 @@ class Rig:
 
     def metric(self, name: str, **labels: str) -> float:
         return self.pool.router_metrics.registry.get_sample_value(name, labels) or 0.0
+
+    async def hear(self, slot: int, remaining_s: float, running: list[str], finished: tuple[str, ...] = (),
+                   raw: Any = None) -> None:
+        """Replica ``slot`` publishes a state (a carrier), heard through the orchestrator's poll."""
+        replica = self.replicas[slot]
+        replica.carrier(running[0] if running else "x", raw if raw is not None else
+                        replica.state(remaining_s, running, finished))
+        assert self.pool.poll_diffusion_output(slot) is None  # swallowed
+        await self.settle()
 
 
 def run(coro: Any) -> Any:
@@ -367,3 +379,128 @@ def test_a_sent_request_carries_its_central_wait_and_the_replica_dates_it_back()
     rec, bad = state.add("b", sp, None)
     # parked 1 s of wall time = 2 s on the x2 plugin clock: it arrived at 8, due at 8 + its 4 s SLO
     assert bad == [] and rec.request.arrival_s == 8.0 and rec.deadline_s == 12.0
+
+
+# ---------------------------------------------------------------- one wave ahead
+def test_the_next_batch_goes_ahead_of_the_predicted_end() -> None:
+    """Request mode: a replica whose published wave ends within ``lead_ms``, with nothing queued there,
+    gets its next batch before its finish output; a batch sent ahead and still queued holds the next."""
+    async def go() -> Rig:
+        clock = Clock(0.0)
+        rig = Rig(1, "fifo", seqs=1, clock=clock, lead_ms=50)
+        for rid in ("a", "b", "c"):
+            await rig.add(rid)
+        await rig.settle()
+        assert rig.sent() == {"a": 0} and rig.pool.parked() == ["b", "c"]  # no state yet: the ledger's rule
+        await rig.hear(0, 10.0, ["a"])
+        assert rig.pool.parked() == ["b", "c"]  # 10 s to go
+        clock.t = 9.5
+        assert rig.pool._sleep_s() == pytest.approx(0.45)  # the dispatcher wakes 50 ms before the end
+        clock.t = 9.96
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.sent() == {"a": 0, "b": 0} and rig.pool.parked() == ["c"]  # a not finished yet
+        clock.t = 9.99
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.pool.parked() == ["c"]  # b is queued there: one wave ahead, not two
+        await rig.hear(0, 10.0, ["b"], finished=("a",))
+        await rig.finish("a")
+        assert rig.pool.parked() == ["c"]
+        clock.t = 19.96
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.sent() == {"a": 0, "b": 0, "c": 0} and rig.pool.central_log == [
+            (0, ("a",)), (0, ("b",)), (0, ("c",))]
+        for rid in ("b", "c"):
+            await rig.finish(rid)
+        assert not rig.pool._request_bindings and not rig.orch.request_states and not rig.errors()
+        assert rig.pool.router_states == {"taken": 2} and not rig.pool.router_fallbacks
+        return rig
+
+    run(go())
+
+
+def test_the_dispatcher_wakes_within_the_lead_of_the_predicted_end() -> None:
+    """Real clock: nothing kicks the dispatcher after the state; it sends b ~50 ms before a's predicted
+    end (0.15 s after the state), well before its idle poll (1 s)."""
+    async def go() -> None:
+        rig = Rig(1, "fifo", seqs=1)
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await rig.settle()
+        await rig.hear(0, 0.15, ["a"])
+        assert rig.sent() == {"a": 0}
+        await asyncio.sleep(0.5)
+        assert rig.sent() == {"a": 0, "b": 0} and "a" in rig.orch.request_states
+        for rid in ("a", "b"):
+            await rig.finish(rid)
+        assert not rig.errors()
+
+    run(go())
+
+
+@pytest.mark.parametrize("case", ["no state", "step mode", "invalid", "stale"])
+def test_without_a_trusted_state_or_in_step_mode_a_replica_takes_a_batch_only_once_idle(case: str) -> None:
+    """The ledger's rule (nothing sent there unfinished) when the replica is seen through the ledger alone;
+    step mode never sends ahead (its requests join at step boundaries)."""
+    async def go() -> Rig:
+        clock = Clock(0.0)
+        rig = Rig(1, "fifo", seqs=1, clock=clock, mode="step" if case == "step mode" else "request", silence_s=1.0)
+        for rid in ("a", "b"):
+            await rig.add(rid)
+        await rig.settle()
+        if case == "invalid":
+            await rig.hear(0, 0.0, ["a"], raw={"v": 1, "seq": 5, "running": [["a", 0]], "carrier": True})
+        elif case == "step mode":
+            await rig.hear(0, 0.01, ["a"])  # within the lead
+        elif case == "stale":
+            await rig.hear(0, 0.5, ["a"])
+            assert rig.pool.parked() == ["b"]
+            clock.t = 1.6  # silent 1 s past its predicted end: as if nothing had been heard
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.pool.parked() == ["b"]
+        await rig.finish("a")
+        assert rig.sent() == {"a": 0, "b": 0}
+        await rig.finish("b")
+        return rig
+
+    rig = run(go())
+    reason = {"no state": "missing", "invalid": "invalid", "stale": "stale"}.get(case)
+    if reason is not None:
+        assert rig.pool.view_fallbacks[reason] >= 1
+        assert rig.metric("rlsched_router_view_fallbacks_total", reason=reason) >= 1
+    assert not rig.pool._request_bindings and not rig.errors()
+
+
+def test_an_abort_of_a_request_sent_ahead_releases_it_once() -> None:
+    """b is sent ahead (queued at the replica, not started) and aborted: the replica is told, its binding
+    released once; c goes ahead in its place; a late state naming b is ignored; nothing lost or finished twice."""
+    async def go() -> Rig:
+        clock = Clock(0.0)
+        rig = Rig(1, "fifo", seqs=1, clock=clock)
+        for rid in ("a", "b", "c"):
+            await rig.add(rid)
+        await rig.settle()
+        await rig.hear(0, 10.0, ["a"])
+        clock.t = 9.96
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.sent() == {"a": 0, "b": 0} and rig.pool.parked() == ["c"]
+        await rig.orch._handle_abort(AbortRequestMessage(request_ids=["b"]))
+        await rig.settle()
+        assert rig.replicas[0].aborted == ["b"] and rig.pool.get_bound_replica_id("b") is None
+        assert rig.metric("rlsched_router_released_total", reason="finished") == 1
+        assert rig.sent() == {"a": 0, "b": 0, "c": 0} and not rig.pool.parked()  # c ahead in b's place
+        await rig.hear(0, 10.0, ["b", "c"], finished=("a",))  # raced the abort: b is not followed any more
+        assert rig.pool.outstanding() == {0: ["a", "c"]}
+        await rig.orch._handle_abort(AbortRequestMessage(request_ids=["b"]))  # twice: nothing to release
+        for rid in ("a", "c"):
+            await rig.finish(rid)
+        assert rig.metric("rlsched_router_released_total", reason="finished") == 3
+        assert not rig.pool._request_bindings and not rig.pool._sent_recs and not rig.orch.request_states
+        assert not rig.errors() and rig.pool.central_log == [(0, ("a",)), (0, ("b",)), (0, ("c",))]
+        return rig
+
+    run(go())

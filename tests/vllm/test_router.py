@@ -124,9 +124,10 @@ def test_deadline_first_not_least_work() -> None:
 
 
 def router_mod_router(spec: str) -> Any:
+    """The bare router (``make_router`` wraps it in the simulator's ``ViewRouter`` by default)."""
     from rlsched.policies.routers import make_router
 
-    return make_router(spec)
+    return make_router(f"{spec};view=replica")
 
 
 def test_the_ledger_empties_on_release() -> None:
@@ -292,3 +293,29 @@ def test_router_config_checks_its_fields() -> None:
                 {"router": "rlsched", "seed": True}):
         with pytest.raises(ValueError):
             RouterConfig.from_extras({"rlsched_router": bad}, environ={})
+    cfg = RouterConfig.from_extras({"rlsched_router": {"router": "central", "silence_s": 5, "lead_ms": 0}},
+                                   environ={})
+    assert (cfg.silence_s, cfg.lead_ms) == (5, 0) and RouterConfig().lead_ms == 50.0
+    for name, bad in (("silence_s", 0), ("silence_s", float("inf")), ("silence_s", True), ("lead_ms", -1),
+                      ("lead_ms", float("nan")), ("lead_ms", "50")):
+        with pytest.raises(ValueError, match=name):
+            RouterConfig.from_extras({"rlsched_router": {"router": "rlsched", name: bad}}, environ={})
+
+
+def test_the_pool_times_the_lead_and_the_silence_on_its_clock() -> None:
+    from rlsched.integrations.vllm_omni.central_pool import CentralStagePool
+
+    cfg = RouterConfig(router="central", silence_s=7.0, lead_ms=40.0)
+    p = CentralStagePool(0, [Client()], costs=BASE, config=cfg, settings=PluginConfig(profile=PROFILE, time_scale=3.0),
+                         metrics=RouterMetrics(CollectorRegistry()))
+    assert p._lead_s == pytest.approx(0.12) and p._ledger.views[0].silence_s == 7.0
+
+
+def test_every_router_metric_is_in_the_table() -> None:
+    """router.py's metric table names every metric ``RouterMetrics`` registers."""
+    import re
+
+    reg = RouterMetrics(CollectorRegistry()).registry
+    registered = {m.name for m in reg.collect()}
+    documented = set(re.findall(r"``(rlsched_router_[a-z_]+)``", router_mod.__doc__ or ""))
+    assert registered and {n.removesuffix("_total") for n in documented} == registered

@@ -6,8 +6,14 @@ is ``central``, parks the request instead, in a central queue, and returns at on
 orchestrator's loop is never held. A task on that loop (the dispatcher) hands batches to replicas as
 they free, as the simulator's late-binding ``Stage`` does (``rlsched.sim.stage``):
 
-* a replica is free when the pool's ledger holds no request sent to it and not finished (every
-  exit passes ``release_binding``); free replicas are served lowest slot first;
+* a replica is free when it takes its next batch by the simulator's rule (``takes_next_batch``) on
+  what it published (``router_pool``: its state, heard through ``poll_diffusion_output``): nothing
+  sent to it waits there, and it is idle or — request mode — its running wave is predicted to end
+  within ``lead_ms``, one wave ahead, so the send leaves the critical path. A replica seen through
+  the ledger alone (no state, or a stale or unreadable one) is free when the pool's ledger holds no
+  request sent to it and not finished (every exit passes ``release_binding``). Free replicas are
+  served lowest slot first; the dispatcher wakes on every state heard, every exit, and when a
+  replica comes within the lead of its predicted end;
 * for each, the central policy (``make_policy(extras.rlsched_router.policy)``, the ``POLICY`` of a
   simulator ``POLICY@central`` run) decides on the central queue as seen in that replica's cost
   model (a ``PluginState`` per distinct cost model; every view holds the same requests), and its
@@ -56,6 +62,7 @@ from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
+from rlsched.sim.stage import takes_next_batch
 
 PARKED = -1
 """What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
@@ -114,6 +121,10 @@ class CentralStagePool(RouterStagePool):
         self._task: asyncio.Task[None] | None = None
         self._wait_until = math.inf
         """The earliest ``wait_until`` a central policy asked for (plugin clock)."""
+        self._round_s = -math.inf
+        """The pool clock of the last dispatch round (``_sleep_s``: a replica within its lead since then)."""
+        self._lead_s = self.router_config.lead_ms / 1e3 * self.router_settings.time_scale
+        """``lead_ms`` on the pool's (time-scaled) clock."""
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
         """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
         self._decided = self.router_metrics.decisions.labels(router="central")
@@ -301,11 +312,27 @@ class CentralStagePool(RouterStagePool):
             self.fail_parked("internal error")
 
     def _sleep_s(self) -> float:
-        """Until the earliest ``wait_until`` a policy asked for, capped by ``IDLE_POLL_S``."""
+        """Until the earliest ``wait_until`` a policy asked for or the next replica coming within the lead
+        of its predicted end, capped by ``IDLE_POLL_S``."""
         now = self._clock() - self._t0
         scale = self.router_settings.time_scale
-        ahead = (self._wait_until - now) / scale if math.isfinite(self._wait_until) else IDLE_POLL_S
+        wake = min(self._wait_until, self._next_lead())
+        ahead = (wake - now) / scale if math.isfinite(wake) else IDLE_POLL_S
         return min(max(ahead, 0.0), IDLE_POLL_S)
+
+    def _next_lead(self) -> float:
+        """When (pool clock) the next replica that was not free at the last round comes within the lead of
+        its running wave's predicted end, with requests parked (INF: none)."""
+        if not self._parked:
+            return math.inf
+        with self._lock:
+            wake = math.inf
+            for view in self._ledger.stage.replicas:
+                if view.fallback is None and view.running and not view.waiting and not view.step_mode:
+                    at = view.gpu_end_s - self._lead_s
+                    if at > self._round_s:
+                        wake = min(wake, at)
+            return wake
 
     def _shutting_down(self) -> bool:
         event = getattr(self._orchestrator, "_shutdown_event", None)
@@ -321,7 +348,11 @@ class CentralStagePool(RouterStagePool):
 
     def _plan(self) -> list[tuple[int, list[tuple[str, Parked]]]]:
         self._follow_live()
-        self._ledger.stage.now = max(self._clock() - self._t0, 0.0)  # the choice log's ``t``: when sent
+        self._round_s = now = max(self._clock() - self._t0, 0.0)  # also the choice log's ``t``: when sent
+        if self._parked:  # the replicas as published now (counted when seen through the ledger alone)
+            self._views_at(now)
+        else:
+            self._ledger.stage.now = now
         if self._parked and self._wall() - next(iter(self._parked.values())).since > self.router_config.stall_ms / 1e3 \
                 and any(self._free(s) for s in self._ledger.slots):
             self._flush("stalled")
@@ -341,8 +372,18 @@ class CentralStagePool(RouterStagePool):
         return plans
 
     def _free(self, slot: int) -> bool:
-        return self._ledger.outstanding(slot) == 0 and self.clients[slot] is not None \
-            and self.is_replica_available(slot)
+        """Whether ``slot`` takes its next batch now (module docstring); the views are at this round's clock."""
+        if self.clients[slot] is None or not self.is_replica_available(slot):
+            return False
+        view = self._ledger.views.get(slot)
+        if view is None or view.fallback is not None:  # the ledger alone: once nothing sent there is unfinished
+            return self._ledger.outstanding(slot) == 0
+        return takes_next_batch(len(view.waiting), bool(view.running), view.gpu_end_s, view.now, view.step_mode,
+                                self._lead_s)
+
+    def _state_heard(self, slot: int) -> None:
+        if self._parked:
+            self._kick()  # a replica may take its next batch now
 
     def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]] | None:
         """The central policy's batch for ``slot`` (bound, out of the queue); [] to wait; None when it failed."""

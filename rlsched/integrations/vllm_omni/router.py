@@ -11,10 +11,15 @@ vLLM-Omni's own pool.
 
 The pool routes with any router of ``rlsched.policies.routers`` (``round-robin``, ``least-work``,
 ``rlsched``, ...) unchanged: it keeps a ledger of the requests it bound that have not finished and
-shows each replica's part to the router as a ``LedgerView`` (a ``QueueView``: the requests wait,
-none runs — the orchestrator never learns when a replica starts one), inside a ``LedgerStage``
-(what a router reads of a ``Stage``). The ledger sees every exit: vLLM-Omni ends every request
-(finish, abort, error, dead replica) in ``release_binding``.
+shows each replica's part to the router as a ``ReplicaView`` (a ``QueueView``), inside a
+``LedgerStage`` (what a router reads of a ``Stage``; ``rlsched.policies.router_views``). The ledger
+sees every exit: vLLM-Omni ends every request (finish, abort, error, dead replica) in
+``release_binding``. A replica that runs rlsched's engine with ``extras.rlsched.publish_state``
+piggybacks its state (what runs, how far, the running batch's predicted end) on its outputs; the
+pool takes it out of each output in ``poll_diffusion_output`` before the orchestrator sees it
+(a carrier output, sent only for its state, is swallowed there), and its view shows those requests
+running. A replica that publishes nothing, or is silent past ``silence_s``, or whose state cannot be
+read, is seen through the ledger alone (every bound request waits, none runs), counted by reason.
 
 This module imports no vLLM; ``router_pool`` holds the ``StagePool`` subclass.
 
@@ -28,6 +33,14 @@ name                                       type       labels           meaning
 ``rlsched_router_released_total``          counter    reason           entries resolved: finished, replica_lost;
                                                                        central: parked (left unsent), shutdown
 ``rlsched_router_central_queue``           gauge      stage            central: requests parked, not yet sent
+``rlsched_router_state_total``             counter    reason           published states heard: taken, old (out of
+                                                                       order, ignored), invalid (malformed or
+                                                                       oversized), unrouted (a replica not routed)
+``rlsched_router_view_fallbacks_total``    counter    reason           replicas seen through the ledger alone, one
+                                                                       per replica and decision: missing (never
+                                                                       published), invalid, stale (silent past
+                                                                       ``silence_s``); central: per dispatch round
+                                                                       with requests parked
 =========================================  =========  ===============  ============================================
 
 Fallback reasons: ``exception`` (the router raised), ``not_int`` (it returned no ``int``: None,
@@ -52,10 +65,11 @@ from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
 from rlsched.integrations.vllm_omni.state import read_request
-from rlsched.policies.router_views import Ledger, LedgerStage, ReplicaView
+from rlsched.policies.router_views import SILENCE_S, Ledger, LedgerStage, ReplicaView
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request
 from rlsched.sim.simulator import ServingConfig
+from rlsched.sim.stage import CENTRAL_LEAD_S
 
 EXTRAS_KEY = "rlsched_router"
 """The stage's ``extras`` section read here (beside the engine plugin's ``extras.rlsched``)."""
@@ -65,6 +79,8 @@ SUPPORTED_SERIES = "0.30."
 """The vLLM-Omni release series whose private ``StageRuntime`` / ``StagePool`` this patches."""
 REASONS = ("exception", "not_int", "out_of_range", "evicted", "over_budget", "backoff", "no_request",
            "internal_error")
+STATE_REASONS = ("taken", "old", "invalid", "unrouted")
+"""``rlsched_router_state_total``'s reasons: what became of a published state the pool heard."""
 CENTRAL = "central"
 """The router spec of late binding (``POLICY@central``): ``central_pool.CentralStagePool``."""
 MAX_BACKOFF = 64
@@ -95,6 +111,15 @@ class RouterConfig:
     """``router: central`` only: a request parked longer than this (wall clock) while a replica is free is
     sent at once by vLLM-Omni's rule with every other parked one (fallback ``stalled``): a central policy
     that waits forever must not hold requests forever."""
+    silence_s: float = SILENCE_S
+    """A replica that published its state and is then silent this long past the later of its last message
+    and its running batch's predicted end is seen through the ledger alone (``stale``) until it publishes
+    again. Seconds of the profile, on the router's (time-scaled) clock."""
+    lead_ms: float = CENTRAL_LEAD_S * 1e3
+    """``router: central`` only, request mode: a replica whose running wave is predicted (from its published
+    state) to end within this many wall-clock milliseconds, with nothing queued there, takes its next batch
+    now, one wave ahead (``rlsched.sim.stage.takes_next_batch``): the send leaves the critical path. 0: only
+    when idle. Without a published state a replica takes a batch once nothing sent to it is unfinished."""
 
     @property
     def central(self) -> bool:
@@ -120,10 +145,12 @@ class RouterConfig:
                                                              "extras.rlsched.policy")
         else:
             make_router(self.router)  # a typo fails here, at start-up, naming the key
-        for name in ("budget_ms", "stall_ms"):
-            b = getattr(self, name)
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
-                raise ConfigError(f"extras.{EXTRAS_KEY}.{name}", f"must be a finite number > 0, not {b!r}")
+        for name in ("budget_ms", "stall_ms", "silence_s", "lead_ms"):
+            b, zero = getattr(self, name), name == "lead_ms"  # a lead of 0: a batch only once idle
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0 \
+                    or (b == 0 and not zero):
+                raise ConfigError(f"extras.{EXTRAS_KEY}.{name}",
+                                  f"must be a finite number {'>= 0' if zero else '> 0'}, not {b!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"extras.{EXTRAS_KEY}.seed", f"must be an integer >= 0, not {self.seed!r}")
 
@@ -166,6 +193,11 @@ class RouterMetrics(MetricSet):
         self.central_queue = make("Gauge", "rlsched_router_central_queue",
                                   "Requests parked in the central queue (late binding), not yet sent to a replica",
                                   ["stage"])
+        self.states = make("Counter", "rlsched_router_state_total",
+                           "Replica states heard: taken, old (out of order), invalid, unrouted", ["reason"])
+        self.view_fallbacks = make("Counter", "rlsched_router_view_fallbacks_total",
+                                   "Replicas seen through the ledger alone at a decision (missing, invalid, stale)",
+                                   ["reason"])
 
 
 # ------------------------------------------------------------------------------ ledger
@@ -356,5 +388,5 @@ def _parallel(stage_cfg: Any) -> Callable[..., Any]:
     return parallel.get if isinstance(parallel, Mapping) else lambda k, d=None: getattr(parallel, k, d)
 
 
-__all__ = ["ENV_VAR", "EXTRAS_KEY", "Ledger", "LedgerStage", "LedgerView", "RouterConfig", "RouterMetrics",
-           "install", "make_request", "sp_degree", "stage_layout", "stage_setting"]
+__all__ = ["ENV_VAR", "EXTRAS_KEY", "STATE_REASONS", "Ledger", "LedgerStage", "LedgerView", "RouterConfig",
+           "RouterMetrics", "install", "make_request", "sp_degree", "stage_layout", "stage_setting"]

@@ -12,6 +12,17 @@ changes against the plain pool:
   for that request, counted by reason. Either way the binding is recorded in
   ``_request_bindings`` and the request joins the ledger at the replica it went to;
 * ``release_binding`` (every exit of a request) resolves its ledger entry;
+* ``poll_diffusion_output`` takes each output's published state (``STATE_KEY`` in its metrics dict,
+  from a replica running rlsched's engine with ``extras.rlsched.publish_state``) out of it before the
+  orchestrator sees it and feeds it to the ledger (``Ledger.publish``): the router then sees which
+  requests run there and until when. A carrier (a request-started output sent only for its state,
+  ``"carrier": true``) is swallowed and the next output polled. A state out of order is ignored, one
+  that cannot be read leaves that replica seen through the ledger alone until its next good one; each
+  counted (``rlsched_router_state_total``), an unreadable one logged once. Whatever goes wrong here,
+  the output itself goes through (logged once);
+* each routing decision reads the views at the pool's clock (``LedgerStage.at``): a replica seen
+  through the ledger alone (it never published: ``missing``; ``invalid``; silent past ``silence_s``:
+  ``stale``) is counted per decision (``rlsched_router_view_fallbacks_total``) and logged once per reason;
 * a replica that leaves (``evict_replica``, ``mark_replica_unavailable``, ``remove_client``, or
   found gone at the next routing) is dropped from routing and its ledger entries are resolved;
   a replica that joins (``add_client``) is routed from the next request on.
@@ -32,9 +43,10 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from vllm_omni.diffusion.data import is_diffusion_request_started_output
 from vllm_omni.engine.stage_pool import StagePool
 
 from rlsched.errors import ConfigError
@@ -46,6 +58,7 @@ from rlsched.integrations.vllm_omni.router import (
     RouterMetrics,
     make_request,
 )
+from rlsched.policies.router_views import STATE_KEY, LedgerStage, ViewRouter
 from rlsched.policies.routers import make_router
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
@@ -54,7 +67,14 @@ from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import Router
 
 LOG_ENV = "RLSCHED_ROUTER_LOG"
-"""A file the pool appends one JSON line to per routed request (request id, replica slot, how chosen)."""
+"""A file the pool appends one JSON line to per routed request (request id, replica slot, how chosen, the views)."""
+MAX_CARRIERS = 256
+"""Most carrier outputs one ``poll_diffusion_output`` swallows in a row before it returns None (the
+orchestrator polls the other replicas meanwhile and this one again next)."""
+_WHY = {"missing": "it has published no state (not rlsched's engine with extras.rlsched.publish_state, or no "
+                   "batch started yet)",
+        "invalid": "its last state could not be read",
+        "stale": "it has been silent for more than silence_s past its predicted end"}
 _log = logging.getLogger(__name__)
 
 
@@ -71,8 +91,8 @@ class RouterStagePool(StagePool):
         super().__init__(stage_id, clients, output_processor=output_processor, stage_vllm_config=stage_vllm_config)
         self.router_config = config = config or RouterConfig()
         self.router_settings = settings = settings or PluginConfig()
-        self.router: Router = make_router(router or config.router) if router is None or isinstance(router, str) \
-            else router
+        self.router: Router = _unwrapped(make_router(router or config.router)
+                                         if router is None or isinstance(router, str) else router)
         base = load_profile(settings.profile) if costs is None else costs if isinstance(costs, CostModel) else costs[0]
         self._base_cost = base
         """The profile as each replica's engine plugin holds it: the requests' default SLOs."""
@@ -87,7 +107,11 @@ class RouterStagePool(StagePool):
         self.router_fallbacks: Counter[str] = Counter()
         """Requests routed by vLLM-Omni's rule instead, by reason (``router.REASONS``)."""
         self.router_decisions = 0
-        self._ledger = Ledger(self._cost_of, serving or ServingConfig(), config.seed)
+        self.router_states: Counter[str] = Counter()
+        """Published states heard, by what became of them (``router.STATE_REASONS``)."""
+        self.view_fallbacks: Counter[str] = Counter()
+        """Replicas seen through the ledger alone, one per replica and decision, by reason (``FALLBACK_REASONS``)."""
+        self._ledger = Ledger(self._cost_of, serving or ServingConfig(), config.seed, silence_s=config.silence_s)
         self._params: dict[str, Any] = {}
         """Request id -> its sampling params, from ``submit_initial`` until its ``select_replica_id``."""
         self._lock = threading.RLock()
@@ -170,9 +194,8 @@ class RouterStagePool(StagePool):
         if self._backoff_left:
             self._backoff_left -= 1
             return None, "backoff"
-        stage, slots = self._ledger.stage, self._ledger.slots
-        for view in stage.replicas:
-            view.now = stage.now
+        slots = self._ledger.slots
+        stage = self._views_at(self._ledger.stage.now)
         t0 = time.perf_counter()
         try:
             pos = self.router.route(req, stage)  # type: ignore[arg-type]
@@ -208,6 +231,80 @@ class RouterStagePool(StagePool):
             self._gauge(slot)
         except Exception:  # the request is bound and sent all the same; only the ledger misses it
             self._log_once("internal_error", "following the request")
+
+    def _views_at(self, now: float) -> LedgerStage:
+        """The stage with every view at ``now``; the replicas seen through the ledger alone counted (and
+        logged once per reason)."""
+        stage = self._ledger.stage
+        before = dict(stage.fallbacks)
+        stage.at(now)
+        for reason, n in stage.fallbacks.items():
+            seen = n - before.get(reason, 0)
+            if seen <= 0:
+                continue
+            self.view_fallbacks[reason] += seen
+            self.router_metrics.view_fallbacks.labels(reason=reason).inc(seen)
+            if f"view:{reason}" not in self._warned:
+                self._warned.add(f"view:{reason}")
+                slots = [v.slot for v in stage.replicas if v.fallback == reason]
+                why = _WHY.get(reason, reason) + (f": {self._ledger.last_error}" if reason == "invalid" else "")
+                _log.log(logging.INFO if reason == "missing" else logging.WARNING,
+                         "rlsched router (stage %s): replica %s seen through the ledger alone (%s): %s; logged "
+                         "once, counted in rlsched_router_view_fallbacks_total", self.stage_id,
+                         ", ".join(map(str, slots)), reason, why)
+        return stage
+
+    # -------------------------------------------------------- published states
+    def poll_diffusion_output(self, replica_id: int) -> Any | None:
+        """vLLM-Omni's, with the replica's published state taken out of each output (module docstring);
+        a carrier is swallowed and the next output polled."""
+        for _ in range(MAX_CARRIERS):
+            output = super().poll_diffusion_output(replica_id)  # a dead replica's error goes to the orchestrator
+            if output is None or not self._take_state(replica_id, output):
+                return output
+        return None
+
+    def _take_state(self, slot: int, output: Any) -> bool:
+        """Take ``output``'s published state out of it into the ledger; True when the output is a carrier
+        (sent for its state alone: swallowed). Never raises."""
+        try:
+            metrics = getattr(output, "metrics", None)
+            if not isinstance(metrics, dict) or STATE_KEY not in metrics:
+                return False
+            raw = metrics.pop(STATE_KEY)  # the orchestrator's stats read numbers only
+        except Exception:
+            self._note_once("state:error", "reading an output's metrics failed; the output goes through", exc=True)
+            return False
+        carrier = False
+        try:
+            carrier = isinstance(raw, Mapping) and raw.get("carrier") is True
+            if carrier and not is_diffusion_request_started_output(output):
+                carrier = False  # a replica's bug: a result is never swallowed
+                self._note_once("state:carrier", "replica %s marked an output that is not a request-started "
+                                "one as a carrier; it goes through", slot)
+            with self._lock:
+                verdict = self._ledger.publish(slot, raw, max(self._clock() - self._t0, 0.0)) or "taken"
+                error = self._ledger.last_error
+            self.router_states[verdict] += 1
+            self.router_metrics.states.labels(reason=verdict).inc()
+            if verdict == "invalid":
+                self._note_once("state:invalid", "replica %s published a state that cannot be read (%s); it is "
+                                "seen through the ledger alone until its next good one (logged once, counted in "
+                                "rlsched_router_state_total)", slot, error)
+            elif verdict == "taken":
+                self._state_heard(slot)
+        except Exception:
+            self._note_once("state:error", "taking replica %s's state failed; the output goes through", slot,
+                            exc=True)
+        return carrier
+
+    def _state_heard(self, slot: int) -> None:
+        """A replica's state was taken (the central pool's dispatcher wakes)."""
+
+    def _note_once(self, key: str, msg: str, *args: Any, exc: bool = False) -> None:
+        level = logging.DEBUG if key in self._warned else logging.WARNING
+        self._warned.add(key)
+        _log.log(level, "rlsched router (stage %s): " + msg, self.stage_id, *args, exc_info=exc)
 
     # -------------------------------------------------------- distributed mode
     def attach_load_balancer(self, lb: Any) -> None:
@@ -320,18 +417,29 @@ class RouterStagePool(StagePool):
 
     def _log_choice(self, request_id: str, slot: int, how: str, req: Request | None) -> None:
         """One JSON line per routed request to ``$RLSCHED_ROUTER_LOG`` when set (replays and the e2e tier:
-        which replica each request was sent to, and by whom: ``router``, ``parent``, or the fallback reason)."""
+        which replica each request was sent to, and by whom: ``router``, ``parent``, or the fallback reason;
+        ``views``: per slot, what the router decided on — the vLLM ids it saw waiting and running there,
+        the request itself left out, and ``from``: ``state`` (a published state) or why the ledger alone)."""
         path = os.environ.get(LOG_ENV)
         if not path:
             return
         line = {"request_id": request_id, "replica": slot, "how": how, "t": self._ledger.stage.now,
                 "priority": None if req is None else req.priority,
-                "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots}}
+                "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots},
+                "views": self._views_line(request_id)}
         try:
             with open(path, "a") as f:
                 f.write(json.dumps(line) + "\n")
         except OSError:
             self._log_once("internal_error", f"writing {LOG_ENV}")
+
+    def _views_line(self, leave_out: str) -> dict[str, Any]:
+        ledger = self._ledger
+        name = {iid: rid for rid, (_, iid) in ledger.bound.items() if rid != leave_out}
+        return {str(v.slot): {"from": v.fallback or "state",
+                              "waiting": [name[i] for i in v.waiting if i in name],
+                              "running": [name[r.request.id] for r in v.running if r.request.id in name]}
+                for v in ledger.stage.replicas}
 
     def _log_once(self, reason: str, doing: str) -> None:
         level = logging.DEBUG if reason in self._warned else logging.WARNING
@@ -351,6 +459,13 @@ class RouterLoadBalancer:
         if not replicas:
             return self.fallback.select(task, replicas)  # vLLM-Omni's own error for an empty list
         return self.pool.balance(task, replicas, self.fallback)
+
+
+def _unwrapped(router: Any) -> Any:
+    """The router itself: ``make_router`` wraps one that reads the replicas in the simulator's ``ViewRouter``
+    (``view=engine``, its default), which builds the deployed router's view from a simulated stage; here
+    the pool's ledger and the replicas' published states are that view, and the router decides on it."""
+    return router.router if isinstance(router, ViewRouter) else router
 
 
 def _at_layout(cost: CostModel, degree: int | str) -> CostModel:
