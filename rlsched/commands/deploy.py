@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -148,13 +149,16 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
                   step_execution: bool = False, base_config: str | None = None, *,
                   layout: dict[str, Any] | None = None, router: RouterConfig | None = None) -> dict[str, Any]:
     """The deploy YAML as a dict: one stage with ``engine_backend`` and ``extras``; ``layout``'s stage keys
-    (``replica_keys``) and the router's ``extras.rlsched_router`` when given."""
+    (``replica_keys``) and the router's ``extras.rlsched_router`` when given, with the replicas publishing
+    their scheduler state to it (``extras.rlsched.publish_state``)."""
     if max_num_seqs < 1:
         raise ConfigError("--max-num-seqs", "must be >= 1")
     if stage_id < 0:
         raise ConfigError("--stage-id", f"must be >= 0, not {stage_id}")
     if not max_wait_ms >= 0:
         raise ConfigError("--max-wait-ms", "must be >= 0")
+    if router is not None:  # the router reads each replica's published state (router_views)
+        settings = dataclasses.replace(settings, publish_state=True)
     # policy and profile are always spelled out, even at their defaults, so the file reads on its own
     section = {"policy": settings.policy, "profile": settings.profile, **settings.to_extras()[EXTRAS_KEY]}
     stage = {"stage_id": stage_id, "max_num_seqs": max_num_seqs, "step_execution": step_execution,

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from rlsched.cli import main
+from rlsched.integrations.vllm_omni.config import PluginConfig
 
 BASE = """\
 async_chunk: false
@@ -78,3 +79,20 @@ def test_the_base_configs_own_base_is_followed(tmp_path: Path, capsys: pytest.Ca
 def test_deploy_out_that_is_a_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["deploy", "--policy", "edf", "--out", str(tmp_path)]) == 2
     assert f"--out: {tmp_path} is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "publish"), [
+    ([], False),
+    (["--router", "least-work"], True),
+    (["--router", "round-robin"], True),
+    (["--policy", "sjf@rlsched"], True),
+    (["--policy", "edf@central"], True),
+])
+def test_a_router_gets_the_replicas_published_state(tmp_path: Path, args: list[str], publish: bool) -> None:
+    """Whenever deploy writes a router (extras.rlsched_router), the replicas publish their scheduler state
+    to it (extras.rlsched.publish_state); without one the setting stays off and unwritten."""
+    assert _deploy(tmp_path, "--replicas", "2", "--devices", "0,1", *args) == 0
+    extras = yaml.safe_load((tmp_path / "deploy.yaml").read_text())["stages"][0]["extras"]
+    assert ("rlsched_router" in extras) is publish
+    assert extras["rlsched"].get("publish_state", False) is publish
+    assert PluginConfig.from_extras(extras, {}).publish_state is publish

@@ -93,6 +93,12 @@ class PluginConfig:
     """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
     (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the
     policy's clock stay in the cost profile's seconds."""
+    publish_state: bool = False
+    """Publish this replica's scheduler state to the router in the orchestrator (``publish.py``; the wire
+    format: ``rlsched.policies.router_views``): on every output the engine sends, under ``rlsched_state`` in
+    its metrics, and on one carrier output whenever the running set changes. Only behind an rlsched router,
+    which takes the state off each output (and swallows the carriers) before vLLM-Omni reads them:
+    ``rlsched deploy`` sets it whenever it writes a router. Off: the engine's outputs are vLLM-Omni's own."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, str) or not self.policy:
@@ -117,6 +123,8 @@ class PluginConfig:
         if isinstance(span, bool) or not isinstance(span, int) or span < 1 or port + span - 1 > 65535:
             raise ConfigError("extras.rlsched.metrics_ports", f"must be an integer >= 1 with metrics_port + "
                                                               f"metrics_ports - 1 <= 65535, not {span!r}")
+        if not isinstance(self.publish_state, bool):
+            raise ConfigError("extras.rlsched.publish_state", f"must be true or false, not {self.publish_state!r}")
         _positive(self.telemetry_interval_s, "telemetry_interval_s")
         _positive(self.time_scale, "time_scale")
         for name in ("default_height", "default_width", "default_steps"):

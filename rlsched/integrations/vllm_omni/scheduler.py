@@ -27,6 +27,14 @@ rewrite its loop. Each call:
    compatibility key per batch, at most ``max_num_seqs``, every live id in exactly one
    queue, nothing dropped.
 
+With ``publish_state`` on, the scheduler also keeps the replica's state for the router in the
+orchestrator (``publish.StatePublisher``; the wire format: ``rlsched.policies.router_views``): after
+each ``schedule()`` and each ``update_from_output`` where the running set changed, requests finished or
+left the batch unfinished, a new state (O(batch): the running ids with their steps done, the batch's
+predicted end from the cost model, what finished or was preempted since). ``RLDiffusionEngine`` attaches
+it to the outputs it sends, and sends a carrier output when a ``schedule()`` changed the running set
+(``take_carrier``).
+
 A "wait" decision (empty batch) admits nothing new when something is running; when
 nothing runs it is overridden and FIFO admits (the engine would otherwise spin on an
 empty schedule), counted in ``waits_overridden``. Request mode keeps vLLM-Omni's
@@ -41,7 +49,7 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
@@ -52,6 +60,7 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import DecisionTimeout, runner_for
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
+from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
@@ -120,6 +129,9 @@ class _PolicyScheduling:
         self._warming_up = False
         self._order = QueueOrder()
         """Where each id sits in ``_waiting`` (kept at every insertion; ``_arrange`` reads it)."""
+        self.publisher: StatePublisher | None = None
+        """The replica's state for the router (``publish_state``); None when not published."""
+        self._reset_publishing()
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
@@ -145,6 +157,8 @@ class _PolicyScheduling:
         self._needs_reset = False
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
         self.policy.reset(self.rl_state)
+        self.publisher = StatePublisher(self._clock) if settings.publish_state else None
+        self._reset_publishing()
         if settings.metrics_port:
             port = serve(settings.metrics_port, self.metrics.registry, settings.metrics_ports)
             if port is not None:
@@ -178,6 +192,11 @@ class _PolicyScheduling:
     def pop_request_state(self, request_id: str) -> Any:
         state = super().pop_request_state(request_id)  # type: ignore[misc]
         self._order.forget(request_id)
+        if self.publisher is not None:
+            if request_id in self._pub_listed:
+                self._pub_listed.discard(request_id)
+            elif state is not None and not self._warming_up:  # ended unseen (e.g. while paused): say so next
+                self._pub_unlisted.append(request_id)
         st = self.rl_state
         if st is None or state is None:
             return state
@@ -208,7 +227,95 @@ class _PolicyScheduling:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
         # after admission, not before: the gauge must not keep counting requests that just started
         self._update_queue_depth(force=bool(out.scheduled_new_reqs))
+        if self.publisher is not None:
+            self._publish(out.finished_req_ids, at_schedule=True)
         return out
+
+    def update_from_output(self, sched_output: Any, output: Any) -> set[str]:
+        finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
+        if self.publisher is not None:
+            self._publish(finished, at_schedule=False)
+        return finished
+
+    # ---------------------------------------------------------- publishing
+    def _reset_publishing(self) -> None:
+        self._pub_running: tuple[str, ...] = ()
+        """The running ids of the last state built."""
+        self._pub_listed: set[str] = set()
+        """Finished ids some state listed, until the engine pops them (so no later state lists them again)."""
+        self._pub_unlisted: list[str] = []
+        """Ids popped before any state listed them as finished: the next state does."""
+        self._carrier: Published | None = None
+
+    def take_carrier(self) -> Published | None:
+        """The state built by the last ``schedule()`` if that call changed the running set (once; the
+        engine sends it on a carrier output), else None."""
+        state, self._carrier = self._carrier, None
+        return state
+
+    def _publish(self, finished: Iterable[str], at_schedule: bool) -> None:
+        """A new state when the running set changed, requests finished or left the batch unfinished
+        since the last one: O(batch + finished), never O(queue); never raises into the engine."""
+        if self._warming_up or self.publisher is None:
+            return
+        try:
+            states, listed = self._request_states, self._pub_listed  # type: ignore[attr-defined]
+            done, self._pub_unlisted = self._pub_unlisted, []
+            for rid in finished:
+                if rid not in listed and rid in states:
+                    listed.add(rid)
+                    done.append(rid)
+            running, prev = tuple(self._running), self._pub_running
+            now_running = set(running)
+            preempted = []
+            for rid in prev:
+                if rid in now_running:
+                    continue
+                state = states.get(rid)
+                if state is not None and not state.is_finished():
+                    preempted.append((rid, self._steps_done(rid)))
+                elif state is not None and rid not in listed:  # finished, not yet reported (an abort)
+                    listed.add(rid)
+                    done.append(rid)
+            changed = now_running != set(prev)
+            if not (changed or done or preempted):
+                return
+            self._pub_running = running
+            steps = [self._steps_done(rid) for rid in running]
+            now = self._clock()
+            end = now + self._predicted_s(running, steps) if running else now
+            built = self.publisher.update(zip(running, steps), end, done, preempted)
+            if at_schedule and changed:
+                self._carrier = built
+            if len(listed) > 1 << 16:  # ids the engine never popped (a bug upstream): bounded memory
+                listed.clear()
+        except Exception:  # publishing is advisory: the router falls back to its ledger
+            pass
+
+    def _steps_done(self, request_id: str) -> int:
+        """Denoise steps done (step mode: vLLM-Omni's progress; a request-mode wave starts at 0)."""
+        progress = getattr(self, "_request_progress", None)
+        p = progress.get(request_id) if progress is not None else None
+        return int(p.current_step) if p is not None else 0
+
+    def _predicted_s(self, running: tuple[str, ...], steps: list[int]) -> float:
+        """The cost model's time for the running batch (step mode: its next step), as the simulator and
+        ``CostProfileExecutor`` predict it."""
+        st = self.rl_state
+        if st is None:
+            return 0.0
+        recs, done = [], []
+        for rid, d in zip(running, steps):
+            iid = st.int_id(rid)
+            rec = st.records.get(iid) if iid is not None else None
+            if rec is not None:
+                recs.append(rec)
+                done.append(d)
+        if not recs:
+            return 0.0
+        cfg = st.config
+        return st.cost.batch_duration(recs, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx,
+                                      done)
 
     def _plan(self, st: PluginState) -> tuple[int, ...] | None:
         """The batch to run (ids; empty: admit nothing new), or None to let FIFO schedule."""
