@@ -150,6 +150,10 @@ def plan_table(root: Path) -> list[str]:
             mark = (" (CFG-parallel: derived)" if row.get("cfg_parallel", 1) > 1 else "") + mark
             out.append(f"| {r['scenario']} | {row['layout']}{mark} | {100 * row['mean']:.1f} | "
                        f"{100 * row.get('check_mean', float('nan')):.1f} |")
+        for row in r.get("router_rows", []):
+            mark = " **(recommended)**" if row["router"] == r["recommended_router"] else ""
+            out.append(f"| {r['scenario']} | {r['recommended']}, router `{row['router']}`{mark} | "
+                       f"{100 * row['mean']:.1f} | {100 * row.get('check_mean', float('nan')):.1f} |")
         if "hindsight_best" in r:
             out.append(f"| | best in hindsight: {r['hindsight_best']}; the recommendation loses "
                        f"{r['recommended_loses_points']:.2f} points, the worst layout "

@@ -353,10 +353,10 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
         per_replica = server.replica_metrics()
         api = server.api_metrics()
         calls = [c for c in server.executed() if c["ids"] != ["dummy_req_id"]]
+        log = server.routed()
     arrival = {p.index: p.send_s * args.time_scale for p in planned}
     sent = {p.index: t0 + p.send_s for p in planned}
     mpx = {p.index: p.height * p.width / 1e6 for p in planned}
-    slo_of = {p.index: (p.priority, p.slo_s) for p in planned}
     slo_of = {p.index: (p.priority, p.slo_s) for p in planned}
     batches: dict[str, list[list[int]]] = defaultdict(list)
     routed, queue, gaps, done = {}, {}, [], []
@@ -386,6 +386,7 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
     fallbacks = {f"{dev}:{k}": v for dev, m in per_replica.items() for k, v in m.items()
                  if k.startswith("rlsched_fallbacks_total{") and v}
     fallbacks.update({k: v for k, v in api.items() if k.startswith("rlsched_router_fallbacks_total{") and v})
+    view_fallbacks = {k: v for k, v in api.items() if k.startswith("rlsched_router_view_fallbacks_total{") and v}
     # the executor's batch ends against the planned arrivals: what the simulator measures. The plugin's own
     # numbers start each request when its replica received it, which under late binding misses the central wait
     return {"batches": dict(batches), "routed": routed, "queue_s": queue, "attainment": plugin,
@@ -393,7 +394,38 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
             "client_attainment": summary["slo_attainment"], "errors": summary["errors"], "fallbacks": fallbacks,
             "mismatches": sum(m.get("rlsched_admission_mismatches_total", 0.0) for m in per_replica.values()),
             "router_decisions": sum(v for k, v in api.items() if k.startswith("rlsched_router_decisions_total")),
-            "wave_gap_ms": gaps}
+            "wave_gap_ms": gaps, "view_fallbacks": view_fallbacks, "views_compared": compare_views(log, calls)}
+
+
+def compare_views(log: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The router's view at each routing decision (its log, ``views``) against what each replica really held
+    then (the executor's log of its waves, on the same host clock): decisions whose running or waiting set
+    differed on some replica. A request is truly waiting on a replica from its routing until its first wave
+    starts there; truly running while a wave holding it runs."""
+    waves: dict[str, list[tuple[float, float, set[str]]]] = defaultdict(list)
+    first: dict[str, float] = {}
+    for c in calls:
+        waves[str(c["devices"])].append((c["start"], c["end"], set(c["ids"])))
+        for rid in c["ids"]:
+            first[rid] = min(first.get(rid, math.inf), c["start"])
+    routed: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    out = {"decisions": 0, "running_differs": 0, "waiting_differs": 0, "from_state": 0, "from_ledger": 0}
+    for line in log:
+        views, m = line.get("views"), line.get("mono")
+        if views and m is not None:
+            out["decisions"] += 1
+            run_diff = wait_diff = False
+            for slot, view in views.items():
+                out["from_state" if view["from"] == "state" else "from_ledger"] += 1
+                running = set().union(*[ids for s, e, ids in waves[slot] if s <= m < e])
+                waiting = {rid for t, rid in routed[slot] if t < m and first.get(rid, math.inf) > m}
+                run_diff |= set(view["running"]) != running
+                wait_diff |= set(view["waiting"]) != waiting
+            out["running_differs"] += run_diff
+            out["waiting_differs"] += wait_diff
+        if m is not None:
+            routed[str(line["replica"])].append((m, line["request_id"]))
+    return out
 
 
 def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -459,6 +491,15 @@ def table_stage(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                      f"{r['wave_gap_ms_median']:.1f} ({r['wave_gaps']}); {r['overhead_ms']:.1f} + "
                      f"{r['overhead_ms_per_mpx']:.1f}/Mpx | {r['engine_batches']} | " + " | ".join(cols)
                      + f" | {r['errors']}, {r['admission_mismatches']:g}, {r['fallbacks'] or 0} |")
+    lines += ["", "The router's view at each routing decision against the replicas' own logs (running and waiting "
+              "sets per replica; a decision counts once if any replica differed):", ""]
+    for r in rows:
+        v = r.get("views_compared") or {}
+        if v.get("decisions"):
+            lines.append(f"- `{r['policy']}`: {v['decisions']} decisions; the running set differed in "
+                         f"{v['running_differs']}, the waiting set in {v['waiting_differs']}; replica views from a "
+                         f"published state {v['from_state']}, from the ledger alone {v['from_ledger']} "
+                         f"({r.get('view_fallbacks') or 'no fallback counted'})")
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""``scripts/sim_vs_engine.py --replicas``: the simulated side (no server), and its ``LedgerRouter``."""
+"""``scripts/sim_vs_engine.py --replicas``: the simulated side (no server) on each router view, and the
+comparison of the router's logged views with the replicas' own logs."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ARGS = SVE.parse(["--replicas", "2", "--rate-scale", "2", "--duration", "900", "
 
 
 def test_a_stage_run_routes_and_finishes_every_request_once() -> None:
-    run = SVE.simulate_stage("edf@rlsched", ARGS, ledger=True)
+    run = SVE.simulate_stage("edf@rlsched", ARGS, view="ledger")
     ids = [i for batches in run["batches"].values() for b in batches for i in b]
     assert sorted(ids) == sorted(int(i) for i in run["routed"]) and len(set(ids)) == len(ids)
     for slot, batches in run["batches"].items():  # each request ran where it was routed
@@ -28,26 +29,32 @@ def test_a_stage_run_routes_and_finishes_every_request_once() -> None:
     assert set(run["attainment"]) == {"realtime", "batch", "background", "all"}
 
 
-def test_the_ledger_router_sees_what_the_engine_router_sees() -> None:
-    # round-robin reads no state: on the ledger or on the replicas it deals out the same
-    assert SVE.simulate_stage("fifo@round-robin", ARGS)["routed"] == \
-        SVE.simulate_stage("fifo@round-robin", ARGS, ledger=True)["routed"]
-    # the rlsched router reads the running batch's remaining time on replica state, and nothing runs on the
-    # ledger (every routed, unfinished request waits at its full standalone time): its choices differ
-    assert SVE.simulate_stage("edf@rlsched", ARGS)["routed"] != SVE.simulate_stage("edf@rlsched", ARGS, ledger=True)[
-        "routed"]
+def test_the_views_differ_only_for_a_router_that_reads_the_replicas() -> None:
+    # round-robin reads no state: on every view it deals out the same
+    runs = {v: SVE.simulate_stage("fifo@round-robin", ARGS, view=v)["routed"] for v in SVE.VIEWS.values()}
+    assert runs["engine"] == runs["ledger"] == runs["replica"]
+    # the rlsched router reads the running batch's remaining time from the published state, and nothing runs on
+    # the ledger alone (every routed, unfinished request waits at its full standalone time): its choices differ
+    assert SVE.simulate_stage("edf@rlsched", ARGS)["routed"] != SVE.simulate_stage("edf@rlsched", ARGS,
+                                                                                   view="ledger")["routed"]
 
 
-def test_the_ledger_empties_as_the_replicas_finish() -> None:
-    from rlsched.policies import make_policy
-    from rlsched.policies.routers import make_router
-    from rlsched.sim.stage import Stage
-
-    sc, reqs = SVE.workload(ARGS)
-    stage = Stage.uniform(reqs, 2, sc.cost(), sc.serving, seed=0)
-    router = SVE.LedgerRouter(make_router("rlsched"))
-    stage.run([make_policy("edf"), make_policy("edf")], router)
-    assert router.ledger.bound == {} and all(not v.waiting for v in router.ledger.views.values())
+def test_the_logged_views_are_compared_with_the_replicas_waves() -> None:
+    calls = [{"devices": "0", "start": 1.0, "end": 3.0, "ids": ["a"]},
+             {"devices": "1", "start": 2.0, "end": 4.0, "ids": ["b"]}]
+    log = [{"request_id": "a", "replica": 0, "mono": 0.5, "views": {"0": {"from": "missing", "waiting": [],
+                                                                          "running": []}}},
+           {"request_id": "b", "replica": 1, "mono": 1.5, "views": {
+               "0": {"from": "state", "waiting": [], "running": ["a"]},
+               "1": {"from": "state", "waiting": [], "running": []}}},
+           {"request_id": "c", "replica": 1, "mono": 1.8, "views": {  # b is truly waiting on 1: the view misses it
+               "0": {"from": "state", "waiting": [], "running": ["a"]},
+               "1": {"from": "state", "waiting": [], "running": []}}},
+           {"request_id": "d", "replica": 0, "mono": 2.5, "views": {  # b runs on 1 (truly), the view has it waiting
+               "0": {"from": "state", "waiting": [], "running": ["a"]},
+               "1": {"from": "stale", "waiting": ["b", "c"], "running": []}}}]
+    out = SVE.compare_views(log, calls)
+    assert out == {"decisions": 4, "running_differs": 1, "waiting_differs": 2, "from_state": 5, "from_ledger": 2}
 
 
 def test_spread_keeps_arrivals_apart_and_moves_them_as_little_as_that_takes() -> None:

@@ -296,6 +296,9 @@ def test_router_config_checks_its_fields() -> None:
     cfg = RouterConfig.from_extras({"rlsched_router": {"router": "central", "silence_s": 5, "lead_ms": 0}},
                                    environ={})
     assert (cfg.silence_s, cfg.lead_ms) == (5, 0) and RouterConfig().lead_ms == 50.0
+    for spec in ("rlsched;view=ledger", "least-work;delay_ms=5"):  # simulator options: refused, named
+        with pytest.raises(ValueError, match="simulator options"):
+            RouterConfig.from_extras({"rlsched_router": {"router": spec}}, environ={})
     for name, bad in (("silence_s", 0), ("silence_s", float("inf")), ("silence_s", True), ("lead_ms", -1),
                       ("lead_ms", float("nan")), ("lead_ms", "50")):
         with pytest.raises(ValueError, match=name):

@@ -144,6 +144,10 @@ class RouterConfig:
                                                              f"with {self.router!r}: each replica's policy is "
                                                              "extras.rlsched.policy")
         else:
+            if any(part.strip().startswith(("view=", "delay_ms=")) for part in self.router.split(";")[1:]):
+                raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"{self.router!r}: view= and delay_ms= are simulator "
+                                  "options; in the engine the router always decides on its ledger and the "
+                                  "replicas' published states (view=engine)")
             make_router(self.router)  # a typo fails here, at start-up, naming the key
         for name in ("budget_ms", "stall_ms", "silence_s", "lead_ms"):
             b, zero = getattr(self, name), name == "lead_ms"  # a lead of 0: a batch only once idle

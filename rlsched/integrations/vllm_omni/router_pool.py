@@ -424,6 +424,7 @@ class RouterStagePool(StagePool):
         if not path:
             return
         line = {"request_id": request_id, "replica": slot, "how": how, "t": self._ledger.stage.now,
+                "mono": time.monotonic(),  # the host's clock, as the replicas' own logs stamp their waves
                 "priority": None if req is None else req.priority,
                 "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots},
                 "views": self._views_line(request_id)}
