@@ -118,6 +118,7 @@ class Server:
     def start(self) -> Server:
         self.executor_log.unlink(missing_ok=True)
         self.router_log.unlink(missing_ok=True)
+        Path(f"{self.router_log}.states").unlink(missing_ok=True)
         if len(self.metrics_ports) > 1:
             self.metrics_port = free_ports(len(self.metrics_ports))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RLSCHED_EXECUTOR_LOG": str(self.executor_log),
@@ -208,6 +209,10 @@ class Server:
     def routed(self) -> list[dict[str, Any]]:
         """The router's choices in order (``$RLSCHED_ROUTER_LOG``), one dict per routed request."""
         return _read_jsonl(self.router_log)
+
+    def states(self) -> list[dict[str, Any]]:
+        """The replicas' published states as the router pool heard them, in order (``$RLSCHED_ROUTER_LOG.states``)."""
+        return _read_jsonl(Path(f"{self.router_log}.states"))
 
     def executed(self) -> list[dict[str, Any]]:
         """The executor's calls in order (the warm-up first), one dict each."""

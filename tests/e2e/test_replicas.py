@@ -127,6 +127,19 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
     assert api['rlsched_router_released_total{reason="finished"}'] == N_REQUESTS
     assert total(api, "rlsched_router_outstanding") == 0
 
+    # the state channel (issue 33): every wave a replica ran reached the router in its published states, in
+    # order, and every request it finished is listed finished; nothing unreadable. A state that arrived after a
+    # newer one ("old") is ignored by the router but still shows that the replica sent it.
+    states = server.states()
+    assert states and total(api, "rlsched_router_state_total") == len(states)
+    assert {s["verdict"] for s in states} <= {"taken", "old"}, Counter(s["verdict"] for s in states)
+    for k, dev in enumerate(slots):
+        heard = sorted((s["state"] for s in states if s["replica"] == k), key=lambda h: h["seq"])
+        running = iter([frozenset(rid for rid, _ in h["running"]) for h in heard])
+        waves = [frozenset(ids) for ids, _ in ran[dev]]
+        assert all(any(w == r for r in running) for w in waves), (waves, heard)  # each wave, in order
+        assert {rid for h in heard for rid in h["finished"]} == {rid for w in waves for rid in w}
+
     # the walk-through's request, as the one-replica walk-through sends it
     body = doc_request()
     status, reply = loadgen.post_json(loadgen.images_url(server.url), body, timeout_s=60)

@@ -287,6 +287,7 @@ class RouterStagePool(StagePool):
                 error = self._ledger.last_error
             self.router_states[verdict] += 1
             self.router_metrics.states.labels(reason=verdict).inc()
+            self._log_state(slot, raw, verdict)
             if verdict == "invalid":
                 self._note_once("state:invalid", "replica %s published a state that cannot be read (%s); it is "
                                 "seen through the ledger alone until its next good one (logged once, counted in "
@@ -297,6 +298,19 @@ class RouterStagePool(StagePool):
             self._note_once("state:error", "taking replica %s's state failed; the output goes through", slot,
                             exc=True)
         return carrier
+
+    def _log_state(self, slot: int, raw: Any, verdict: str) -> None:
+        """One JSON line per state heard to ``$RLSCHED_ROUTER_LOG.states`` when the router log is set (the e2e
+        tier checks that every wave a replica ran reaches the router, in order)."""
+        path = os.environ.get(LOG_ENV)
+        if not path:
+            return
+        line = {"replica": slot, "mono": time.monotonic(), "verdict": verdict, "state": raw}
+        try:
+            with open(f"{path}.states", "a") as f:
+                f.write(json.dumps(line, default=str) + "\n")
+        except OSError:
+            self._log_once("internal_error", f"writing {LOG_ENV}.states")
 
     def _state_heard(self, slot: int) -> None:
         """A replica's state was taken (the central pool's dispatcher wakes)."""
