@@ -158,6 +158,8 @@ class ReplicaView:
         self._step_s = 0.0
         """Step mode: one step of the running batch, from the cost model."""
         self._heard_s = -INF
+        self._added_s = -INF
+        """When the last request was bound here (the view's clock)."""
         self._seq = -1
         self.fallback: str | None = "missing"
         """Why the view is the ledger alone (``FALLBACK_REASONS``), None while a published state holds."""
@@ -186,6 +188,7 @@ class ReplicaView:
         rec = self.cost.record(req, req.arrival_s + req.slo_s)
         rec.key = req.key(self.step_mode)
         self._followed[req.id] = self.waiting[req.id] = rec
+        self._added_s = max(self._added_s, self.now)
         self.journal.append(ENQUEUED, rec)
         return rec
 
@@ -201,9 +204,11 @@ class ReplicaView:
     # ------------------------------------------------------------------- state
     def current(self) -> str | None:
         """Why the published state is not used now (``FALLBACK_REASONS``), None when it is. A view past
-        its silence bound drops what it heard (everything waits again, as in the ledger)."""
-        if self.fallback is None and self.now > max(self._heard_s, self._end_s if self.running else -INF) \
-                + self.silence_s:
+        its silence bound drops what it heard (everything waits again, as in the ledger). An idle replica
+        with nothing bound has nothing to say: silence counts from the later of its last message, its
+        running batch's predicted end and the last request routed to it."""
+        if self.fallback is None and self._followed and self.now > max(
+                self._heard_s, self._end_s if self.running else -INF, self._added_s) + self.silence_s:
             self._forget("stale")
         return self.fallback
 

@@ -152,6 +152,17 @@ def test_a_silent_replica_goes_stale_after_its_predicted_end_and_the_bound() -> 
     assert stage.fallbacks == {"missing": 2, "stale": 1}  # replica 1 never published
 
 
+def test_an_idle_replica_has_nothing_to_say_and_silence_counts_from_the_last_request_routed() -> None:
+    led = Ledger(lambda slot: COST, ServingConfig("request", 4), silence_s=2.0)
+    led.follow([0])
+    led.publish(0, replica_state(1, 0.0, []), now=0.0)  # idle, nothing bound
+    stage = led.stage
+    assert stage.at(100.0).replicas[0].current() is None
+    led.add("a", 0, Request(0, 100.0, "qwen-image", "image", 512, 512, 1, 20, True, "batch", 60.0))
+    assert stage.at(101.9).replicas[0].current() is None  # it has 2 s to start it and say so
+    assert stage.at(102.1).replicas[0].current() == "stale"
+
+
 def test_step_mode_advances_a_step_by_the_cost_model_and_keeps_a_preempted_requests_progress() -> None:
     led = ledger("step")
     view = led.views[0]
