@@ -151,8 +151,8 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
 
 def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any) -> None:
     """``edf@central`` (docs/deploy.md, "Late binding"): the API server parks each request in its central
-    queue and sends EDF's batch to a replica only when that replica has nothing outstanding; each
-    replica runs what it was sent, FIFO."""
+    queue and sends EDF's batch to a replica once nothing sent to it waits there — one wave ahead of its
+    running wave, on its published state; each replica runs what it was sent, FIFO."""
     deploy = doc_command("deploy-central")
     assert deploy[:2] == ["rlsched", "deploy"] and "central" in deploy
     server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET,
@@ -171,11 +171,20 @@ def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any) -
     routed = server.routed()
     assert [r["how"] for r in routed] == ["central"] * N_REQUESTS  # the central policy sent every one
     assert {r["request_id"]: slots[r["replica"]] for r in routed} == where
-    # a replica was sent a batch only when the ledger held nothing of it (the log notes it before the bind)
+    # a replica was sent a batch only when nothing sent to it waited there (takes_next_batch; the log notes
+    # each request before its bind): on its published state, what it held ran (one wave ahead: the next batch
+    # goes before the running wave ends); seen through the ledger alone, it held nothing
+    ahead = 0
     for r in routed:
-        held = r["outstanding"][str(r["replica"])]
+        view = r["views"][str(r["replica"])]
         batch_mates = [q for q in routed if q["replica"] == r["replica"] and q["t"] == r["t"]]
-        assert held <= len(batch_mates) <= 4, (r, batch_mates)
+        assert 1 <= len(batch_mates) <= 4, (r, batch_mates)
+        if view["from"] == "state":
+            assert set(view["waiting"]) <= {q["request_id"] for q in batch_mates}, (r, batch_mates)
+            ahead += bool(view["running"])
+        else:
+            assert r["outstanding"][str(r["replica"])] <= len(batch_mates), (r, batch_mates)
+    assert ahead, "no batch was sent ahead of a running wave at 16x the default rate"
 
     for dev, batches in ran.items():
         m = server.replica_metrics()[dev]
