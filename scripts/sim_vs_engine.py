@@ -354,6 +354,7 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
         api = server.api_metrics()
         calls = [c for c in server.executed() if c["ids"] != ["dummy_req_id"]]
         log = server.routed()
+        states = server.states()
     arrival = {p.index: p.send_s * args.time_scale for p in planned}
     sent = {p.index: t0 + p.send_s for p in planned}
     mpx = {p.index: p.height * p.width / 1e6 for p in planned}
@@ -394,7 +395,26 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
             "client_attainment": summary["slo_attainment"], "errors": summary["errors"], "fallbacks": fallbacks,
             "mismatches": sum(m.get("rlsched_admission_mismatches_total", 0.0) for m in per_replica.values()),
             "router_decisions": sum(v for k, v in api.items() if k.startswith("rlsched_router_decisions_total")),
-            "wave_gap_ms": gaps, "view_fallbacks": view_fallbacks, "views_compared": compare_views(log, calls)}
+            "wave_gap_ms": gaps, "view_fallbacks": view_fallbacks, "views_compared": compare_views(log, calls),
+            "state_delay_ms": state_delays_ms(states, calls)}
+
+
+def state_delays_ms(states: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, float | None]:
+    """How long each wave's state took to reach the router: from the wave's start in the replica's executor log
+    to the first state the router pool heard (``$RLSCHED_ROUTER_LOG.states``) that lists exactly that wave
+    running, on the host clock; median, p90 and max in ms (None without states)."""
+    delays = []
+    for c in calls:
+        ids, slot = set(c["ids"]), int(c["devices"])
+        heard = [s["mono"] for s in states if s["replica"] == slot and s["mono"] >= c["start"]
+                 and {rid for rid, _ in s["state"]["running"]} == ids]
+        if heard:
+            delays.append((min(heard) - c["start"]) * 1e3)
+    delays.sort()
+    if not delays:
+        return {"median": None, "p90": None, "max": None, "waves": 0}
+    return {"median": _median(delays), "p90": delays[int(0.9 * (len(delays) - 1))], "max": delays[-1],
+            "waves": len(delays)}
 
 
 def compare_views(log: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -437,7 +457,7 @@ def compare_stage(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     return {**row, "sim_attainment": sims["sim"]["attainment"], "replicas": args.replicas,
             "engine_batches": sum(len(b) for b in eng["batches"].values()),
             "router_decisions": eng["router_decisions"], "view_fallbacks": eng["view_fallbacks"],
-            "views_compared": eng["views_compared"],
+            "views_compared": eng["views_compared"], "state_delay_ms": eng["state_delay_ms"],
             **{name: _versus_stage(sim, eng) for name, sim in sims.items()},
             "engine_batch_sequence": eng["batches"], "engine_routed": eng["routed"]}
 
@@ -500,6 +520,10 @@ def table_stage(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                          f"{v['running_differs']}, the waiting set in {v['waiting_differs']}; replica views from a "
                          f"published state {v['from_state']}, from the ledger alone {v['from_ledger']} "
                          f"({r.get('view_fallbacks') or 'no fallback counted'})")
+        d = r.get("state_delay_ms") or {}
+        if d.get("waves"):
+            lines.append(f"  - a wave's state reached the router {d['median']:.1f} ms after the wave started "
+                         f"(median; p90 {d['p90']:.1f}, max {d['max']:.1f} ms, {d['waves']} waves)")
     return "\n".join(lines)
 
 
