@@ -66,3 +66,15 @@ def test_spread_keeps_arrivals_apart_and_moves_them_as_little_as_that_takes() ->
     assert [r.arrival_s for r in out] == [0.0, 0.5, 1.0, 5.0, 5.5]
     assert [r.id for r in out] == [0, 1, 2, 3, 4] and out[3] is reqs[3]  # order kept; unmoved ones untouched
     assert SVE.spread(reqs, 0, 25) is reqs
+
+
+def test_a_waves_state_delay_is_from_its_start_to_the_first_state_listing_it() -> None:
+    calls = [{"devices": "0", "start": 1.0, "end": 3.0, "ids": ["a", "b"]},
+             {"devices": "1", "start": 2.0, "end": 4.0, "ids": ["c"]}]
+    states = [{"replica": 0, "mono": 1.004, "state": {"running": [["a", 0]]}},  # not the whole wave
+              {"replica": 0, "mono": 1.010, "state": {"running": [["b", 0], ["a", 0]]}},
+              {"replica": 0, "mono": 1.020, "state": {"running": [["a", 0], ["b", 0]]}},
+              {"replica": 0, "mono": 2.5, "state": {"running": [["c", 0]]}}]  # c ran on replica 1
+    out = SVE.state_delays_ms(states, calls)
+    assert out["waves"] == 1 and abs(out["median"] - 10.0) < 1e-6
+    assert SVE.state_delays_ms([], calls)["waves"] == 0
