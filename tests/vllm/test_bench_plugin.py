@@ -81,7 +81,7 @@ def test_collections_inside_a_call_are_timed_and_set_apart(monkeypatch: pytest.M
     timed there, and left out of ``p99_no_gc_us``; one outside the calls is not counted."""
     import gc
 
-    from rlsched.bench.plugin import _summarize
+    from rlsched.bench.plugin import _p99, _summarize
     from rlsched.integrations.vllm_omni import overhead
 
     sched = overhead.native_scheduler(False)
@@ -99,10 +99,14 @@ def test_collections_inside_a_call_are_timed_and_set_apart(monkeypatch: pytest.M
     refill = overhead.Feeder.refill
     monkeypatch.setattr(overhead.Feeder, "refill", lambda self, s, q: (refill(self, s, q), gc.collect()))  # outside
     cell = overhead.time_cell(sched, 8, False, 6, 0)
-    assert (cell["gc_us"] > 0).tolist() == [False, True, True, True, False, True]
-    row = _summarize(cell)
+    collected = cell["gc_us"] > 0
+    assert collected.tolist() == [False, True, True, True, False, True]
+    free = cell["us"][~collected]
+    row = _summarize(dict(cell))
     assert row["gc_calls"] == 4 and row["gc_p50_us"] > 0
-    assert row["p99_no_gc_us"] <= row["p99_us"]
+    # the p99 of exactly the calls without a collection (not a comparison of two measured times, which a
+    # noisy machine can flip: 43.2 <= 43.1 failed once)
+    assert row["p99_no_gc_us"] == _p99(free)
     assert not any(isinstance(c, overhead.Collections) for c in gc.callbacks)  # removed after the cell
 
 
