@@ -101,7 +101,7 @@ def deployed_table(ds: dict[str, dict]) -> list[str]:
             mark = "**" if ratio < 0.98 else ""
             out.append(f"| {name} | ×{x:g} | {100 * fifo:.1f} | {100 * mine:.1f} | "
                        f"{_pm(ceil) if ceil else '-'} | {_pm(ledger) if ledger else '-'} | {100 * late:.1f} | "
-                       f"{100 * best:.1f} `@{best_spec.rpartition('@')[2]}` | {-100 * cut:+.0f} % | "
+                       f"{100 * best:.1f} `@{best_spec.rpartition('@')[2]}` | {-100 * cut:+.1f} % | "
                        f"{mark}×{ratio:.3f}{mark} vs `{short(rival_spec)}` |")
             if (x <= 1.25 and cut < 0.9) or ratio < 0.98:
                 missed.append(f"{name} ×{x:g}")
