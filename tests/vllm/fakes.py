@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm_omni.diffusion.data import DiffusionOutput
+from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
 from vllm_omni.diffusion.request import OmniDiffusionRequest
 from vllm_omni.diffusion.sched import DiffusionRequestStatus
 from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
@@ -20,6 +21,55 @@ from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
 
 logging.disable(logging.INFO)
+
+
+class RunNothingExecutor(DiffusionExecutor):
+    """An executor behind vLLM-Omni's real ``DiffusionEngine`` that runs nothing: request mode finishes every
+    request of a wave, step mode advances each one step (``progress``, of ``total`` steps). ``_record(so,
+    ids, step)`` sees each call before it runs (subclasses note waves, costs, or hold the call)."""
+
+    def _init_executor(self) -> None:
+        self._dead = False
+        self.progress: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    @property
+    def is_dead(self) -> bool:
+        return self._dead
+
+    def _record(self, so: Any, ids: list[str], step: bool) -> None:
+        pass
+
+    def execute_request(self, so: Any) -> Any:
+        return self.execute_batch(so)
+
+    def execute_batch(self, so: Any) -> Any:
+        ids = list(so.scheduled_request_ids)
+        self._record(so, ids, False)
+        return BatchRunnerOutput.from_list([RunnerOutput(request_id=r, finished=True, result=DiffusionOutput(output=r))
+                                            for r in ids])
+
+    def execute_step(self, so: Any) -> Any:
+        self.total.update({n.request_id: n.req.sampling_params.num_inference_steps for n in so.scheduled_new_reqs})
+        ids = list(so.scheduled_request_ids)
+        self._record(so, ids, True)
+        outs = []
+        for rid in ids:
+            self.progress[rid] = self.progress.get(rid, 0) + 1
+            done = self.progress[rid] >= self.total[rid]
+            outs.append(RunnerOutput(request_id=rid, step_index=self.progress[rid], finished=done,
+                                     result=DiffusionOutput(output=rid) if done else None))
+        return BatchRunnerOutput.from_list(outs)
+
+    def collective_rpc(self, method: Any, timeout: Any = None, args: Any = (), kwargs: Any = None,
+                       unique_reply_rank: Any = None, exec_all_ranks: bool = False) -> None:
+        return None
+
+    def check_health(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self._dead = True
 
 
 class ReplicaClient:

@@ -12,16 +12,14 @@ if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
     pytest.importorskip("vllm_omni")
 
 from vllm_omni.config.stage_config import load_deploy_config  # noqa: E402
-from vllm_omni.diffusion.data import DiffusionOutput, OmniDiffusionConfig  # noqa: E402
+from vllm_omni.diffusion.data import OmniDiffusionConfig  # noqa: E402
 from vllm_omni.diffusion.diffusion_engine import DiffusionEngine  # noqa: E402
-from vllm_omni.diffusion.executor.abstract import DiffusionExecutor  # noqa: E402
-from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput  # noqa: E402
 
 from rlsched.cli import main as rlsched_main  # noqa: E402
 from rlsched.integrations.vllm_omni import RLDiffusionEngine, RLRequestScheduler, RLStepScheduler  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.integrations.vllm_omni.engine import make_scheduler  # noqa: E402
-from tests.vllm.fakes import mk_req  # noqa: E402
+from tests.vllm.fakes import RunNothingExecutor, mk_req  # noqa: E402
 
 BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
 WAVES: list[list[str]] = []
@@ -31,44 +29,11 @@ class FakePipe:
     supports_request_batch = True
 
 
-class FakeExecutor(DiffusionExecutor):
-    """Runs nothing: request mode finishes every request, step mode advances one step."""
+class FakeExecutor(RunNothingExecutor):
+    """Runs nothing (``RunNothingExecutor``); notes each wave in ``WAVES`` (step mode: sorted)."""
 
-    def _init_executor(self) -> None:
-        self._dead, self._progress, self._total = False, {}, {}
-
-    @property
-    def is_dead(self) -> bool:
-        return self._dead
-
-    def execute_request(self, so):
-        return self.execute_batch(so)
-
-    def execute_batch(self, so):
-        WAVES.append(list(so.scheduled_request_ids))
-        return BatchRunnerOutput.from_list([RunnerOutput(request_id=r, finished=True, result=DiffusionOutput(output=r))
-                                            for r in so.scheduled_request_ids])
-
-    def execute_step(self, so):
-        WAVES.append(sorted(so.scheduled_request_ids))
-        self._total.update({n.request_id: n.req.sampling_params.num_inference_steps for n in so.scheduled_new_reqs})
-        outs = []
-        for rid in so.scheduled_request_ids:
-            self._progress[rid] = self._progress.get(rid, 0) + 1
-            done = self._progress[rid] >= self._total[rid]
-            outs.append(RunnerOutput(request_id=rid, step_index=self._progress[rid], finished=done,
-                                     result=DiffusionOutput(output=rid) if done else None))
-        return BatchRunnerOutput.from_list(outs)
-
-    def collective_rpc(self, method, timeout=None, args=(), kwargs=None, unique_reply_rank=None,
-                       exec_all_ranks=False):
-        return None
-
-    def check_health(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        self._dead = True
+    def _record(self, so, ids, step) -> None:
+        WAVES.append(sorted(ids) if step else ids)
 
 
 def od_config(policy: str | None = "edf", step: bool = False, **kw) -> OmniDiffusionConfig:

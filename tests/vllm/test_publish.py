@@ -18,18 +18,15 @@ if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
     pytest.importorskip("vllm_omni")
 
 from vllm_omni.diffusion.data import (  # noqa: E402
-    DiffusionOutput,
     OmniDiffusionConfig,
     is_diffusion_request_started_output,
 )
 from vllm_omni.diffusion.diffusion_engine import DiffusionEngine  # noqa: E402
-from vllm_omni.diffusion.executor.abstract import DiffusionExecutor  # noqa: E402
-from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput  # noqa: E402
 
 from rlsched.integrations.vllm_omni import RLDiffusionEngine, RLRequestScheduler, RLStepScheduler  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.policies.router_views import STATE_KEY, ReplicaState  # noqa: E402
-from tests.vllm.fakes import Clock, mk_req, plugin  # noqa: E402
+from tests.vllm.fakes import Clock, RunNothingExecutor, mk_req, plugin  # noqa: E402
 
 BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
 
@@ -38,58 +35,23 @@ class FakePipe:
     supports_request_batch = True
 
 
-class CostedExecutor(DiffusionExecutor):
-    """Runs nothing (request mode: every request finishes; step mode: one step each) and notes, per call,
-    the batch and the time the plugin's cost model gives it (the executor's own count of steps done).
-    ``gate`` holds the first call until the test sets it."""
+class CostedExecutor(RunNothingExecutor):
+    """Runs nothing (``RunNothingExecutor``) and notes, per call, the batch and the time the plugin's cost
+    model gives it (the executor's own count of steps done). ``gate`` holds a step until the test sets it."""
 
     def _init_executor(self) -> None:
-        self._dead, self.progress, self.total = False, {}, {}
+        super()._init_executor()
         self.calls: list[tuple[list[str], float]] = []
         self.sched: Any = None
         self.gate = threading.Event()
         self.gate.set()
 
-    @property
-    def is_dead(self) -> bool:
-        return self._dead
-
-    def _cost(self, ids: list[str], step: bool) -> float:
+    def _record(self, so, ids, step) -> None:
+        if step:
+            assert self.gate.wait(30)
         st = self.sched.rl_state
         recs = [st.records[st.int_id(r)] for r in ids]
-        return st.cost.batch_duration(recs, step, steps_done=[self.progress.get(r, 0) for r in ids])
-
-    def execute_request(self, so):
-        return self.execute_batch(so)
-
-    def execute_batch(self, so):
-        ids = list(so.scheduled_request_ids)
-        self.calls.append((ids, self._cost(ids, False)))
-        return BatchRunnerOutput.from_list([RunnerOutput(request_id=r, finished=True, result=DiffusionOutput(output=r))
-                                            for r in ids])
-
-    def execute_step(self, so):
-        assert self.gate.wait(30)
-        self.total.update({n.request_id: n.req.sampling_params.num_inference_steps for n in so.scheduled_new_reqs})
-        ids = list(so.scheduled_request_ids)
-        self.calls.append((ids, self._cost(ids, True)))
-        outs = []
-        for rid in ids:
-            self.progress[rid] = self.progress.get(rid, 0) + 1
-            done = self.progress[rid] >= self.total[rid]
-            outs.append(RunnerOutput(request_id=rid, step_index=self.progress[rid], finished=done,
-                                     result=DiffusionOutput(output=rid) if done else None))
-        return BatchRunnerOutput.from_list(outs)
-
-    def collective_rpc(self, method, timeout=None, args=(), kwargs=None, unique_reply_rank=None,
-                       exec_all_ranks=False):
-        return None
-
-    def check_health(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        self._dead = True
+        self.calls.append((ids, st.cost.batch_duration(recs, step, steps_done=[self.progress.get(r, 0) for r in ids])))
 
 
 def make_engine(policy: str, step: bool, publish: bool, max_num_seqs: int = 2) -> RLDiffusionEngine:
