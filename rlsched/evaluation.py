@@ -16,7 +16,8 @@ from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
-from rlsched.policies.routers import check_spec, split_pair
+from rlsched.policies.base import parse_spec
+from rlsched.policies.routers import check_spec, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import json_safe, summarize
 
@@ -338,15 +339,13 @@ BASELINE_STAGED = "fifo@round-robin"
 def _default_view(spec: str) -> str:
     """``POLICY@ROUTER;view=V`` -> ``POLICY@ROUTER`` (the router on its default view)."""
     policy, at, router = spec.rpartition("@")
-    if not at:
-        return spec
-    kept = [part for part in router.split(";") if not part.strip().startswith(("view=", "delay_ms="))]
-    return f"{policy}@{';'.join(kept)}"
+    return f"{policy}@{split_view(parse_spec(router))[0]}" if at else spec
 
 
 def is_ceiling(spec: str) -> bool:
     """A router on the replicas' true state (``;view=replica``): a ceiling no deployed router reaches."""
-    return "@" in spec and "view=replica" in spec.rpartition("@")[2]
+    policy, at, router = spec.rpartition("@")
+    return bool(at) and split_view(parse_spec(router))[1].get("view") == "replica"
 
 
 def plain_combinations(policies: list[str]) -> tuple[str, ...]:

@@ -403,10 +403,9 @@ class ViewRouter:
         self._heard: deque[tuple[float, int, Any]] = deque()
         """(when the router hears it, slot, a state dict or a finished request's id), in time order."""
         self._seq = [0] * len(sims)
-        self._published: list[tuple[int, ...]] = [()] * len(sims)
         self._finished: list[list[int]] = [[] for _ in sims]
         self._progress: list[dict[int, RequestRecord]] = [{} for _ in sims]
-        """Per replica, the records of the running batch last published (to tell who left it unfinished)."""
+        """Per replica, the running batch last published, id -> record (to tell who left it unfinished)."""
         for slot, sim in enumerate(sims):
             sim.on_finish.append(partial(self._finish, slot))
             if self.view == "engine":
@@ -421,14 +420,8 @@ class ViewRouter:
         for rec in present:
             self.ledger.add(str(rec.request.id), slot, rec.request)
         if self.view == "engine" and present:
-            self._seq[slot] += 1
-            self._published[slot] = tuple(r.request.id for r in sim.running)
-            self._progress[slot] = {r.request.id: r for r in sim.running}
-            left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
-            state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
-                                  preempted=[(r.request.id, r.steps_done) for r in sim.waiting.values()
-                                             if r.steps_done])
-            self.ledger.publish(slot, state, sim.now)
+            progress = [(r.request.id, r.steps_done) for r in sim.waiting.values() if r.steps_done]
+            self.ledger.publish(slot, self._state(slot, sim, progress), sim.now)
 
     @property
     def fallbacks(self) -> dict[str, int]:
@@ -440,19 +433,24 @@ class ViewRouter:
             self._finished[slot].append(rec.request.id)
 
     def _change(self, slot: int, sim: Any) -> None:
-        running = tuple(r.request.id for r in sim.running)
-        if running == self._published[slot] and not self._finished[slot]:
+        before = self._progress[slot]
+        if tuple(r.request.id for r in sim.running) == tuple(before) and not self._finished[slot]:
             return  # the engine publishes when its running set changes
-        self._published[slot] = running
-        self._seq[slot] += 1
-        left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
-        before, now_running = self._progress[slot], {r.request.id: r for r in sim.running}
+        running = {r.request.id for r in sim.running}
         preempted = [(rid, r.steps_done) for rid, r in before.items()
-                     if rid not in now_running and r.steps_done < r.request.num_inference_steps]
+                     if rid not in running and r.steps_done < r.request.num_inference_steps]
+        self._heard.append((sim.now + self.delay_s, slot, self._state(slot, sim, preempted)))
+
+    def _state(self, slot: int, sim: Any, preempted: list[tuple[int, int]]) -> dict[str, Any]:
+        """Replica ``slot``'s state now, as the engine builds it: the next seq, its running batch and what is
+        left of it, what finished since the last state, ``preempted``."""
+        self._seq[slot] += 1
+        self._progress[slot] = {r.request.id: r for r in sim.running}
+        left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
         state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
                               self._finished[slot], preempted)
-        self._finished[slot], self._progress[slot] = [], now_running
-        self._heard.append((sim.now + self.delay_s, slot, state))
+        self._finished[slot] = []
+        return state
 
     def route(self, request: Request, stage: Any) -> int:
         now, heard, ledger = stage.now, self._heard, self.ledger

@@ -343,16 +343,26 @@ def make_router(spec: str, policy: str | None = None) -> Router:
     return ViewRouter(router, view, delay_s)  # type: ignore[return-value]
 
 
+VIEW_OPTIONS = ("view", "delay_ms")
+"""The router options that choose its information (``make_router``), not the router."""
+
+
+def split_view(spec: PolicySpec) -> tuple[PolicySpec, dict[str, str]]:
+    """``spec`` without its view options (``VIEW_OPTIONS``), and those options as given (unchecked)."""
+    options = dict(spec.options)
+    given = {k: options.pop(k) for k in VIEW_OPTIONS if k in options}
+    return PolicySpec(spec.name, spec.arg, options), given
+
+
 def _view_options(spec: PolicySpec) -> tuple[PolicySpec, str, float]:
     """``spec`` without its ``view`` and ``delay_ms`` options, and their values (checked)."""
-    options = dict(spec.options)
-    view = options.pop("view", None)
-    teacher = spec.name in TEACHERS
+    bare, given = split_view(spec)
+    view = given.get("view")
     if view is None:
-        view = "replica" if teacher else DEFAULT_VIEW
+        view = "replica" if spec.name in TEACHERS else DEFAULT_VIEW
     if view not in VIEWS:
         raise ConfigError(f"router {spec} option view", f"one of {', '.join(VIEWS)}, not {view!r}")
-    delay = options.pop("delay_ms", None)
+    delay = given.get("delay_ms")
     delay_s = PUBLISH_DELAY_S
     if delay is not None:
         try:
@@ -363,7 +373,7 @@ def _view_options(spec: PolicySpec) -> tuple[PolicySpec, str, float]:
             raise ConfigError(f"router {spec} option delay_ms", f"milliseconds in [0, 3600000], not {delay!r}")
         if view != "engine":
             raise ConfigError(f"router {spec} option delay_ms", "only with view=engine (the published state's delay)")
-    return PolicySpec(spec.name, spec.arg, options), view, delay_s
+    return bare, view, delay_s
 
 
 def _load(target: str) -> Callable:
@@ -401,5 +411,6 @@ def run_spec(stage: Stage, spec: str) -> Stage:
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["ROUTERS", "TEACHERS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter",
-           "Prediction", "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair"]
+__all__ = ["ROUTERS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork",
+           "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair",
+           "split_view"]

@@ -61,6 +61,15 @@ def takes_next_batch(queued: int, running: bool, end_s: float, now: float, step_
     return not step_mode and end_s - now <= lead_s
 
 
+def next_batch_s(queued: int, running: bool, end_s: float, step_mode: bool, lead_s: float = CENTRAL_LEAD_S) -> float:
+    """When a busy replica comes to take its next batch by ``takes_next_batch``'s rule (its wave's predicted
+    end less the lead); INF when the rule will not make it take one as its wave runs on (something queued,
+    step mode, nothing running)."""
+    if queued or step_mode or not running or end_s == INF:
+        return INF
+    return end_s - lead_s
+
+
 @dataclass(frozen=True)
 class ReplicaSpec:
     """One replica: its name, its cost model (the profile at this replica's layout) and its
@@ -198,9 +207,10 @@ class Stage:
         within the lead of its end with nothing queued there — once per wave."""
         sim = self.replicas[r]
         t = sim.next_event_s()
-        if sim.step_mode or sim.waiting or sim.gpu_end_s == INF or self._woken_for[r] == sim.gpu_end_s:
+        due = next_batch_s(len(sim.waiting), sim.gpu_end_s != INF, sim.gpu_end_s, sim.step_mode, self.lead_s)
+        if due == INF or self._woken_for[r] == sim.gpu_end_s:
             return t
-        wake = max(sim.gpu_end_s - self.lead_s, self.now)
+        wake = max(due, self.now)
         if wake >= t:
             return t
         if wake == self.now:  # already within the lead: the dispatch of this instant saw it
@@ -354,4 +364,4 @@ def _arrival(req: Request) -> float:
     return req.arrival_s
 
 
-__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "takes_next_batch"]
+__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "next_batch_s", "takes_next_batch"]

@@ -62,7 +62,7 @@ from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
-from rlsched.sim.stage import takes_next_batch
+from rlsched.sim.stage import next_batch_s, takes_next_batch
 
 PARKED = -1
 """What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
@@ -328,8 +328,9 @@ class CentralStagePool(RouterStagePool):
         with self._lock:
             wake = math.inf
             for view in self._ledger.stage.replicas:
-                if view.fallback is None and view.running and not view.waiting and not view.step_mode:
-                    at = view.gpu_end_s - self._lead_s
+                if view.fallback is None:
+                    at = next_batch_s(len(view.waiting), bool(view.running), view.gpu_end_s, view.step_mode,
+                                      self._lead_s)
                     if at > self._round_s:
                         wake = min(wake, at)
             return wake

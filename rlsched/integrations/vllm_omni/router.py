@@ -128,7 +128,8 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         from rlsched.policies import make_policy
-        from rlsched.policies.routers import make_router
+        from rlsched.policies.base import parse_spec
+        from rlsched.policies.routers import make_router, split_view
 
         if not isinstance(self.router, str) or not self.router:
             raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"must be a router spec, not {self.router!r}")
@@ -144,7 +145,7 @@ class RouterConfig:
                                                              f"with {self.router!r}: each replica's policy is "
                                                              "extras.rlsched.policy")
         else:
-            if any(part.strip().startswith(("view=", "delay_ms=")) for part in self.router.split(";")[1:]):
+            if split_view(parse_spec(self.router))[1]:
                 raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"{self.router!r}: view= and delay_ms= are simulator "
                                   "options; in the engine the router always decides on its ledger and the "
                                   "replicas' published states (view=engine)")
