@@ -20,9 +20,10 @@ changes)::
 ``remaining_s`` is the running batch's predicted time left when the message was built, on the plugin's
 (time-scaled) clock, so no clock is shared between processes; ``running`` the running requests with
 their denoise steps done; ``finished`` those that ended since the previous state, ``preempted`` those
-that left the running batch unfinished since then (step mode), with their steps done. Requests are named by
-their vLLM ids. The waiting order is not sent: a replica's rlsched policy runs deadline order, which the
-router's model assumes already.
+that left the running batch unfinished since then (step mode), with their steps done. A carrier
+output's state also holds ``"carrier": true`` (``CARRIER_KEY``): the router pool swallows that output.
+Requests are named by their vLLM ids. The waiting order is not sent: a replica's rlsched policy runs
+deadline order, which the router's model assumes already.
 
 **A view from a state**: the bound requests the state lists as running run (from the waiting set, with
 their steps done), until the predicted end (``gpu_end_s``; never before ``now``: a batch past its
@@ -53,6 +54,9 @@ INF = math.inf
 STATE_KEY = "rlsched_state"
 """Key of the published state in an output's metrics dict."""
 STATE_VERSION = 1
+CARRIER_KEY = "carrier"
+"""Set (True) in the state of a carrier output: one the engine sent only to carry the state (the router
+pool swallows it, so the orchestrator never sees it)."""
 MAX_LISTED = 1024
 """Most requests a state may list as running or finished (a batch is at most ``max_num_seqs``,
 which the schema caps lower): a longer list is refused as oversized."""
@@ -376,7 +380,7 @@ class Ledger:
         return 0 if view is None else len(view._followed)
 
 
-__all__ = ["DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerStage", "MAX_LISTED", "PUBLISH_DELAY_S",
+__all__ = ["CARRIER_KEY", "DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerStage", "MAX_LISTED", "PUBLISH_DELAY_S",
            "ReplicaState", "ReplicaView", "SILENCE_S", "STATE_KEY", "STATE_VERSION", "StateError", "VIEWS",
            "ViewRouter", "replica_state"]
 

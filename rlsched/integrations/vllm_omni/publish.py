@@ -21,11 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.policies.router_views import MAX_LISTED, replica_state
-
-CARRIER_KEY = "carrier"
-"""Set (True) in the state of a carrier output: one the engine sent only to carry the state (the router
-pool swallows it, so the orchestrator never sees it)."""
+from rlsched.policies.router_views import CARRIER_KEY, MAX_LISTED, replica_state
 
 
 @dataclass(frozen=True, slots=True)

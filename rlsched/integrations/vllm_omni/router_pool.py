@@ -58,7 +58,7 @@ from rlsched.integrations.vllm_omni.router import (
     RouterMetrics,
     make_request,
 )
-from rlsched.policies.router_views import STATE_KEY, LedgerStage, ViewRouter
+from rlsched.policies.router_views import CARRIER_KEY, STATE_KEY, LedgerStage, ViewRouter
 from rlsched.policies.routers import make_router
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
@@ -277,7 +277,7 @@ class RouterStagePool(StagePool):
             return False
         carrier = False
         try:
-            carrier = isinstance(raw, Mapping) and raw.get("carrier") is True
+            carrier = isinstance(raw, Mapping) and raw.get(CARRIER_KEY) is True
             if carrier and not is_diffusion_request_started_output(output):
                 carrier = False  # a replica's bug: a result is never swallowed
                 self._note_once("state:carrier", "replica %s marked an output that is not a request-started "
@@ -457,10 +457,7 @@ class RouterStagePool(StagePool):
                 for v in ledger.stage.replicas}
 
     def _log_once(self, reason: str, doing: str) -> None:
-        level = logging.DEBUG if reason in self._warned else logging.WARNING
-        self._warned.add(reason)
-        _log.log(level, "rlsched router (stage %s): %s failed; vLLM-Omni's own rule routes instead", self.stage_id,
-                 doing, exc_info=True)
+        self._note_once(reason, "%s failed; vLLM-Omni's own rule routes instead", doing, exc=True)
 
 
 class RouterLoadBalancer:
