@@ -152,8 +152,7 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
 
     grid = simulate(seeds)
     rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree, "cfg_parallel": lay.cfg,
-             "by_load": {f"{x:g}": float(grid[i, j].mean()) for j, x in enumerate(loads)},
-             "mean": float(grid[i].mean())} for i, lay in enumerate(options)]
+             **_scores(grid[i], loads)} for i, lay in enumerate(options)]
     best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].gpus_per_replica,
                                                    -options[i].cfg))
     worst = min(rows, key=lambda r: r["mean"])
@@ -170,14 +169,19 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     if check_seeds:
         check = simulate(check_seeds)
         for i, row in enumerate(rows):
-            row["check_by_load"] = {f"{x:g}": float(check[i, j].mean()) for j, x in enumerate(loads)}
-            row["check_mean"] = float(check[i].mean())
+            row.update(_scores(check[i], loads, "check_"))
         hindsight = max(rows, key=lambda r: r["check_mean"])
         out.update(check_seeds=list(check_seeds), hindsight_best=hindsight["layout"],
                    recommended_loses_points=round(100 * (hindsight["check_mean"] - rows[best]["check_mean"]), 2),
                    check_worst_loses_points=round(100 * (hindsight["check_mean"]
                                                          - min(r["check_mean"] for r in rows)), 2))
     return out
+
+
+def _scores(values: np.ndarray, loads: Sequence[float], prefix: str = "") -> dict[str, Any]:
+    """A row's mean per load and overall of ``values`` (loads × seeds): ``{prefix}by_load``, ``{prefix}mean``."""
+    return {f"{prefix}by_load": {f"{x:g}": float(values[j].mean()) for j, x in enumerate(loads)},
+            f"{prefix}mean": float(values.mean())}
 
 
 def _compare_routers(out: dict[str, Any], routers: Sequence[str], simulate: Callable[[Sequence[int]], np.ndarray],
@@ -188,12 +192,9 @@ def _compare_routers(out: dict[str, Any], routers: Sequence[str], simulate: Call
     check = simulate(check_seeds) if check_seeds else None
     rows = []
     for i, router in enumerate(routers):
-        row: dict[str, Any] = {"router": router, "by_load": {f"{x:g}": float(grid[i, j].mean())
-                                                             for j, x in enumerate(loads)},
-                               "mean": float(grid[i].mean())}
+        row = {"router": router, **_scores(grid[i], loads)}
         if check is not None:
-            row["check_by_load"] = {f"{x:g}": float(check[i, j].mean()) for j, x in enumerate(loads)}
-            row["check_mean"] = float(check[i].mean())
+            row.update(_scores(check[i], loads, "check_"))
         rows.append(row)
     best = max(rows, key=lambda r: round(r["mean"], 9))
     out.update(router_rows=rows, recommended_router=best["router"],
