@@ -33,9 +33,12 @@ carry ``stage_submit_ts[0]``). At shutdown the requests still parked are failed 
 each) and logged.
 
 Sent at once by vLLM-Omni's own rule (round-robin), counted in ``rlsched_router_fallbacks_total``:
-``policy_exception`` / ``policy_over_budget`` / ``policy_invalid`` (the central policy raised, took
-longer than ``budget_ms``, or chose a batch a replica cannot run: every parked request is sent),
-``backoff`` (new requests after an overrun: 1, 2, 4 ... 64), ``stalled`` (see ``stall_ms``),
+the guarded decision's reasons, shared with the engine's scheduler and the router (``guard.py``:
+``exception``, ``slow``, past ``budget_ms``, ``timeout``, past ``deadline_ms``, when the orchestrator's loop
+stops waiting; every parked request is sent), ``busy`` / ``backoff`` (new requests while a timed-out
+decision still runs, or after an overrun: 1, 2, 4 ... 64), the decision check's (``safety.CHECK_REASONS``:
+a batch a replica cannot run, e.g. ``unknown_id``, ``too_large``; every parked request is sent),
+``cannot_fit`` (a request no live replica's GPU can hold: never parked), ``stalled`` (see ``stall_ms``),
 ``streaming`` (a resumable request: its updates need its replica), ``no_orchestrator`` (no way to fail
 a request sent later; or an orchestrator that reads the replica id ``submit_initial`` returns),
 ``distributed`` (a hub attached: ``pick`` and vLLM-Omni's load balancer route, not followed here).
@@ -56,9 +59,11 @@ from typing import Any
 from vllm_omni.engine.stage_pool import StagePool, StageUnavailableError
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
-from rlsched.integrations.vllm_omni.router import MAX_BACKOFF, make_request
+from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
+from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
+from rlsched.integrations.vllm_omni.router import make_request
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
-from rlsched.integrations.vllm_omni.safety import check_decision
+from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
@@ -68,8 +73,8 @@ PARKED = -1
 """What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
 orchestrator discards the value (``_handle_add_request``); an orchestrator that reads it
 (``_on_stage_submitted`` overridden) gets every request sent at once instead."""
-CENTRAL_REASONS = ("policy_exception", "policy_over_budget", "policy_invalid", "backoff", "stalled", "streaming",
-                   "no_orchestrator", "distributed", "internal_error")
+CENTRAL_REASONS = GUARD_REASONS + CHECK_REASONS + ("cannot_fit", "stalled", "streaming", "no_orchestrator",
+                                                  "distributed", "internal_error")
 IDLE_POLL_S = 1.0
 """The dispatcher's longest sleep: it re-checks ``stall_ms`` and the orchestrator's shutdown this often."""
 
@@ -152,10 +157,20 @@ class CentralStagePool(RouterStagePool):
             return "no_orchestrator"
         if getattr(getattr(req_state, "streaming", None), "enabled", False):
             return "streaming"
-        if self._backoff_left:
-            self._backoff_left -= 1
-            return "backoff"
-        return None
+        return self._guard.refusal()  # busy (a timed-out decision still runs), backoff (after overruns)
+
+    def _new_guard(self, decider: Any) -> GuardedDecision:
+        """The central policy's guard (the base's ``_new_guard`` with this pool's policy and reset)."""
+        config = self.router_config
+        return GuardedDecision(runner_for(self._new_policy(), config.decision_thread, config.deadline_ms / 1e3),
+                               config.budget_ms / 1e3, reset=self._reset_policies,
+                               observe=self.router_metrics.latency.observe)
+
+    def _fits_somewhere(self, entry: Request) -> bool:
+        """Some live replica's GPU can hold ``entry`` alone (a request none can hold is never parked: it would
+        sit in the queue until ``stall_ms``; it is sent at once, ``cannot_fit``, and its engine fails it)."""
+        costs = {id(c): c for c in (self._cost_of(slot) for slot in self._ledger.slots or [0])}
+        return any(cost.fits([cost.record(entry)]) for cost in costs.values())
 
     # --------------------------------------------------------------- admission
     async def submit_initial(self, request_id: str, req_state: Any, request: Any, *, prompt_text: Any = None,
@@ -165,15 +180,16 @@ class CentralStagePool(RouterStagePool):
             parent = self._parked.get(affinity_request_id) if affinity_request_id is not None else None
             reason = None if parent is not None else self._why_not_park(req_state)
             if reason is None and self.stage_type == "diffusion" and not isinstance(request, list):
-                self._park(request_id, req_state, request, submit_kwargs, params_override, parent)
-                return PARKED
+                if self._park(request_id, req_state, request, submit_kwargs, params_override, parent):
+                    return PARKED
+                reason = "cannot_fit"
         self._direct = reason if affinity_request_id is None else None  # a companion follows its parent uncounted
         return await super().submit_initial(request_id, req_state, request, prompt_text=prompt_text,
                                             affinity_request_id=affinity_request_id, submit_kwargs=submit_kwargs,
                                             params_override=params_override)
 
     def _park(self, request_id: str, req_state: Any, request: Any, submit_kwargs: dict[str, Any] | None,
-              params_override: Any, parent: Parked | None) -> None:
+              params_override: Any, parent: Parked | None) -> bool:
         # what StagePool.submit_initial does before it picks a replica, so the later send is the same
         params = params_override if params_override is not None else req_state.sampling_params_list[self.stage_id]
         params = OmniDiffusionSamplingParams.from_params(params)
@@ -186,13 +202,16 @@ class CentralStagePool(RouterStagePool):
         item = Parked(request, params, kwargs, entry, self._wall())
         if parent is not None:
             parent.companions.append((request_id, item))
-            return
+            return True
         self._follow_live()
+        if not self._fits_somewhere(entry):
+            return False
         self._parked[request_id] = item
         for view in self._views:
             view.add(request_id, params, None)
         self._queue_gauge.set(len(self._parked))
         self._kick()
+        return True
 
     def select_replica_id(self, request_id: str, *, affinity_request_id: str | None = None) -> int:
         try:
@@ -393,24 +412,13 @@ class CentralStagePool(RouterStagePool):
         if k not in woken:
             view.sync(list(self._parked), ())
             woken.add(k)
-        t0 = time.perf_counter()
-        try:
-            decision = policy.decide(view)
-        except (Exception, SystemExit):
-            _log.warning("rlsched central (stage %s): the central policy raised", self.stage_id, exc_info=True)
-            return self._failed("policy_exception")
-        elapsed = time.perf_counter() - t0
-        self.router_metrics.latency.observe(elapsed)
-        if elapsed > self._budget_s:
-            self._overruns += 1
-            self._backoff_left = min(2 ** (self._overruns - 1), MAX_BACKOFF)
-            return self._failed("policy_over_budget")
-        self._overruns = 0
-        problem, ids = check_decision(decision, view)
-        if problem is not None:
-            _log.warning("rlsched central (stage %s): the central policy chose a batch a replica cannot run (%s)",
-                         self.stage_id, problem)
-            return self._failed("policy_invalid")
+        reason, checked = self._guard.call(_checked_decision, (policy, view))
+        if reason is None:
+            (reason, ids), decision = checked
+        if reason is not None:
+            _log.warning("rlsched central (stage %s): the central policy's decision was not used (%s): every parked "
+                         "request is sent by vLLM-Omni's rule", self.stage_id, reason)
+            return self._failed(reason)
         if not ids:
             wait = getattr(decision, "wait_until", None)
             if wait is not None and wait > view.now:
@@ -439,10 +447,8 @@ class CentralStagePool(RouterStagePool):
         self._follow(rid, slot, entry)
         self._log_choice(rid, slot, how, entry)
 
-    def _failed(self, reason: str) -> None:  # type: ignore[return]
-        self._flush(reason)
-        self._reset_policies()  # an interrupted decision may have left its structures half-updated
-        return None
+    def _failed(self, reason: str) -> None:
+        self._flush(reason)  # the guard resets the policies before their next call where one raised or overran
 
     def _flush(self, reason: str) -> None:
         """Every parked request to be sent at once by vLLM-Omni's rule (``_send_flushed``), counted."""
@@ -589,6 +595,14 @@ class CentralStagePool(RouterStagePool):
     def parked(self) -> list[str]:
         """The central queue, oldest first (tests, diagnostics)."""
         return list(self._parked)
+
+
+def _checked_decision(job: tuple[Any, PluginState]) -> tuple[tuple[str | None, tuple[int, ...]], Any]:
+    """On the decision thread: the central policy's decision and its check (a slow or endless ``batch`` is read
+    there too, within the deadline)."""
+    policy, view = job
+    decision = policy.decide(view)
+    return check_decision(decision, view), decision
 
 
 def _overrides(obj: Any, name: str) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -151,10 +152,11 @@ class InlineRunner:
     armed, under the lock that ``call`` takes to disarm it; ``call`` disarms first on every way
     out (the first bytecode of its ``finally``, before any point where an asynchronous exception
     or a signal's could be delivered) and takes delivery of an interrupt still pending.
-    ``KeyboardInterrupt`` and ``SystemExit`` pass through: on the engine's thread they may be the
-    process's Ctrl-C or a signal handler's shutdown, which must reach the engine
-    (``DeadlineRunner``'s worker never receives signals, so there they can only be the policy's
-    and stop as ``PolicyAbort``). One thread calls a runner; a call made from inside a decision
+    ``KeyboardInterrupt`` and ``SystemExit`` pass through on the main thread only: there they may
+    be the process's Ctrl-C or a signal handler's shutdown, which must reach the caller. CPython
+    runs signal handlers on the main thread alone, so on any other thread (vLLM-Omni's engine busy
+    loop, the orchestrator's thread, ``DeadlineRunner``'s worker) they can only be the decision's
+    own, and stop as ``PolicyAbort``. One thread calls a runner; a call made from inside a decision
     runs under the outer call's deadline.
     """
 
@@ -201,8 +203,10 @@ class InlineRunner:
                 except DecisionTimeout:
                     late = True
                 late = late or time.monotonic() >= due
-        except (KeyboardInterrupt, SystemExit):  # the engine thread's own signals go on
-            raise
+        except (KeyboardInterrupt, SystemExit):
+            if threading.current_thread() is threading.main_thread():
+                raise  # it may be the process's Ctrl-C or a signal handler's shutdown: it goes on
+            raise PolicyAbort(f"decide raised {type(sys.exc_info()[1]).__name__}") from None
         except BaseException as exc:
             if late:
                 raise self._timeout() from None

@@ -165,9 +165,9 @@ def plugin_scheduler(policy: str, step: bool, decision_thread: str = "auto") -> 
 
 
 def close(sched: Any) -> None:
-    runner = getattr(sched, "_runner", None)  # the plugin's decision thread
-    if runner is not None:
-        runner.close()
+    guard = getattr(sched, "_guard", None)  # the plugin's decision thread
+    if guard is not None:
+        guard.close()
 
 
 # ------------------------------------------------------------------ timing
@@ -285,12 +285,13 @@ def _count_work(sched: Any, queue: int, step: bool, runner: StepRunner, feeder: 
     budget lifted for them; NaN for a call that fell back to FIFO all the same (the deadline, a back-off),
     and for every call when the decision runs on a thread the profile does not see."""
     work = np.full(calls, np.nan)
-    if isinstance(getattr(sched, "_runner", None), DeadlineRunner):
+    guard = getattr(sched, "_guard", None)
+    if guard is not None and isinstance(guard.runner, DeadlineRunner):
         return work
     counter = CallCounter()
-    budget = getattr(sched, "_budget_s", None)
-    if budget is not None:  # profiled, a call runs 2-4x slower: not a reason to cut it to FIFO here
-        sched._budget_s = float("inf")
+    budget = guard.budget_s if guard is not None else None
+    if guard is not None:  # profiled, a call runs 2-4x slower: not a reason to cut it to FIFO here
+        guard.budget_s = float("inf")
     try:
         for i in range(calls):
             feeder.refill(sched, queue)
@@ -305,8 +306,8 @@ def _count_work(sched: Any, queue: int, step: bool, runner: StepRunner, feeder: 
                 work[i] = counter.n
             _complete(sched, out, step, runner)
     finally:
-        if budget is not None:
-            sched._budget_s = budget
+        if guard is not None and budget is not None:
+            guard.budget_s = budget
     return work
 
 

@@ -43,11 +43,14 @@ name                                       type       labels           meaning
                                                                        with requests parked
 =========================================  =========  ===============  ============================================
 
-Fallback reasons: ``exception`` (the router raised), ``not_int`` (it returned no ``int``: None,
-a bool, a float...), ``out_of_range`` (not an index of the live replicas), ``evicted`` (that
-replica left while the router decided), ``over_budget`` (slower than ``budget_ms``),
-``backoff`` (skipped after overruns in a row: 1, 2, 4 ... 64 requests), ``no_request`` (nothing
-to route on: the request's parameters were not seen), ``internal_error`` (a bug here).
+Fallback reasons: the guarded decision's (``guard.REASONS``, shared with the engine's scheduler and
+the central pool: ``exception``, the router raised; ``slow``, slower than ``budget_ms``;
+``timeout``, still deciding at ``deadline_ms``, when the orchestrator stops waiting; ``busy``, a
+timed-out decision still runs on the worker thread; ``backoff``, skipped after overruns in a row:
+1, 2, 4 ... 64 requests), then ``not_int`` (it returned no ``int``: None, a bool, a float...),
+``out_of_range`` (not an index of the live replicas), ``evicted`` (that replica left while the
+router decided), ``no_request`` (nothing to route on: the request's parameters were not seen),
+``internal_error`` (a bug here).
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ from importlib import metadata
 from typing import Any
 
 from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.config import DECISION_THREADS, PluginConfig
+from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.policies.router_views import SILENCE_S, Ledger, LedgerStage, ReplicaView
@@ -77,14 +81,11 @@ ENV_VAR = "RLSCHED_ROUTER"
 """A router spec for every diffusion stage whose ``extras`` name none (the API process's environment)."""
 SUPPORTED_SERIES = "0.30."
 """The vLLM-Omni release series whose private ``StageRuntime`` / ``StagePool`` this patches."""
-REASONS = ("exception", "not_int", "out_of_range", "evicted", "over_budget", "backoff", "no_request",
-           "internal_error")
+REASONS = GUARD_REASONS + ("not_int", "out_of_range", "evicted", "no_request", "internal_error")
 STATE_REASONS = ("taken", "old", "invalid", "unrouted")
 """``rlsched_router_state_total``'s reasons: what became of a published state the pool heard."""
 CENTRAL = "central"
 """The router spec of late binding (``POLICY@central``): ``central_pool.CentralStagePool``."""
-MAX_BACKOFF = 64
-"""Most requests routed by vLLM-Omni's rule after overruns in a row before the router is asked again."""
 INF = math.inf
 
 _log = logging.getLogger(__name__)
@@ -101,6 +102,16 @@ class RouterConfig:
     request. It runs on the orchestrator's event loop, which serves every add/abort in turn. On the
     2-core CPU dev machine the shipped routers took ~10 us median, ~50 us p99, over a ledger of up
     to 400 requests on 4 replicas (Ledger + make_router, measured by hand; no bench command yet)."""
+    deadline_ms: float = 50.0
+    """The longest the orchestrator's event loop waits for one routing or central decision: past it the
+    decision is abandoned (``timeout``; vLLM-Omni's rule routes) and interrupted, so a router that loops
+    or sleeps delays the server's other adds and aborts by at most this. Kept above ``budget_ms``: a
+    decision between the two is waited for and discarded (``slow``)."""
+    decision_thread: str = "auto"
+    """Where a routing or central decision runs (as ``extras.rlsched.decision_thread``): ``engine`` on the
+    orchestrator's thread with a watchdog that interrupts Python code at the deadline; ``worker`` on a
+    worker thread waited for at most the deadline, whatever the decision does (a call blocked in C
+    included); ``auto`` the first for rlsched's own routers and policies, the second for any other."""
     seed: int = 0
     """Seed of the routers that draw (``random`` without its own, ``least-queue``'s ties)."""
     policy: str = ""
@@ -150,7 +161,10 @@ class RouterConfig:
                                   "options; in the engine the router always decides on its ledger and the "
                                   "replicas' published states (view=engine)")
             make_router(self.router)  # a typo fails here, at start-up, naming the key
-        for name in ("budget_ms", "stall_ms", "silence_s", "lead_ms"):
+        if self.decision_thread not in DECISION_THREADS:
+            raise ConfigError(f"extras.{EXTRAS_KEY}.decision_thread",
+                              f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
+        for name in ("budget_ms", "deadline_ms", "stall_ms", "silence_s", "lead_ms"):
             b, zero = getattr(self, name), name == "lead_ms"  # a lead of 0: a batch only once idle
             if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0 \
                     or (b == 0 and not zero):

@@ -51,8 +51,8 @@ from vllm_omni.engine.stage_pool import StagePool
 
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.router import (
-    MAX_BACKOFF,
     Ledger,
     RouterConfig,
     RouterMetrics,
@@ -101,7 +101,6 @@ class RouterStagePool(StagePool):
         scale = settings.time_scale
         self._clock = clock or (lambda: time.monotonic() * scale)
         self._t0 = self._clock()
-        self._budget_s = config.budget_ms / 1e3
         self.router_metrics = metrics or RouterMetrics.on()
         self._decided = self.router_metrics.decisions.labels(router=getattr(self.router, "name", "router"))
         self.router_fallbacks: Counter[str] = Counter()
@@ -115,7 +114,7 @@ class RouterStagePool(StagePool):
         self._params: dict[str, Any] = {}
         """Request id -> its sampling params, from ``submit_initial`` until its ``select_replica_id``."""
         self._lock = threading.RLock()
-        self._overruns = self._backoff_left = 0
+        self._guard = self._new_guard(self.router)
         self._warned: set[str] = set()
         with self._lock:
             self._follow_live()
@@ -191,25 +190,13 @@ class RouterStagePool(StagePool):
 
     def _ask(self, req: Request) -> tuple[int | None, str | None]:
         """The router's replica slot for ``req``, or (None, the fallback reason)."""
-        if self._backoff_left:
-            self._backoff_left -= 1
-            return None, "backoff"
         slots = self._ledger.slots
         stage = self._views_at(self._ledger.stage.now)
-        t0 = time.perf_counter()
-        try:
-            pos = self.router.route(req, stage)  # type: ignore[arg-type]
-        except (Exception, SystemExit):
-            self._log_once("exception", "routing")
-            self._reset_router()  # an interrupted decision may have left its structures half-updated
-            return None, "exception"
-        elapsed = time.perf_counter() - t0
-        self.router_metrics.latency.observe(elapsed)
-        if elapsed > self._budget_s:
-            self._overruns += 1
-            self._backoff_left = min(2 ** (self._overruns - 1), MAX_BACKOFF)
-            return None, "over_budget"
-        self._overruns = 0
+        reason, pos = self._guard.call(self._route, (req, stage))
+        if reason is not None:
+            if reason == "exception":
+                self._log_once("exception", "routing")
+            return None, reason
         if type(pos) is not int:
             return None, "not_int"
         if not 0 <= pos < len(slots):
@@ -220,6 +207,10 @@ class RouterStagePool(StagePool):
         self.router_decisions += 1
         self._decided.inc()
         return slot, None
+
+    def _route(self, job: tuple[Request, LedgerStage]) -> Any:
+        """On the decision thread: the router's answer (checked by ``_ask`` on the orchestrator's)."""
+        return self.router.route(*job)  # type: ignore[arg-type]
 
     def _fallback(self, reason: str) -> None:
         self.router_fallbacks[reason] += 1
@@ -407,6 +398,13 @@ class RouterStagePool(StagePool):
         for slot in before - set(live):
             self._gauge(slot)
         self._reset_router()
+
+    def _new_guard(self, decider: Any) -> GuardedDecision:
+        """The guard of this pool's decisions (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``."""
+        config = self.router_config
+        return GuardedDecision(runner_for(decider, config.decision_thread, config.deadline_ms / 1e3),
+                               config.budget_ms / 1e3, reset=self._reset_router,
+                               observe=self.router_metrics.latency.observe)
 
     def _reset_router(self) -> None:
         try:

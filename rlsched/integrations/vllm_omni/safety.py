@@ -12,20 +12,19 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
+from rlsched.integrations.vllm_omni.guard import REASONS
 from rlsched.sim.view import QueueView, batch_problem
 
-FALLBACK_REASONS = (
-    "exception",   # decide() raised
-    "slow",        # decide() took longer than decision_budget_ms
-    "timeout",     # decide() overran decision_deadline_ms: schedule() stopped waiting (the call is interrupted)
-    "busy",        # the overrun decide() is still running: the policy is not called until it ends
-    "backoff",     # a call skipped after consecutive overruns (1, 2, 4 ... 64 calls), then the policy is reset
+CHECK_REASONS = (  # what check_decision refuses
     "nan",         # a NaN id or wait_until, or a non-finite network output (PolicyOutputError)
     "malformed",   # not a Decision-like object, or ids that are not integers
     "too_large",   # more ids than max_num_seqs
     "duplicate",   # an id named twice
     "unknown_id",  # an id that is not waiting (request mode) or live (step mode)
     "mixed_keys",  # ids whose compatibility keys differ
+)
+FALLBACK_REASONS = REASONS + CHECK_REASONS + (  # the guard's (exception, slow, timeout, busy, backoff), the checks'
+    "cannot_fit",  # starts a request no GPU of the profile can hold while a waiting one fits
     "untracked",   # the queue holds a request the plugin could not build a record for
     "internal_error",  # the plugin's own bookkeeping raised (a bug); FIFO ran instead
 )

@@ -57,7 +57,7 @@ from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
 
 from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
-from rlsched.integrations.vllm_omni.deadline import DecisionTimeout, runner_for
+from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
@@ -67,9 +67,7 @@ from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.simulator import ServingConfig
 
-MAX_BACKOFF_CALLS = 64
-"""Most ``schedule()`` calls FIFO serves after consecutive decision overruns before the policy
-is tried again (1, 2, 4, ... after the 1st, 2nd, 3rd overrun in a row)."""
+
 def freeze_gc_heap() -> None:
     """Move every object alive now into the permanent generation (vLLM's ``freeze_gc_heap``):
     later collections only walk what serving allocates."""
@@ -145,16 +143,15 @@ class _PolicyScheduling:
         self.policy: SchedulingPolicy = make_policy(arg or settings.policy) if arg is None or isinstance(arg, str) \
             else arg
         cost = self._cost_arg or load_profile(settings.profile)
-        self._budget_s = settings.decision_budget_ms / 1e3
-        self._pause_gc = settings.pause_gc_in_decisions
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
-        old = getattr(self, "_runner", None)
+        old = getattr(self, "_guard", None)
         if old is not None:  # initialized again: the previous runner's thread ends
             old.close()
-        self._runner = runner_for(self.policy, settings.decision_thread, settings.decision_deadline_ms / 1e3)
-        self._backoff_left = self._overruns_in_a_row = 0
-        self._needs_reset = False
+        self._guard = GuardedDecision(
+            runner_for(self.policy, settings.decision_thread, settings.decision_deadline_ms / 1e3),
+            settings.decision_budget_ms / 1e3, reset=self._reset_policy, observe=self.metrics.latency.observe,
+            exception_reasons=_REASONS, pause_gc=settings.pause_gc_in_decisions)
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
         self.policy.reset(self.rl_state)
         self.publisher = StatePublisher(self._clock) if settings.publish_state else None
@@ -323,62 +320,46 @@ class _PolicyScheduling:
             return None
         if self._running and not self.step_mode:
             return None  # request mode never calls mid-wave
-        if self._runner.busy:
-            self._fallback("busy")
-            return None
-        if self._backoff_left:
-            self._backoff_left -= 1
-            self._fallback("backoff")
-            return None
         if st.config.max_num_seqs != self.max_num_running_reqs:  # the engine may resize (DLO + DP)
             st.config = self._serving_config()
         progress = getattr(self, "_request_progress", None) if self.step_mode else None
         if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
             return None
-        if self._needs_reset:  # after an interrupted decision: a fresh policy over the same queue
-            self._needs_reset = False
-            self.policy.reset(st)
+        refused = self._guard.refusal()  # busy, backoff: no decision is counted
+        if refused is not None:
+            self._fallback(refused)
+            return None
         self.decisions += 1
         self._decisions_metric.inc()
-        t0 = time.perf_counter()
-        try:
-            reason, ids = self._call_policy(st)
-        except DecisionTimeout:
-            self._overruns_in_a_row += 1
-            self._backoff_left = min(2 ** (self._overruns_in_a_row - 1), MAX_BACKOFF_CALLS)
-            self._needs_reset = True
-            self._fallback("timeout")
-            return None
-        except Exception as exc:
-            self._fallback(_REASONS.get(type(exc), "exception"))
-            return None
-        self._overruns_in_a_row = 0
-        elapsed = time.perf_counter() - t0
-        self.metrics.latency.observe(elapsed)
-        if elapsed > self._budget_s:
-            self._fallback("slow")
-            return None
+        reason, checked = self._guard.call(self._decide, st)
+        if reason is None:
+            reason, ids = checked
         if reason is not None:
             self._fallback(reason)
             return None
+        if self._starts_a_misfit(st, ids):
+            self._fallback("cannot_fit")
+            return self._first_that_fits(st)
         if not ids and not self._running:
             self.waits_overridden += 1
             self.metrics.wait_overrides.inc()
             return self._first_that_fits(st)
         return ids
 
-    def _call_policy(self, st: PluginState) -> tuple[str | None, tuple[int, ...]]:
-        """The checked decision from the runner's thread, the collector paused meanwhile
-        (``pause_gc_in_decisions``). Paused and resumed here, on the engine thread, which waits
-        for the decision: a decision interrupted at the deadline cannot leave the collector off."""
-        if not (self._pause_gc and gc.isenabled()):
-            return self._runner.call(self._decide, st)
-        gc.disable()
-        try:
-            return self._runner.call(self._decide, st)
-        finally:
-            gc.enable()  # what fell due runs at the next allocation: after the budget is measured
+    def _reset_policy(self) -> None:
+        """After a decision that raised or was interrupted: a fresh policy over the same queue."""
+        if self.rl_state is not None:
+            self.policy.reset(self.rl_state)
+
+    @staticmethod
+    def _starts_a_misfit(st: PluginState, ids: tuple[int, ...]) -> bool:
+        """The batch starts a waiting request no GPU of the profile can hold while another waiting request
+        fits (the engine cannot reject it: it runs only when nothing else can)."""
+        waiting = st.waiting
+        if not any(i in waiting and not st.cost.fits([waiting[i]]) for i in ids):
+            return False
+        return any(st.cost.fits([rec]) for rec in waiting.values())
 
     def _first_that_fits(self, st: PluginState) -> tuple[int, ...] | None:
         """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would, but from

@@ -1,0 +1,116 @@
+"""One guarded decision for the three places the plugin asks a policy: the engine's scheduler, the
+router pool and the central pool.
+
+The rule, once: a decision runs through a runner with a deadline (``deadline.py``: on the calling
+thread with a watchdog for rlsched's own policies, on a worker thread for any other), so the thread
+that asks — the engine's busy loop, or the orchestrator's event loop that serves every add and abort
+of the server — waits at most the deadline, whatever the policy does. A decision slower than the
+budget (``slow``) or interrupted at the deadline (``timeout``) is an overrun; after overruns in a row
+the decider is skipped for 1, 2, 4 ... ``MAX_BACKOFF`` calls (``backoff``); a decision that was
+interrupted or raised resets the policy before its next call (its structures may be half-updated).
+Each site falls back to vLLM-Omni's own rule with the reason, from one vocabulary (``REASONS``);
+what a site checks of a decision afterwards (an id that is not waiting, a replica index out of
+range ...) adds its own reasons beside these.
+
+No vLLM import.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rlsched.integrations.vllm_omni.deadline import DeadlineRunner, DecisionTimeout, InlineRunner, runner_for
+
+REASONS = (
+    "exception",  # the decision raised (SystemExit and KeyboardInterrupt of the decision's own thread included)
+    "slow",       # it took longer than the budget (its result is discarded)
+    "timeout",    # it overran the deadline: the caller stopped waiting (the call is interrupted)
+    "busy",       # an overrun call is still running on the worker thread: the decider is not asked
+    "backoff",    # skipped after overruns in a row (1, 2, 4 ... MAX_BACKOFF calls)
+)
+"""Why a guarded decision was not taken: the fallback reasons the three sites share."""
+MAX_BACKOFF = 64
+"""Most calls skipped after overruns in a row before the decider is asked again."""
+
+__all__ = ["MAX_BACKOFF", "REASONS", "GuardedDecision", "runner_for"]
+
+
+class GuardedDecision:
+    """Asks a decider through ``runner`` and says why not when it cannot use the answer.
+
+    ``reset``: called before the next decision after one raised or was interrupted. ``observe``: each
+    completed decision's seconds (a latency histogram). ``exception_reasons``: a reason for an exception
+    type that names something more precise than ``exception`` (``PolicyOutputError``: ``nan``).
+    ``pause_gc``: the garbage collector is paused during the call, on the calling thread (a decision
+    interrupted at the deadline cannot leave it off); what fell due runs after the call is timed.
+    One thread calls a guard.
+    """
+
+    def __init__(self, runner: DeadlineRunner | InlineRunner, budget_s: float, *, reset: Callable[[], None],
+                 observe: Callable[[float], None] | None = None,
+                 exception_reasons: Mapping[type, str] | None = None, pause_gc: bool = False) -> None:
+        self.runner = runner
+        self.budget_s = budget_s
+        self._reset = reset
+        self._observe = observe
+        self._exception_reasons = dict(exception_reasons or {})
+        self.pause_gc = pause_gc
+        self.backoff_left = 0
+        self.overruns_in_a_row = 0
+        self.needs_reset = False
+
+    def refusal(self) -> str | None:
+        """``busy`` or ``backoff`` (one skipped call counted down) when the decider is not to be asked now."""
+        if self.runner.busy:
+            return "busy"
+        if self.backoff_left:
+            self.backoff_left -= 1
+            return "backoff"
+        return None
+
+    def call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[str | None, Any]:
+        """``(None, fn(arg))``, or ``(reason, None)``: refused (``refusal``), raised, slow or timed out."""
+        reason = self.refusal()
+        if reason is not None:
+            return reason, None
+        if self.needs_reset:
+            self.needs_reset = False
+            self._reset()
+        t0 = time.perf_counter()
+        try:
+            value = self._run(fn, arg)
+        except DecisionTimeout:
+            self._overrun()
+            self.needs_reset = True
+            return "timeout", None
+        except Exception as exc:  # PolicyAbort (SystemExit, KeyboardInterrupt ... of the decision) included
+            self.needs_reset = True
+            return self._exception_reasons.get(type(exc), "exception"), None
+        elapsed = time.perf_counter() - t0
+        if self._observe is not None:
+            self._observe(elapsed)
+        if elapsed > self.budget_s:
+            self._overrun()
+            return "slow", None
+        self.overruns_in_a_row = 0
+        return None, value
+
+    def close(self) -> None:
+        """The runner's thread ends (a guard replaced by a new one)."""
+        self.runner.close()
+
+    def _run(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        if not (self.pause_gc and gc.isenabled()):
+            return self.runner.call(fn, arg)
+        gc.disable()
+        try:
+            return self.runner.call(fn, arg)
+        finally:
+            gc.enable()  # on the calling thread, which waits for the decision: never left off
+
+    def _overrun(self) -> None:
+        self.overruns_in_a_row += 1
+        self.backoff_left = min(2 ** (self.overruns_in_a_row - 1), MAX_BACKOFF)
