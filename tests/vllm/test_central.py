@@ -505,3 +505,16 @@ def test_an_abort_of_a_request_sent_ahead_releases_it_once() -> None:
         return rig
 
     run(go())
+
+
+def test_a_request_no_replica_can_hold_is_sent_at_once_and_the_rest_stay_central() -> None:
+    """Caught: a request no GPU can hold sat in the central queue until ``stall_ms``, then flushed the whole
+    queue to round-robin."""
+    async def go() -> None:
+        rig = Rig(1, Scripted(*[Decision()] * 100), seqs=1, stall_ms=1_000)  # the policy waits: "a" stays parked
+        await rig.add("a")
+        await rig.add("huge", size=8192)  # 290 GB on a 141 GB GPU
+        await rig.settle()
+        assert rig.pool.parked() == ["a"] and rig.sent() == {"huge": 0}
+        assert rig.pool.router_fallbacks == {"cannot_fit": 1}
+    run(go())

@@ -467,3 +467,17 @@ def test_queue_depth_drops_when_a_waiting_request_is_aborted() -> None:
     sched.pop_request_state("B")
     assert _depth(sched) == 0
     finish_wave(sched, out)
+
+
+@pytest.mark.parametrize("policy", ["edf", "sjf", "priority"])
+def test_a_request_no_gpu_can_hold_never_starts_ahead_of_one_that_fits(policy: str) -> None:
+    """Caught: ``edf`` started a request no GPU can hold (earliest deadline) ahead of requests that fit."""
+    sched = plugin(policy)
+    sched.add_request(mk_req("huge", 8192, priority="realtime", slo_ms=1))  # 290 GB on a 141 GB GPU, due first
+    sched.add_request(mk_req("small", 512, slo_ms=60_000))
+    first = sched.schedule()
+    assert new_ids(first) == ["small"]
+    chose_it = policy != "sjf"  # the earliest deadline, the highest class; not the shortest
+    assert sched.fallback_reasons == ({"cannot_fit": 1} if chose_it else {})
+    finish_wave(sched, first)
+    assert new_ids(sched.schedule()) == ["huge"]  # alone at last: the engine fails it, as vLLM-Omni would
