@@ -21,8 +21,8 @@ from rlsched.commands.args import (
 )
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig
-from rlsched.integrations.vllm_omni.router import CENTRAL, RouterConfig
-from rlsched.integrations.vllm_omni.router import EXTRAS_KEY as ROUTER_KEY
+from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
+from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
 from rlsched.policies.routers import split_pair
 from rlsched.sim.cost import load_profile

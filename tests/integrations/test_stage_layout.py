@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlsched.integrations.vllm_omni.router import stage_layout
+from rlsched.integrations.vllm_omni.routing import stage_layout
 from rlsched.sim import load_profile
 from rlsched.sim.layout import at_layout
 

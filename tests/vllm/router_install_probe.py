@@ -16,7 +16,7 @@ from typing import Any
 
 from vllm_omni.engine.stage_runtime import StageRuntime
 
-from rlsched.integrations.vllm_omni import router
+from rlsched.integrations.vllm_omni import router, routing
 
 PROFILE = "qwen-image-h200-vllm-omni"
 
@@ -112,7 +112,7 @@ def _typed_builder() -> Any:
 def main() -> None:
     log = Records()
     logging.getLogger(router.__name__).addHandler(log)
-    os.environ.pop(router.ENV_VAR, None)
+    os.environ.pop(routing.ENV_VAR, None)
     original = StageRuntime._assemble_stage_pools
     out: dict[str, Any] = {}
     # a wrong version first: nothing is patched
@@ -130,10 +130,10 @@ def main() -> None:
     out["not_asked"] = assemble({"rlsched": {"profile": PROFILE}})
     out["no_extras"] = assemble(None)
     out["wrong_setting"] = assemble({"rlsched_router": {"router": "no-such-router"}})
-    os.environ[router.ENV_VAR] = "rlsched"
+    os.environ[routing.ENV_VAR] = "rlsched"
     out["env"] = assemble({"rlsched": {"profile": PROFILE}})
     out["generic_replicas"] = generic_replicas()
-    os.environ.pop(router.ENV_VAR, None)
+    os.environ.pop(routing.ENV_VAR, None)
     out["central"] = central()
     router._install = lambda: (_ for _ in ()).throw(RuntimeError("broken"))  # type: ignore[assignment]
     out["raising_install"] = router.install()

@@ -25,7 +25,7 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 from rlsched.integrations.vllm_omni import router as router_mod  # noqa: E402
 from rlsched.integrations.vllm_omni.central_pool import PARKED, CentralStagePool  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.simulator import Decision, ServingConfig  # noqa: E402
 from tests.vllm.fakes import Clock  # noqa: E402

@@ -26,8 +26,8 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 
 from rlsched.integrations.vllm_omni.central_pool import CentralStagePool  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.simulator import Decision, ServingConfig  # noqa: E402
 from tests.vllm.published import Replica  # noqa: E402

@@ -25,9 +25,10 @@ from vllm_omni.engine.stage_pool import StagePool  # noqa: E402
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 
 from rlsched.integrations.vllm_omni import router as router_mod  # noqa: E402
+from rlsched.integrations.vllm_omni import routing  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.policies.routers import RlschedRouter  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.layout import at_layout  # noqa: E402
@@ -324,5 +325,5 @@ def test_every_router_metric_is_in_the_table() -> None:
 
     reg = RouterMetrics(CollectorRegistry()).registry
     registered = {m.name for m in reg.collect()}
-    documented = set(re.findall(r"``(rlsched_router_[a-z_]+)``", router_mod.__doc__ or ""))
+    documented = set(re.findall(r"``(rlsched_router_[a-z_]+)``", routing.__doc__ or ""))
     assert registered and {n.removesuffix("_total") for n in documented} == registered

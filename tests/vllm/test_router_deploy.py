@@ -19,7 +19,7 @@ from vllm_omni.diffusion.data import OmniDiffusionConfig  # noqa: E402
 
 from rlsched.cli import main as rlsched_main  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig  # noqa: E402
 
 ARGS = ["--profile", "qwen-image-h200-vllm-omni", "--replicas", "2", "--sp", "2", "--devices", "0,1,2,3"]
 

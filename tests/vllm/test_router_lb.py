@@ -22,8 +22,8 @@ from vllm_omni.distributed.omni_coordinator.messages import ReplicaList  # noqa:
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterLoadBalancer, RouterStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.layout import at_layout  # noqa: E402
 from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402

@@ -26,8 +26,9 @@ from vllm_omni.engine.orchestrator import Orchestrator  # noqa: E402
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.integrations.vllm_omni.router import RouterConfig, RouterMetrics  # noqa: E402
-from rlsched.integrations.vllm_omni.router_pool import LOG_ENV, RouterStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.ledger_pool import LOG_ENV  # noqa: E402
+from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
+from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.policies.router_views import MAX_LISTED, STATE_KEY  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from tests.vllm.fakes import Clock, Scripted  # noqa: E402
@@ -35,7 +36,7 @@ from tests.vllm.published import Replica  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"
 BASE = load_profile(PROFILE)
-LOGGER = "rlsched.integrations.vllm_omni.router_pool"
+LOGGER = "rlsched.integrations.vllm_omni.ledger_pool"
 
 
 class Rig:

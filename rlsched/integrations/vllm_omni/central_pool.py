@@ -61,8 +61,8 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
-from rlsched.integrations.vllm_omni.router import make_request
-from rlsched.integrations.vllm_omni.router_pool import RouterStagePool
+from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
+from rlsched.integrations.vllm_omni.routing import make_request
 from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
 from rlsched.policies import make_policy
@@ -96,7 +96,7 @@ class Parked:
     """CFG companions that arrived while this parent was parked: sent right after it, to its replica."""
 
 
-class CentralStagePool(RouterStagePool):
+class CentralStagePool(LedgerStagePool):
     """See the module docstring. ``policy``: the central policy (spec or object; default
     ``config.policy``); ``wall``: the monotonic clock of ``stall_ms`` (tests)."""
 
@@ -114,7 +114,6 @@ class CentralStagePool(RouterStagePool):
         """Replica slot -> its cost model's index in ``_views``."""
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
-        kw.setdefault("router", "round-robin")  # never asked: requests go by the central policy or vLLM-Omni's rule
         super().__init__(stage_id, clients, **kw)
         self._sent_recs: dict[str, list[tuple[PluginState, Any]]] = {}
         """Sent, unfinished requests' central records: the central policies' history sees each finish."""
@@ -133,6 +132,7 @@ class CentralStagePool(RouterStagePool):
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
         """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
         self._decided = self.router_metrics.decisions.labels(router="central")
+        self._guard = self._new_guard()
         self._queue_gauge = self.router_metrics.central_queue.labels(stage=str(stage_id))
         self._queue_gauge.set(0)
 
@@ -159,8 +159,8 @@ class CentralStagePool(RouterStagePool):
             return "streaming"
         return self._guard.refusal()  # busy (a timed-out decision still runs), backoff (after overruns)
 
-    def _new_guard(self, decider: Any) -> GuardedDecision:
-        """The central policy's guard (the base's ``_new_guard`` with this pool's policy and reset)."""
+    def _new_guard(self) -> GuardedDecision:
+        """The central policy's guard (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``."""
         config = self.router_config
         return GuardedDecision(runner_for(self._new_policy(), config.decision_thread, config.deadline_ms / 1e3),
                                config.budget_ms / 1e3, reset=self._reset_policies,
@@ -509,7 +509,7 @@ class CentralStagePool(RouterStagePool):
     def release_binding_only(self, rid: str) -> None:
         """Unbind ``rid`` without treating it as an exit (it goes back to the queue)."""
         self._sent_recs.pop(rid, None)
-        RouterStagePool.release_binding(self, rid)
+        LedgerStagePool.release_binding(self, rid)
 
     async def _fail(self, rid: str, error: str) -> None:
         fail = getattr(self._orchestrator, "_fail_request_client_error", None)
