@@ -11,7 +11,7 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.sim import Request, Scenario, load_scenario
 from rlsched.sim.cost import CostModel
-from rlsched.sim.simulator import MODES
+from rlsched.sim.serving import MODES
 
 TRAIN_SEEDS = 900
 """Training workloads use seeds [0, 900); validation (checkpoint choice) 900-999; evaluation >= 1000."""

@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlsched.projection.knapsack import Items, Resources
+    from rlsched.projection.items import Items, Resources
 
 FEW = 16
 """Largest candidate count served here: on ``instances.realistic`` queues this path took 19-23 µs at

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlsched.projection.few import FEW, project_few
+from rlsched.projection.items import Items, Resources
 
 EMPTY = np.empty(0, dtype=np.int64)
 _SEARCH_ROUNDS = 8
@@ -54,43 +55,6 @@ _REFINE_GROUPS = 3
 _any = np.logical_or.reduce
 _all = np.logical_and.reduce
 _sum = np.add.reduce
-
-
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """What one batch may use."""
-
-    memory_gb: float
-    """Memory for activations: (GPU memory − weights) × (1 − memory_safety_margin)."""
-    compute_budget_mtok: float = math.inf
-    """Most effective latent tokens (millions) per batch; inf: no limit."""
-    starvation_threshold_s: float = math.inf
-    """A request waiting longer is admitted first (bounded starvation)."""
-    lost_starvation_threshold_s: float = math.inf
-    """A lost request waiting longer is admitted first even over savable ones."""
-
-
-@dataclass(frozen=True, slots=True)
-class Items:
-    """Waiting requests as parallel arrays (index i = one request)."""
-
-    utility: np.ndarray
-    """Value of starting the request now (>= 0; NaN and negatives count as 0)."""
-    mem_gb: np.ndarray
-    """Memory the request adds to a batch."""
-    tokens_m: np.ndarray
-    """Effective latent tokens (millions) the request adds to a batch."""
-    key_id: np.ndarray
-    """Compatibility group id (int); a batch holds one id."""
-    cap: np.ndarray
-    """Batch-size cap of the item's group (int >= 1), e.g. per modality; a group uses its smallest."""
-    wait_s: np.ndarray
-    """Seconds the request has waited (compared with the starvation threshold)."""
-    lost: np.ndarray | None = None
-    """Requests that can no longer meet their SLO (None: none)."""
-
-    def __len__(self) -> int:
-        return int(self.utility.shape[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from rlsched.sim.request import RequestRecord
 
 if TYPE_CHECKING:
-    from rlsched.sim.simulator import Simulator
+    from rlsched.sim.cost import CostModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,18 @@ UTIL_WINDOW_S = 60.0
 scheduling decisions care about the last minute)."""
 
 
+class Simulated(Protocol):
+    """What ``SimTelemetry`` reads of a simulator (``Simulator`` is one)."""
+
+    now: float
+    busy_s: float
+    last_batch: list[RequestRecord]
+    cost: CostModel
+
+    @property
+    def memory_used_gb(self) -> float: ...
+
+
 class SimTelemetry:
     """GPU memory and utilisation of a ``Simulator``, as NVML would report them.
 
@@ -71,7 +83,7 @@ class SimTelemetry:
     the read times, the same in the environment and in a serving policy.
     """
 
-    def __init__(self, sim: Simulator, window_s: float = UTIL_WINDOW_S) -> None:
+    def __init__(self, sim: Simulated, window_s: float = UTIL_WINDOW_S) -> None:
         self.sim, self.window_s = sim, window_s
         self._t = sim.now
         self._busy = sim.busy_s
@@ -101,7 +113,7 @@ class SimTelemetry:
         return TelemetrySample(self.sim.memory_used_gb, cost.gpu_memory_gb, self._compute, self._membw)
 
 
-def memory_bound_share(sim: Simulator, batch: list[RequestRecord]) -> float:
+def memory_bound_share(sim: Simulated, batch: list[RequestRecord]) -> float:
     """``floor_s / step_s`` of one denoise step of ``batch`` (1: fully memory-bound)."""
     model = sim.cost.model(batch[0].request.model)
     step = sim.cost.batch_step_time(batch)

@@ -23,7 +23,7 @@ from rlsched.sim.request import RequestRecord
 
 if TYPE_CHECKING:
     from rlsched.sim.cost import CostModel
-    from rlsched.sim.simulator import ServingConfig
+    from rlsched.sim.serving import ServingConfig
     from rlsched.sim.telemetry import Telemetry
 
 ENQUEUED, DEQUEUED = 1, -1
