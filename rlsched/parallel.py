@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from rlsched.argtypes import int_at_least
+from rlsched import bounds
+from rlsched.argtypes import flag
 from rlsched.errors import ConfigError, MissingExtra
 
 T = TypeVar("T")
@@ -151,7 +152,7 @@ def _get(ray: Any, ref: Any) -> Any:
         raise
 
 
-_workers_arg = int_at_least(1)
+_workers_arg = flag(bounds.WORKERS)
 
 
 def add_parallel_args(p: argparse.ArgumentParser, workers: int | None = 1) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched import bounds
 from rlsched.argtypes import int_list
 from rlsched.bench import bench, percentiles_us
 from rlsched.errors import ConfigError
@@ -72,7 +73,7 @@ def _load() -> Any:
 def parse(args: argparse.Namespace) -> dict[str, Any]:
     """``overhead.measure``'s keyword arguments from the command line (checked before vLLM loads)."""
     policies = [p for p in (args.policies or "").split(",") if p] or list(POLICIES)
-    queues = int_list(args.queues, "--queues", minimum=1) if args.queues else list(QUEUES)
+    queues = int_list(args.queues, "--queues", bounds.COUNT) if args.queues else list(QUEUES)
     modes = [m for m in (args.modes or "").split(",") if m] or list(MODES)
     bad = sorted(set(modes) - set(MODES))
     if bad:

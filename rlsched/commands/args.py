@@ -14,13 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlsched.argtypes import (  # noqa: F401  (the command modules' argument types, re-exported)
-    finite_float,
-    int_at_least,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-)
 from rlsched.atomic import file_mode, write_atomic  # noqa: F401  (re-exported for the commands)
 from rlsched.errors import ConfigError
 

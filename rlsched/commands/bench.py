@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from rlsched import bounds
+from rlsched.argtypes import flag
 from rlsched.bench import MODULES, TEXT, load
-from rlsched.commands.args import command, positive_int, print_json
+from rlsched.commands.args import command, print_json
 
 
 @command("bench", "Speed benchmarks: sim, projection, env, decision, backlog, plugin (the vLLM tier).")
@@ -15,10 +17,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default="", help="backlog, plugin: comma-separated policies (default: every "
                                                   "built-in / every shipped one); decision: the policy to time "
                                                   "(default: rl:checkpoints/default)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timed repetitions (the median is reported)")
-    p.add_argument("--calls", type=positive_int, default=None,
+    p.add_argument("--repeats", type=flag(bounds.COUNT), default=5, help="timed repetitions (the median is reported)")
+    p.add_argument("--calls", type=flag(bounds.CALLS), default=None,
                    help="plugin: timed schedule() calls per cell and round (default 400)")
-    p.add_argument("--rounds", type=positive_int, default=1,
+    p.add_argument("--rounds", type=flag(bounds.COUNT), default=1,
                    help="plugin: run the whole grid this many times, queue depths in alternating order, and pool "
                         "each cell's calls (a drifting machine then does not favour the depths run first)")
     p.add_argument("--queues", default="", help="plugin: comma-separated waiting-queue depths "

@@ -12,13 +12,9 @@ from typing import Any
 
 import yaml
 
-from rlsched.commands.args import (
-    check_out_file,
-    command,
-    nonnegative_float,
-    positive_int,
-    write_atomic,
-)
+from rlsched import bounds
+from rlsched.argtypes import flag
+from rlsched.commands.args import check_out_file, command, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
@@ -43,47 +39,47 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="cost profile (envs/profiles/NAME.yaml) or path")
     p.add_argument("--model", default="", help="model entry of the profile (default: its first)")
     p.add_argument("--out", default="deploy.yaml", help="where to write the deploy config")
-    p.add_argument("--stage-id", type=int, default=0,
+    p.add_argument("--stage-id", type=flag(bounds.STAGE_ID), default=0,
                    help="the diffusion stage of the pipeline: one of --base-config's stages (without it only 0, "
                         "the one stage of a generic diffusion model, can be checked and is accepted)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=4, help="largest batch (vLLM-Omni max_num_seqs)")
-    p.add_argument("--max-wait-ms", type=nonnegative_float, default=None,
+    p.add_argument("--max-num-seqs", type=flag(bounds.NUM_SEQS), default=4,
+                   help="largest batch (vLLM-Omni max_num_seqs)")
+    p.add_argument("--max-wait-ms", type=flag(bounds.MILLIS), default=None,
                    help=f"request_batch_max_wait_ms: engine admission wait before each wave (default 0; with "
                         f"--router central {CENTRAL_WAIT_MS:g}: a central batch reaches its replica one request "
                         "after another, and the replica starts once none came for a fifth of it; 0: the policy "
                         "alone decides, as in the simulator)")
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
-    # the plugin's settings are range-checked by PluginConfig itself (extras.rlsched.NAME: finite, > 0)
-    p.add_argument("--default-slo-scale", type=float, help="SLO scale of the default class")
-    p.add_argument("--decision-budget-ms", type=float, default=5.0,
+    p.add_argument("--default-slo-scale", type=flag(bounds.SLO_SCALE), help="SLO scale of the default class")
+    p.add_argument("--decision-budget-ms", type=flag(bounds.DECISION_MS), default=5.0,
                    help="a slower decision is discarded and FIFO schedules that call (<= --decision-deadline-ms)")
-    p.add_argument("--decision-deadline-ms", type=float, default=100.0,
+    p.add_argument("--decision-deadline-ms", type=flag(bounds.DECISION_MS), default=100.0,
                    help="a decision is interrupted past it: FIFO serves, backs off, then the policy decides again")
     p.add_argument("--decision-thread", default="auto", choices=DECISION_THREADS,
                    help="where decide() runs: engine (no thread hand-off; a watchdog interrupts a Python "
                         "decision past the deadline), worker (bounds any decision, sleeps and I/O included, at "
                         "two thread wake-ups a call), auto (default: engine for rlsched's own policies, worker "
                         "for any other)")
-    p.add_argument("--metrics-port", type=int, default=0,
+    p.add_argument("--metrics-port", type=flag(bounds.PORT), default=0,
                    help="1..65535: serve rlsched_* metrics on this port (with --replicas R: each replica on the "
                         "first free one of this port .. +R-1, labelled rlsched_replica_info{devices})")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=flag(bounds.PLUGIN_TIME_SCALE), default=1.0,
                    help="plugin seconds per wall second (>1 only for time-scaled replays with "
                         "CostProfileExecutor; 1 when serving)")
-    p.add_argument("--replicas", type=positive_int, default=1,
+    p.add_argument("--replicas", type=flag(bounds.REPLICAS), default=1,
                    help="runtime num_replicas: copies of the diffusion stage, each on --sp of --devices")
     p.add_argument("--devices", help="GPUs of the stage, comma-separated (R x D of them; needed with --replicas > 1 "
                                      "or --sp > 1)")
-    p.add_argument("--sp", type=positive_int, default=1, help="sequence-parallel degree of each replica")
-    p.add_argument("--cfg-parallel", type=int, choices=(1, 2), default=1,
+    p.add_argument("--sp", type=flag(bounds.SP_DEGREE), default=1, help="sequence-parallel degree of each replica")
+    p.add_argument("--cfg-parallel", type=flag(bounds.CFG_PARALLEL), default=1,
                    help="CFG-parallel degree of each replica (parallel_config.cfg_parallel_size): 2 runs a CFG "
                         "request's two guidance branches on two groups of --sp GPUs (R x SP x 2 --devices)")
     p.add_argument("--router", help="route requests across replicas with this rlsched router (rlsched, least-work, "
                                     "affinity ...; extras.rlsched_router): vLLM-Omni round-robins without it. "
                                     "central: late binding, --policy picks batches from a central queue for "
                                     "free replicas, which run them FIFO. --policy POLICY@ROUTER says the same")
-    p.add_argument("--router-budget-ms", type=float, default=2.0,
+    p.add_argument("--router-budget-ms", type=flag(bounds.DECISION_MS), default=2.0,
                    help="a slower routing (central: batch) decision is discarded and vLLM-Omni's round-robin "
                         "routes that request (central: every parked one)")
     p.add_argument("--base-config",
@@ -93,10 +89,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0 <= args.metrics_port <= 65535:
-        raise ConfigError("--metrics-port", f"must be a TCP port 1..65535 (0: off), not {args.metrics_port}")
-    if args.stage_id < 0:
-        raise ConfigError("--stage-id", f"must be >= 0, not {args.stage_id}")
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError("--out", f"{out} is a folder; name the file to write")

@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from rlsched.argtypes import int_list
-from rlsched.commands.args import check_out_dir, command, positive_float, positive_int, print_json, write_atomic
+from rlsched import bounds
+from rlsched.argtypes import flag, int_list
+from rlsched.commands.args import check_out_dir, command, print_json, write_atomic
 from rlsched.evaluation import EVAL_SEED_BASE, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.metrics import json_safe
@@ -28,15 +29,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
     p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25,1.5", help="loads to evaluate")
-    p.add_argument("--duration", type=positive_float, help="arrival window per run in s (default: each scenario's)")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S),
+                   help="arrival window per run in s (default: each scenario's)")
     p.add_argument("--out", default="results/latest",
                    help=f"folder for results.md, results.json, plots (checked before the first run; if a run "
                         f"fails or Ctrl-C stops the grid, the runs that finished are written to OUT/{PARTIAL})")
-    p.add_argument("--replicas", type=positive_int, default=1,
+    p.add_argument("--replicas", type=flag(bounds.REPLICAS), default=1,
                    help="run one-GPU scenarios as a stage of this many replicas (arrivals x replicas; "
                         "bare policies route round-robin, POLICY@ROUTER picks the router); not with "
                         "scenarios that declare their own replicas")
-    p.add_argument("--sp", type=positive_int, default=1, help="GPUs per replica with --replicas (sequence parallel)")
+    p.add_argument("--sp", type=flag(bounds.SP_DEGREE), default=1,
+                   help="GPUs per replica with --replicas (sequence parallel)")
     add_parallel_args(p)
     p.add_argument("--allow-training-seeds", action="store_true", help="permit seeds < 1000 (not for reporting)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -6,17 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from rlsched.argtypes import seed_arg
-from rlsched.commands.args import (
-    check_out_dir,
-    check_out_file,
-    command,
-    int_at_least,
-    nonnegative_float,
-    positive_float,
-    positive_int,
-    print_json,
-)
+from rlsched import bounds
+from rlsched.argtypes import flag, seed_arg
+from rlsched.commands.args import check_out_dir, check_out_file, command, print_json
 from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
 
@@ -27,13 +19,14 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
                    help="request-mode scenarios, comma-separated")
     p.add_argument("--static", default="agents/tuned/{scenario}.json",
                    help="tuned action file of the heuristic ({scenario} is replaced)")
-    p.add_argument("--episodes", type=positive_int, default=8, help="labelled episodes per scenario")
+    p.add_argument("--episodes", type=flag(bounds.COUNT), default=8, help="labelled episodes per scenario")
     p.add_argument("--seed", type=seed_arg, default=0, help="first training seed (consecutive, < 900)")
     p.add_argument("--rate-scales", default="0.5,1.5", help="load range LOW,HIGH; episodes spread evenly over it")
-    p.add_argument("--future", type=nonnegative_float, default=600.0,
+    p.add_argument("--future", type=flag(bounds.NONNEGATIVE_S), default=600.0,
                    help="hindsight horizon in s (the fork sees the real arrivals this far ahead; 0: realizable)")
-    p.add_argument("--every", type=positive_int, default=2, help="label one decision point with a choice in this many")
-    p.add_argument("--duration", type=positive_float, default=7200.0, help="arrival window per episode (s)")
+    p.add_argument("--every", type=flag(bounds.COUNT), default=2,
+                   help="label one decision point with a choice in this many")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S), default=7200.0, help="arrival window per episode (s)")
     p.add_argument("--policy", help="DAgger: a frozen scorer (pick checkpoint folder) visits the states "
                                     "instead of the heuristic")
     add_parallel_args(p, workers=2)
@@ -93,7 +86,8 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
                    help="recipe preset (YAML): agents/pick.yaml (candidate policy) or agents/router.yaml (router)")
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
-    p.add_argument("--timesteps", type=int_at_least(0), help="PPO steps (default: the preset's; 0 skips PPO)")
+    p.add_argument("--timesteps", type=flag(bounds.TIMESTEPS_OR_NONE),
+                   help="PPO steps (default: the preset's; 0 skips PPO)")
     add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_learn)

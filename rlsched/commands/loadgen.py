@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlsched import loadgen
-from rlsched.argtypes import seed_arg
-from rlsched.commands.args import check_out_file, command, finite_float, int_at_least, positive_float, print_json
+from rlsched import bounds, loadgen
+from rlsched.argtypes import flag, seed_arg
+from rlsched.commands.args import check_out_file, command, print_json
 from rlsched.errors import ConfigError
 from rlsched.sim import load_scenario
 
-MAX_WORKERS = 4096
+MAX_WORKERS = bounds.MAX_PROCESSES
 """Concurrent connections above this are a typo (each is a thread and a socket)."""
 RECORD_FIELDS = ("id", "priority", "slo_s", "sent_s", "done_s", "latency_s", "status", "images", "slo_met", "error")
 
@@ -28,19 +28,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario (envs/NAME.yaml) or path: arrivals, shapes, SLOs")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV) instead")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
-    p.add_argument("--rate-scale", type=positive_float, default=1.0, help="multiply the arrival rate by X")
-    p.add_argument("--duration", type=positive_float,
+    p.add_argument("--rate-scale", type=flag(bounds.SCALE), default=1.0, help="multiply the arrival rate by X")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window in the scenario's seconds (default: the scenario's)")
-    p.add_argument("--time-scale", type=positive_float, default=1.0,
+    p.add_argument("--time-scale", type=flag(bounds.SCALE), default=1.0,
                    help="send X times faster than the workload's clock (match the server's rlsched time_scale)")
-    p.add_argument("--max-requests", type=int_at_least(1), default=1000, help="send at most this many requests")
-    p.add_argument("--timeout", type=positive_float, default=300.0,
+    p.add_argument("--max-requests", type=flag(bounds.REQUESTS), default=1000, help="send at most this many requests")
+    p.add_argument("--timeout", type=flag(bounds.TIMEOUT_S), default=300.0,
                    help="seconds one request may take in all, from connecting to the reply's last byte "
                         "(a deadline, not a per-read timeout)")
-    p.add_argument("--max-reply-mb", type=finite_float(0.0, maximum=2**20),
+    p.add_argument("--max-reply-mb", type=flag(bounds.REPLY_MB),
                    default=loadgen.DEFAULT_MAX_REPLY_BYTES / 2**20,
                    help="a larger reply fails its request unread (MiB)")
-    p.add_argument("--workers", type=int_at_least(1, MAX_WORKERS), default=64,
+    p.add_argument("--workers", type=flag(bounds.WORKERS), default=64,
                    help=f"concurrent connections at most (1..{MAX_WORKERS})")
     p.add_argument("--model", help="the `model` field of each request (default: the server's)")
     p.add_argument("--stage-metrics", action="store_true",

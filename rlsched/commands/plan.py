@@ -7,7 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from rlsched.argtypes import int_list
+from rlsched import bounds
+from rlsched.argtypes import flag, int_list
 from rlsched.commands.args import command, print_json
 from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
@@ -17,7 +18,7 @@ from rlsched.parallel import add_parallel_args
                  "on training seeds; recommend one and write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--gpus", type=int, default=None,
+    p.add_argument("--gpus", type=flag(bounds.STAGE_GPUS), default=None,
                    help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1)")
     p.add_argument("--profile", default=None,
                    help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     profile = args.profile or profile_of(sc)
     gpus = sc.gpus if args.gpus is None else args.gpus
-    cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees")
+    cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees", bounds.CFG_PARALLEL)
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
     total = (len(layouts(gpus, load_profile(profile), cfg_degrees)) + len(routers)) * len(loads) \
         * (len(seeds) + len(check))

@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlsched.argtypes import seed_arg
-from rlsched.commands.args import check_out_file, command, positive_int, print_json, write_atomic
+from rlsched import bounds
+from rlsched.argtypes import flag, seed_arg
+from rlsched.commands.args import check_out_file, command, print_json, write_atomic
 from rlsched.errors import ConfigError
 
 
@@ -30,7 +31,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--batch-sizes", default="1,2", help="comma-separated batch sizes")
     m.add_argument("--resolutions", default="64x64,128x128", help="comma-separated WIDTHxHEIGHT (video: WxHxFRAMES)")
     m.add_argument("--cfg", action="store_true", help="run CFG as two sequential forwards per step (as vLLM-Omni)")
-    m.add_argument("--repeats", type=positive_int, default=3, help="timed repeats per point (after one warm-up)")
+    m.add_argument("--repeats", type=flag(bounds.COUNT), default=3, help="timed repeats per point (after one warm-up)")
     m.add_argument("--no-decode", action="store_true", help="skip timing the VAE decode")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32")
     m.add_argument("--compile", action="store_true", help="torch.compile the transformer (recorded in the stack)")
@@ -42,16 +43,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     q.add_argument("profile", metavar="PROFILE",
                    help="shipped profile name (envs/profiles/NAME.yaml) or a profile file")
-    q.add_argument("--height", required=True, help="image / frame height, px")
-    q.add_argument("--width", required=True, help="image / frame width, px")
-    q.add_argument("--frames", default="1", help="frames (1 for an image)")
-    q.add_argument("--steps", required=True, help="denoise steps")
+    q.add_argument("--height", type=flag(bounds.SIDE_PX), required=True, help="image / frame height, px")
+    q.add_argument("--width", type=flag(bounds.SIDE_PX), required=True, help="image / frame width, px")
+    q.add_argument("--frames", type=flag(bounds.FRAMES), default=1, help="frames (1 for an image)")
+    q.add_argument("--steps", type=flag(bounds.STEPS), required=True, help="denoise steps")
     q.add_argument("--sp", default="1", help="sequence-parallel GPUs: D (the profile's sp.method), ulyssesD, ringD"
                                             " or ulyssesUxringR (u2r2); a CFG-parallel degree may follow (u2c2, c2)")
-    q.add_argument("--cfg-parallel", default="1",
+    q.add_argument("--cfg-parallel", type=flag(bounds.CFG_PARALLEL), default=1,
                    help="CFG-parallel degree, 1 or 2 (vLLM-Omni cfg_parallel_size; the profile's cfg_parallel block, "
                         "derived): a --cfg request's two guidance branches on two groups of --sp GPUs")
-    q.add_argument("--batch", default="1", help="same-shape requests run together")
+    q.add_argument("--batch", type=flag(bounds.NUM_SEQS), default=1, help="same-shape requests run together")
     q.add_argument("--cfg", action="store_true", help="classifier-free guidance on (two DiT passes per step)")
     q.add_argument("--model", help="model of the profile (default: its only model)")
     q.add_argument("--json", action="store_true", help="print a JSON object (latency_s, peak_gb_per_gpu, ...)")
@@ -105,9 +106,9 @@ def _residual_table(rows: list[dict], name: str) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from rlsched.profiling.predict import int_flag, predict_request, resolve_profile
+    from rlsched.profiling.predict import predict_request, resolve_profile
 
-    dims = {k: int_flag(f"--{k}", getattr(args, k)) for k in ("height", "width", "frames", "steps", "batch")}
+    dims = {k: getattr(args, k) for k in ("height", "width", "frames", "steps", "batch")}
     cost = resolve_profile(args.profile)
     p = predict_request(cost, sp=args.sp, model=args.model, cfg=args.cfg, cfg_parallel=args.cfg_parallel, **dims)
     if args.json:

@@ -9,7 +9,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlsched.argtypes import positive_int, seed_arg
+from rlsched import bounds
+from rlsched.argtypes import flag, seed_arg
 from rlsched.commands.args import check_out_file, command, print_json
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
@@ -24,16 +25,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", metavar="P1,P2,...", help="run these policies on the same workload")
     p.add_argument("--mode", choices=("request", "step"), help="override the scenario's execution mode")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
-    # --duration and --rate-scale are range-checked where the workload is drawn (duration_s, rate_scale)
-    p.add_argument("--duration", type=float, help="arrival window in seconds (default: the scenario's)")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the arrival rate by X (> 0)")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S),
+                   help="arrival window in seconds (default: the scenario's)")
+    p.add_argument("--rate-scale", type=flag(bounds.SCALE), default=1.0, help="multiply the arrival rate by X (> 0)")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
-    p.add_argument("--replicas", type=positive_int, default=1,
+    p.add_argument("--replicas", type=flag(bounds.REPLICAS), default=1,
                    help="replicas of the scenario's GPU (a multi-replica stage; arrivals scaled x replicas, "
                         "so each replica gets the scenario's load); policies may be POLICY@ROUTER "
                         "(round-robin, random, least-queue, least-work, affinity, rlsched; @central: late binding; "
                         "@lookahead[:H], @hindsight[:H]: the offline look-ahead teachers, slow)")
-    p.add_argument("--sp", type=positive_int, default=1,
+    p.add_argument("--sp", type=flag(bounds.SP_DEGREE), default=1,
                    help="GPUs per replica, sequence-parallel (needs a profile with an sp block)")
     p.add_argument("--records", metavar="PATH",
                    help="write one CSV row per request; with --compare one file per policy, the policy "

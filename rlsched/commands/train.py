@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlsched.argtypes import seed_arg
-from rlsched.commands.args import check_out_dir, command, int_at_least, positive_int
+from rlsched import bounds
+from rlsched.argtypes import flag, seed_arg
+from rlsched.commands.args import check_out_dir, command
 
-MAX_ENVS = 1024
+MAX_ENVS = int(bounds.ENVS.high)
 """--n-envs above this is a typo, not a rollout (each environment holds a whole simulator)."""
 
 
@@ -16,9 +17,10 @@ MAX_ENVS = 1024
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", help="scenario name(s), comma-separated (default: the agent preset's)")
     p.add_argument("--agent", default="agents/ppo.yaml", help="agent preset (YAML)")
-    p.add_argument("--timesteps", type=positive_int, help="total environment steps, >= 1 (default: the preset's)")
+    p.add_argument("--timesteps", type=flag(bounds.TIMESTEPS),
+                   help="total environment steps, >= 1 (default: the preset's)")
     p.add_argument("--run-dir", required=True, help="folder for config, checkpoints and TensorBoard logs")
-    p.add_argument("--n-envs", type=int_at_least(1, MAX_ENVS),
+    p.add_argument("--n-envs", type=flag(bounds.ENVS),
                    help=f"parallel environments, 1..{MAX_ENVS} (default: the preset's)")
     p.add_argument("--seed", type=seed_arg, default=0, help="training seed (workload seeds drawn below 1000)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's last checkpoint")

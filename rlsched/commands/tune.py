@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from rlsched import bounds
 from rlsched.agents.reproducible import PROVENANCE, provenance
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
-from rlsched.argtypes import int_list, seed_arg
-from rlsched.commands.args import check_out_file, command, positive_float, positive_int, print_json, write_atomic
+from rlsched.argtypes import flag, int_list, seed_arg
+from rlsched.commands.args import check_out_file, command, print_json, write_atomic
 from rlsched.evaluation import VALIDATION_SEED_BASE
 from rlsched.parallel import add_parallel_args
 from rlsched.policies.projected import encode_params
@@ -23,11 +24,12 @@ DEFAULT_OUT = "runs/tuned/{scenario}.json"
 @command("tune", "Search a fixed action for the `static` policy on training seeds (< 900), with Optuna.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
-    p.add_argument("--trials", type=positive_int, default=40,
+    p.add_argument("--trials", type=flag(bounds.COUNT), default=40,
                    help="total trials of the study (a resumed study runs only the missing ones)")
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
     p.add_argument("--rate-scales", default="1.0", help="comma-separated loads (x nominal rate) to average over")
-    p.add_argument("--duration", type=positive_float, help="arrival window per run in s (default: the scenario's)")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S),
+                   help="arrival window per run in s (default: the scenario's)")
     p.add_argument("--search-seed", type=seed_arg, default=0, help="seed of the sampler's own draws (integer >= 0)")
     p.add_argument("--init", help="tuned JSON whose action is tried third (e.g. the previous tune)")
     p.add_argument("--out", help=f"JSON file to write (default: {DEFAULT_OUT.replace('{scenario}', 'SCENARIO')}, "
@@ -35,7 +37,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="Optuna storage URL of the study (default: sqlite:///OUT.optuna.db beside "
                                      "--out); an existing study of the same name is resumed")
     p.add_argument("--study-name", help="study name in --storage (default: tune-SCENARIO)")
-    p.add_argument("--batch", type=positive_int, default=1,
+    p.add_argument("--batch", type=flag(bounds.COUNT), default=1,
                    help="trials asked at once and simulated together (more parallel work for a cluster; "
                         "changes the search path, unlike --workers/--ray)")
     add_parallel_args(p)

@@ -23,7 +23,7 @@ from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.request import Request
-from rlsched.sim.schema import LineOf, validate_scenario
+from rlsched.sim.schema import LineOf, group_name, validate_scenario
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import ReplicaSpec
 from rlsched.sim.yamlio import read_yaml_lines
@@ -131,8 +131,7 @@ class Scenario:
                 self._check_shapes(wide)
             except (ConfigError, TraceFormatError) as exc:
                 raise ConfigError(where, f"a shape cannot run on this group: {exc}") from None
-            cfg = f"cfg{g.cfg_parallel}" if g.cfg_parallel > 1 else ""
-            name = g.name or f"{g.profile or self.profile}@sp{g.sp_degree}{cfg}"
+            name = group_name(g.name, g.profile or self.profile, g.sp_degree, g.cfg_parallel)
             out += [ReplicaSpec(f"{name}-{j}", wide, self.serving) for j in range(g.count)]
         return out
 

@@ -5,55 +5,74 @@ the line, the key (``arrival.rate_rps``, ``mix[2].height``, ``models.qwen-image.
 and the reason, and unknown keys are refused instead of ignored (a typo such as
 ``rate_rsp`` would otherwise run the default workload silently).
 
-Every number has a range: non-finite values are refused, and so are values past
-the bounds below, which lie far beyond any real deployment and keep every derived
+Every number has a range, from the one table of bounds (``rlsched.bounds``, which the
+command-line flags and the plugin's settings read too): non-finite values are refused, and so
+are values past the bounds, which lie far beyond any real deployment and keep every derived
 time, count and memory figure finite (issue 18: range-checked at 0, tiny, huge and
-non-finite).
+non-finite). A boolean is never a number (``count: true`` is not one replica).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rlsched import bounds
+from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, named as before)
+    MAX_CV,
+    MAX_DURATION_S,
+    MAX_FRAMES,
+    MAX_MS,
+    MAX_NUM_SEQS,
+    MAX_PREFIX_GROUPS,
+    MAX_REPLICAS,
+    MAX_SIDE_PX,
+    MAX_SLO_SCALE,
+    MAX_STEPS,
+    MIN_CV,
+    MIN_PERIOD_S,
+    SCALE_RANGE,
+    Bound,
+)
 from rlsched.errors import ConfigError
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-PositiveInt = Annotated[int, Field(ge=1)]
+
+def _not_a_bool(value: Any) -> Any:
+    # pydantic reads true as 1 and 1.0 (even in a Literal[1, 2]); a boolean is never a number here
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+def number(bound: Bound) -> Any:
+    """The pydantic type of a number in ``bound`` (``rlsched.bounds``): its kind, its range, finite,
+    and never a boolean."""
+    if bound.values:
+        return Annotated[Literal[bound.values], BeforeValidator(_not_a_bool)]
+    limits: dict[str, float] = {"gt" if bound.low_open else "ge": bound.low}
+    if bound.high != math.inf:
+        limits["le"] = bound.high
+    if bound.integer:
+        return Annotated[int, Field(**limits), BeforeValidator(_not_a_bool)]  # type: ignore[arg-type]
+    return Annotated[float, Field(allow_inf_nan=False, **limits), BeforeValidator(_not_a_bool)]  # type: ignore[arg-type]
+
+
+Positive = number(bounds.POSITIVE)
 Priority = Literal["realtime", "batch", "background"]
 Modality = Literal["image", "video", "audio", "text"]
 assert set(Priority.__args__) == set(PRIORITY_CLASSES) and set(Modality.__args__) == set(MODALITIES)  # type: ignore[attr-defined]
 
-
-MAX_DURATION_S = 1e9
-"""Longest arrival window (about 32 years)."""
-MAX_SIDE_PX, MAX_FRAMES, MAX_STEPS = 1_000_000, 1_000_000, 100_000
-"""Largest height or width, frame count and denoise-step count of a mix entry."""
-MAX_NUM_SEQS = 65_536
-MAX_MS = 3_600_000.0
-"""An hour in milliseconds: the longest engine overhead or batching wait."""
-MIN_PERIOD_S = 1e-3
-"""Shortest on/off sojourn or diurnal period (a millisecond)."""
-MIN_CV, MAX_CV = 1e-3, 100.0
-"""Range of a renewal process's coefficient of variation (ServeGen windows are clamped at 1e-3 too)."""
-MAX_SLO_SCALE = 1e6
-MAX_PREFIX_GROUPS = 1 << 30
-"""Prompt-prefix ids are drawn from [0, 2^30)."""
-SCALE_RANGE = (1e-9, 1e9)
-"""Range of a rate or time multiplier (``rate_scale``, ``time_scale``)."""
-
-Period = Annotated[float, Field(ge=MIN_PERIOD_S, le=MAX_DURATION_S, allow_inf_nan=False)]
-Millis = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False)]
-Scale = Annotated[float, Field(ge=SCALE_RANGE[0], le=SCALE_RANGE[1], allow_inf_nan=False)]
-Duration = Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)]
-Cv = Annotated[float, Field(ge=MIN_CV, le=MAX_CV, allow_inf_nan=False)]
-Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Side = Annotated[int, Field(ge=1, le=MAX_SIDE_PX)]
+Period = number(bounds.PERIOD_S)
+Millis = number(bounds.MILLIS)
+Scale = number(bounds.SCALE)
+Duration = number(bounds.DURATION_S)
+Cv = number(bounds.CV)
+Fraction = number(bounds.FRACTION)
+Side = number(bounds.SIDE_PX)
 
 
 class _Strict(BaseModel):
@@ -65,7 +84,7 @@ _M = TypeVar("_M", bound=_Strict)
 
 class ServingSpec(_Strict):
     mode: Literal["request", "step"] = "request"
-    max_num_seqs: Annotated[int, Field(ge=1, le=MAX_NUM_SEQS)] = 1
+    max_num_seqs: number(bounds.NUM_SEQS) = 1  # type: ignore[valid-type]
     request_batch_max_wait_ms: Millis = 0.0
     engine_overhead_ms: Millis = 0.0
     engine_overhead_ms_per_mpx: Millis = 0.0
@@ -87,7 +106,7 @@ class OnOffSpec(_Strict):
     rate_rps: Positive
     on_s: Period = 60.0
     off_s: Period = 120.0
-    burst_factor: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = 4.0
+    burst_factor: number(bounds.BURST_FACTOR) = 4.0  # type: ignore[valid-type]
 
 
 class DiurnalSpec(_Strict):
@@ -95,7 +114,7 @@ class DiurnalSpec(_Strict):
     rate_rps: Positive
     period_s: Period = 86400.0
     amplitude: Fraction = 0.5
-    phase_s: Annotated[float, Field(ge=-MAX_DURATION_S, le=MAX_DURATION_S, allow_inf_nan=False)] = 0.0
+    phase_s: number(bounds.PHASE_S) = 0.0  # type: ignore[valid-type]
 
 
 class ServeGenSpec(_Strict):
@@ -119,7 +138,7 @@ ARRIVAL_TAGS = ("poisson", "gamma", "weibull", "onoff", "diurnal", "servegen", "
 class ClassSpecModel(_Strict):
     share: Positive
     """Relative (normalised by the largest share first, so any finite positive numbers work)."""
-    slo_scale: Annotated[float, Field(gt=0, le=MAX_SLO_SCALE, allow_inf_nan=False)]
+    slo_scale: number(bounds.SLO_SCALE)  # type: ignore[valid-type]
 
 
 class ShapeSpecModel(_Strict):
@@ -127,11 +146,11 @@ class ShapeSpecModel(_Strict):
     modality: Modality
     height: Side
     width: Side
-    num_frames: Annotated[int, Field(ge=1, le=MAX_FRAMES)] = 1
-    steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 50
+    num_frames: number(bounds.FRAMES) = 1  # type: ignore[valid-type]
+    steps: number(bounds.STEPS) = 50  # type: ignore[valid-type]
     cfg: bool = True
     weight: Positive = 1.0
-    prefix_groups: Annotated[int, Field(ge=0, le=MAX_PREFIX_GROUPS)] = 0
+    prefix_groups: number(bounds.PREFIX_GROUPS) = 0  # type: ignore[valid-type]
 
 
 class ShapesFromSpec(_Strict):
@@ -141,17 +160,14 @@ class ShapesFromSpec(_Strict):
     cfg: bool = False
 
 
-MAX_REPLICAS = 1024
-"""Most replicas of one group (far beyond any one stage's GPUs)."""
-
-
 class ReplicaGroupSpec(_Strict):
     """``count`` replicas of ``sp_degree`` × ``cfg_parallel`` GPUs each, on ``profile`` (default: the
     scenario's)."""
 
-    count: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
-    sp_degree: Literal[1, 2, 4, 8] = 1
-    cfg_parallel: Literal[1, 2] = 1
+    count: number(bounds.REPLICAS) = 1  # type: ignore[valid-type]
+    """Replicas of the group; every group of a stage together has at most ``MAX_REPLICAS``."""
+    sp_degree: number(bounds.SP_DEGREE) = 1  # type: ignore[valid-type]
+    cfg_parallel: number(bounds.CFG_PARALLEL) = 1  # type: ignore[valid-type]
     """CFG-parallel degree (vLLM-Omni ``cfg_parallel_size``): 2 runs a CFG request's two guidance
     branches on two groups of ``sp_degree`` GPUs; the profile needs a ``cfg_parallel`` block."""
     profile: str | None = None
@@ -220,26 +236,13 @@ def validate_stack(data: Any, where: str) -> StackSpec:
 
 # ------------------------------------------------------------------ cost profiles
 
-MAX_STEP_S = 3600.0
-"""Longest fixed per-step time (``floor_s``, ``a_s``)."""
-MAX_REQUEST_S = 86400.0
-"""Longest per-request encode, or decode per megapixel-frame."""
-MAX_COEFF = 1e6
-"""Largest per-token and per-megapixel coefficient (seconds or GB)."""
-MAX_GPU_GB = 1e6
-
-
-def _coeff(hi: float) -> Any:
-    return Field(ge=0, le=hi, allow_inf_nan=False)
-
-
 class StepCoeffs(_Strict):
     """A denoise step costs ``max(k·floor_s, k·a_s + b·Σtokens + c·Σtokens²)`` (``rlsched.sim.cost``)."""
 
-    floor_s: Annotated[float, _coeff(MAX_STEP_S)]
-    a_s: Annotated[float, _coeff(MAX_STEP_S)]
-    b_s_per_mtok: Annotated[float, _coeff(MAX_COEFF)]
-    c_s_per_gtok2: Annotated[float, _coeff(MAX_COEFF)]
+    floor_s: number(bounds.STEP_S)  # type: ignore[valid-type]
+    a_s: number(bounds.STEP_S)  # type: ignore[valid-type]
+    b_s_per_mtok: number(bounds.COEFF)  # type: ignore[valid-type]
+    c_s_per_gtok2: number(bounds.COEFF)  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _takes_time(self) -> StepCoeffs:
@@ -249,8 +252,8 @@ class StepCoeffs(_Strict):
 
 
 class FlopsSpec(_Strict):
-    linear_gflop_per_token: Annotated[float, _coeff(1e9)] = 0.0
-    attn_flop_per_token2: Annotated[float, _coeff(1e15)] = 0.0
+    linear_gflop_per_token: number(bounds.LINEAR_GFLOP) = 0.0  # type: ignore[valid-type]
+    attn_flop_per_token2: number(bounds.ATTN_FLOP) = 0.0  # type: ignore[valid-type]
 
 
 class ModelSpec(_Strict):
@@ -260,23 +263,23 @@ class ModelSpec(_Strict):
 
     modality: Modality
     step: StepCoeffs
-    encode_s: Annotated[float, _coeff(MAX_REQUEST_S)]
-    decode_s_per_mpx: Annotated[float, _coeff(MAX_REQUEST_S)]
-    weights_gb: Annotated[float, _coeff(MAX_GPU_GB)]
-    act_gb_per_ktok: Annotated[float, _coeff(MAX_COEFF)]
-    vae_gb_per_mpx: Annotated[float, _coeff(MAX_COEFF)]
+    encode_s: number(bounds.REQUEST_S)  # type: ignore[valid-type]
+    decode_s_per_mpx: number(bounds.REQUEST_S)  # type: ignore[valid-type]
+    weights_gb: number(bounds.WEIGHTS_GB)  # type: ignore[valid-type]
+    act_gb_per_ktok: number(bounds.COEFF)  # type: ignore[valid-type]
+    vae_gb_per_mpx: number(bounds.COEFF)  # type: ignore[valid-type]
     token_rule: Literal["latent", "sequence"] = "latent"
-    patch_px: Annotated[int, Field(ge=1, le=4096)] = 16
-    temporal_stride: Annotated[int, Field(ge=1, le=1024)] = 4
-    cfg_passes: Annotated[int, Field(ge=1, le=16)] = 2
+    patch_px: number(bounds.PATCH_PX) = 16  # type: ignore[valid-type]
+    temporal_stride: number(bounds.TEMPORAL_STRIDE) = 4  # type: ignore[valid-type]
+    cfg_passes: number(bounds.CFG_PASSES) = 2  # type: ignore[valid-type]
     memory_form: Literal["sum", "max"] = "sum"
     flops: FlopsSpec | None = None
 
 
 class GpuSpec(_Strict):
     name: str
-    memory_gb: Annotated[float, Field(gt=0, le=MAX_GPU_GB, allow_inf_nan=False)]
-    peak_bf16_tflops: Annotated[float, _coeff(1e6)] = 0.0
+    memory_gb: number(bounds.GPU_GB)  # type: ignore[valid-type]
+    peak_bf16_tflops: number(bounds.COEFF) = 0.0  # type: ignore[valid-type]
 
 
 class ProfileFile(_Strict):
@@ -311,7 +314,38 @@ def validate_profile(data: Any, where: str, line_of: LineOf | None = None) -> Pr
 def validate_scenario(data: Any, where: str, line_of: LineOf | None = None) -> ScenarioFile:
     """``data`` checked against the schema; a ``ConfigError`` naming file, line (with ``line_of``),
     key and reason."""
-    return _validate(ScenarioFile, data, where, line_of)
+    spec = _validate(ScenarioFile, data, where, line_of)
+    _check_stage(spec, where, line_of or (lambda loc: None))
+    return spec
+
+
+def group_name(name: str | None, profile: str, sp_degree: int, cfg_parallel: int) -> str:
+    """A replica group's name: its own, else ``PROFILE@spD`` (``PROFILE@spDcfg2`` with CFG parallelism);
+    its replicas are ``NAME-0``, ``NAME-1``, ..."""
+    return name or f"{profile}@sp{sp_degree}" + (f"cfg{cfg_parallel}" if cfg_parallel > 1 else "")
+
+
+def _check_stage(spec: ScenarioFile, where: str, line_of: LineOf) -> None:
+    """The stage as a whole: at most ``MAX_REPLICAS`` replicas in all its groups, and one name per group
+    (two groups of one name gave ambiguous ``per_replica`` rows)."""
+    def at(loc: tuple[Any, ...], key: str) -> str:
+        line = line_of(loc)
+        return f"{where}:{line}: {key}" if line else f"{where}: {key}"
+
+    total = sum(g.count for g in spec.replicas)
+    if total > MAX_REPLICAS:
+        raise ConfigError(at(("replicas",), "replicas"), f"{total} replicas in all groups; a stage has at most "
+                                                         f"{MAX_REPLICAS}")
+    first: dict[str, int] = {}
+    for j, g in enumerate(spec.replicas):
+        name = group_name(g.name, g.profile or spec.profile, g.sp_degree, g.cfg_parallel)
+        i = first.setdefault(name, j)
+        if i != j:
+            loc_i, loc_j = (("replicas", k, "name") if spec.replicas[k].name else ("replicas", k) for k in (i, j))
+            line_i = line_of(loc_i)
+            raise ConfigError(at(loc_j, f"replicas[{j}].name"),
+                              f"{name!r} is also the name of replicas[{i}]" + (f" (line {line_i})" if line_i else "")
+                              + ": their replicas' per_replica rows would be ambiguous; give each group its own name")
 
 
 def _validate(model: type[_M], data: Any, where: str, line_of: LineOf | None) -> _M:

@@ -80,8 +80,9 @@ def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
     (("--policy", "drr:-1"), "policy drr:-1: the argument must be a finite number > 0"),
     (("--policy", "drr:abc"), "policy drr:abc: the argument must be a number"),
     (("--seed", "-1"), "argument --seed: must be an integer >= 0"),
-    (("--rate-scale", "-1"), "rate_scale"),
-    (("--duration", "nan"), "duration_s"),
+    (("--rate-scale", "-1"), "argument --rate-scale: must be a finite number >= 1e-09"),
+    (("--duration", "nan"), "argument --duration: must be a finite number > 0"),
+    (("--policy", "drr:1e-300"), "policy drr:1e-300: the argument must be a finite number >= 1e-09 and <= 1e+09"),
 ])
 def test_bad_arguments_are_clear_errors_without_traceback_or_hang(args: tuple[str, ...], message: str) -> None:
     res = rlsched("simulate", "--duration", "100", *args, check=False)  # a hang would hit the timeout

@@ -3,41 +3,66 @@ and exported an untrained network; zero, negative, huge, NaN and inf went throug
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from rlsched.cli import main
+from rlsched import bounds
+from rlsched.cli import build_parser, main
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["train", "--run-dir", "R", "--timesteps", "-5"], "argument --timesteps: must be an integer >= 1, not -5"),
-    (["train", "--run-dir", "R", "--timesteps", "0"], "argument --timesteps: must be an integer >= 1, not 0"),
-    (["train", "--run-dir", "R", "--n-envs", "0"], "argument --n-envs: must be an integer in [1, 1024], not 0"),
-    (["train", "--run-dir", "R", "--n-envs", "100000"], "argument --n-envs: must be an integer in [1, 1024]"),
-    (["learn", "--run-dir", "R", "--timesteps", "-1"], "argument --timesteps: must be an integer >= 0, not -1"),
-    (["learn", "--run-dir", "R", "--workers", "0"], "argument --workers: must be an integer >= 1, not 0"),
-    (["eval", "--workers", "-2"], "argument --workers: must be an integer >= 1, not -2"),
-    (["eval", "--duration", "-1"], "argument --duration: must be a finite number > 0, not -1"),
-    (["eval", "--duration", "inf"], "argument --duration: must be a finite number > 0, not inf"),
-    (["label", "--out", "l.npz", "--episodes", "0"], "argument --episodes: must be an integer >= 1, not 0"),
-    (["label", "--out", "l.npz", "--every", "0"], "argument --every: must be an integer >= 1, not 0"),
-    (["label", "--out", "l.npz", "--future", "-1"], "argument --future: must be a finite number >= 0, not -1"),
-    (["label", "--out", "l.npz", "--duration", "nan"], "argument --duration: must be a finite number > 0, not nan"),
-    (["loadgen", "http://h", "--timeout", "inf"], "argument --timeout: must be a finite number > 0, not inf"),
-    (["loadgen", "http://h", "--timeout", "0"], "argument --timeout: must be a finite number > 0, not 0"),
-    (["loadgen", "http://h", "--workers", "0"], "argument --workers: must be an integer in [1, 4096], not 0"),
-    (["loadgen", "http://h", "--workers", "10000000"], "argument --workers: must be an integer in [1, 4096]"),
-    (["loadgen", "http://h", "--max-requests", "0"], "argument --max-requests: must be an integer >= 1, not 0"),
-    (["loadgen", "http://h", "--time-scale", "nan"], "argument --time-scale: must be a finite number > 0, not nan"),
-    (["loadgen", "http://h", "--rate-scale", "-1"], "argument --rate-scale: must be a finite number > 0, not -1"),
+    (["train", "--run-dir", "R", "--timesteps", "-5"],
+     "argument --timesteps: must be an integer >= 1 and <= 1000000000000, not -5"),
+    (["train", "--run-dir", "R", "--timesteps", "0"], "argument --timesteps: must be an integer >= 1"),
+    (["train", "--run-dir", "R", "--n-envs", "0"], "argument --n-envs: must be an integer >= 1 and <= 1024, not 0"),
+    (["train", "--run-dir", "R", "--n-envs", "100000"], "argument --n-envs: must be an integer >= 1 and <= 1024"),
+    (["train", "--run-dir", "R", "--seed", "-1"], "argument --seed: must be an integer >= 0"),
+    (["learn", "--run-dir", "R", "--timesteps", "-1"], "argument --timesteps: must be an integer >= 0"),
+    (["learn", "--run-dir", "R", "--workers", "0"], "argument --workers: must be an integer >= 1 and <= 4096, not 0"),
+    (["eval", "--workers", "-2"], "argument --workers: must be an integer >= 1 and <= 4096, not -2"),
+    (["eval", "--duration", "-1"], "argument --duration: must be a finite number > 0 and <= 1e+09, not -1"),
+    (["eval", "--duration", "inf"], "argument --duration: must be a finite number > 0 and <= 1e+09, not inf"),
+    (["eval", "--replicas", "5000"], "argument --replicas: must be an integer >= 1 and <= 1024, not 5000"),
+    (["eval", "--sp", "2000000000"], "argument --sp: must be one of 1, 2, 4, 8, not 2000000000"),
+    (["simulate", "--replicas", "1000000"], "argument --replicas: must be an integer >= 1 and <= 1024, not 1000000"),
+    (["simulate", "--sp", "3"], "argument --sp: must be one of 1, 2, 4, 8, not 3"),
+    (["simulate", "--duration", "1e300"], "argument --duration: must be a finite number > 0 and <= 1e+09, not 1e300"),
+    (["simulate", "--rate-scale", "0"], "argument --rate-scale: must be a finite number >= 1e-09 and <= 1e+09, not 0"),
+    (["tune", "--trials", "0"], "argument --trials: must be an integer >= 1 and <= 1000000, not 0"),
+    (["label", "--out", "l.npz", "--episodes", "0"], "argument --episodes: must be an integer >= 1"),
+    (["label", "--out", "l.npz", "--every", "0"], "argument --every: must be an integer >= 1"),
+    (["label", "--out", "l.npz", "--future", "-1"], "argument --future: must be a finite number >= 0 and <= 1e+09"),
+    (["label", "--out", "l.npz", "--duration", "nan"], "argument --duration: must be a finite number > 0"),
+    (["loadgen", "http://h", "--timeout", "inf"], "argument --timeout: must be a finite number > 0 and <= 1e+09"),
+    (["loadgen", "http://h", "--timeout", "0"], "argument --timeout: must be a finite number > 0"),
+    (["loadgen", "http://h", "--workers", "0"], "argument --workers: must be an integer >= 1 and <= 4096, not 0"),
+    (["loadgen", "http://h", "--workers", "10000000"], "argument --workers: must be an integer >= 1 and <= 4096"),
+    (["loadgen", "http://h", "--max-requests", "0"], "argument --max-requests: must be an integer >= 1"),
+    (["loadgen", "http://h", "--time-scale", "nan"], "argument --time-scale: must be a finite number >= 1e-09"),
+    (["loadgen", "http://h", "--rate-scale", "-1"], "argument --rate-scale: must be a finite number >= 1e-09"),
     (["loadgen", "http://h", "--max-reply-mb", "0"], "argument --max-reply-mb: must be a finite number > 0"),
-    (["bench", "sim", "--repeats", "0"], "argument --repeats: must be an integer >= 1, not 0"),
-    (["bench", "plugin", "--calls", "-1"], "argument --calls: must be an integer >= 1, not -1"),
-    (["deploy", "--policy", "edf", "--max-num-seqs", "0"], "argument --max-num-seqs: must be an integer >= 1, not 0"),
+    (["bench", "sim", "--repeats", "0"], "argument --repeats: must be an integer >= 1"),
+    (["bench", "plugin", "--calls", "-1"], "argument --calls: must be an integer >= 1 and <= 1000000000, not -1"),
+    (["deploy", "--policy", "edf", "--max-num-seqs", "0"], "argument --max-num-seqs: must be an integer >= 1"),
     (["deploy", "--policy", "edf", "--max-wait-ms", "inf"], "argument --max-wait-ms: must be a finite number >= 0"),
+    (["deploy", "--policy", "edf", "--time-scale", "1e300"],
+     "argument --time-scale: must be a finite number >= 0.001 and <= 1000, not 1e300"),
+    (["deploy", "--policy", "edf", "--sp", "3"], "argument --sp: must be one of 1, 2, 4, 8, not 3"),
+    (["deploy", "--policy", "edf", "--cfg-parallel", "3"], "argument --cfg-parallel: must be one of 1, 2, not 3"),
+    (["deploy", "--policy", "edf", "--metrics-port", "70000"],
+     "argument --metrics-port: must be an integer >= 0 and <= 65535, not 70000"),
+    (["deploy", "--policy", "edf", "--stage-id", "-1"], "argument --stage-id: must be an integer >= 0"),
+    (["deploy", "--policy", "edf", "--decision-budget-ms", "0"], "argument --decision-budget-ms: must be a finite"),
+    (["deploy", "--policy", "edf", "--default-slo-scale", "1e300"], "argument --default-slo-scale: must be a finite"),
+    (["plan", "--gpus", "1000000"], "argument --gpus: must be an integer >= 1 and <= 1024, not 1000000"),
     (["profile", "measure", "--out", "m.csv", "--repeats", "0"], "argument --repeats: must be an integer >= 1"),
     (["profile", "measure", "--out", "m.csv", "--seed", "-1"], "argument --seed: must be an integer >= 0"),
+    (["profile", "predict", "qwen-image-h200", "--height", "2000000", "--width", "512", "--steps", "20"],
+     "argument --height: must be an integer >= 1 and <= 1000000, not 2000000"),
+    (["profile", "predict", "qwen-image-h200", "--height", "512", "--width", "512", "--steps", "20", "--batch", "0"],
+     "argument --batch: must be an integer >= 1 and <= 65536, not 0"),
 ])
 def test_out_of_range_flags_are_argument_errors(argv: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,3 +96,45 @@ def test_train_refuses_a_preset_with_no_steps(tmp_path: Path, capsys: pytest.Cap
     assert main(["train", "--agent", str(preset), "--run-dir", str(tmp_path / "run")]) == 2
     assert "agent.timesteps (--timesteps): must be an integer >= 1, not -5" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def _actions(parser: argparse.ArgumentParser, path: str = "rlsched") -> list[tuple[str, argparse.Action]]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _actions(sub, f"{path} {name}")
+        else:
+            out.append((path, action))
+    return out
+
+
+def test_every_numeric_flag_has_a_bounded_type_from_the_table() -> None:
+    """Walk every subcommand's parser: a flag whose default is a number, or whose type makes one, must have a
+    type built from ``rlsched.bounds`` (issue 34: ``--sp 2000000000`` and ``--replicas 10**6`` were accepted;
+    ``plan --gpus``, ``deploy --time-scale`` and ``--metrics-port`` were plain ``int``/``float``)."""
+    table = {id(b) for b in vars(bounds).values() if isinstance(b, bounds.Bound)}
+    numeric = []
+    for path, action in _actions(build_parser()):
+        if action.nargs == 0 or isinstance(action, argparse._HelpAction):
+            continue  # store_true / help
+        looks_numeric = action.type in (int, float) or getattr(action.type, "bound", None) is not None \
+            or (isinstance(action.default, (int, float)) and not isinstance(action.default, bool))
+        if not looks_numeric:
+            continue
+        flag = action.option_strings[-1] if action.option_strings else action.dest
+        numeric.append(f"{path} {flag}")
+        bound = getattr(action.type, "bound", None)
+        assert id(bound) in table, f"{path} {flag}: type {action.type!r} is not built from rlsched.bounds"
+        assert action.default is None or bound.holds(action.default), f"{path} {flag}: default {action.default!r}"
+    assert {"rlsched simulate --replicas", "rlsched simulate --sp", "rlsched eval --sp", "rlsched deploy --time-scale",
+            "rlsched plan --gpus", "rlsched profile predict --frames", "rlsched loadgen --workers"} <= set(numeric)
+
+
+def test_flag_and_schema_read_one_bound() -> None:
+    """The flag and the scenario field that mean the same thing refuse the same values."""
+    from rlsched.sim import schema
+
+    assert schema.MAX_REPLICAS == bounds.REPLICAS.high == 1024
+    assert bounds.SP_DEGREE.values == (1, 2, 4, 8)
+    assert schema.ReplicaGroupSpec.model_fields["sp_degree"].annotation.__args__ == bounds.SP_DEGREE.values

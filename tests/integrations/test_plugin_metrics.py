@@ -97,12 +97,12 @@ def _nan_checkpoint(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--metrics-port", "70000"], "--metrics-port: must be a TCP port 1..65535"),
+    (["--metrics-port", "70000"], "argument --metrics-port: must be an integer >= 0 and <= 65535, not 70000"),
     (["--metrics-port", "-1"], "--metrics-port"),
-    (["--stage-id", "-1"], "--stage-id: must be >= 0"),
+    (["--stage-id", "-1"], "argument --stage-id: must be an integer >= 0"),
     (["--policy", "drr:0"], "policy drr:0"),
     (["--policy", "drr:-1"], "policy drr:-1"),
-    (["--decision-deadline-ms", "0"], "decision_deadline_ms"),
+    (["--decision-deadline-ms", "0"], "argument --decision-deadline-ms: must be a finite number > 0"),
     (["--policy", "rl:NANCK"], "action_net.bias has 9 non-finite values"),
 ])
 def test_deploy_validates_before_writing(tmp_path: Path, args: list[str], message: str) -> None:
