@@ -1,7 +1,16 @@
-"""Telemetry of a real GPU through NVML (``pip install nvidia-ml-py``)."""
+"""Telemetry of a real GPU through NVML (``pip install nvidia-ml-py``).
+
+The GPU is named as a ``CUDA_VISIBLE_DEVICES`` entry names it: an index, or a ``GPU-<uuid>`` / ``MIG-<uuid>``
+(the Kubernetes device plugin's default). NVML numbers GPUs in PCI bus order; CUDA numbers them fastest
+first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: an index is read as NVML's, with one warning when the two
+orders can differ (GPUs of more than one kind, ``CUDA_DEVICE_ORDER`` not ``PCI_BUS_ID``). A MIG instance
+reports its memory; NVML has no utilisation for one (NaN).
+"""
 
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from types import ModuleType
 from typing import Any
@@ -21,8 +30,9 @@ class NvmlTelemetry:
     ``memory`` (share of time device memory was read or written), as fractions.
     """
 
-    def __init__(self, device_index: int = 0) -> None:
+    def __init__(self, device_index: int | str = 0) -> None:
         self.device_index = device_index
+        """An NVML index, or a ``CUDA_VISIBLE_DEVICES`` entry (an index, ``GPU-<uuid>``, ``MIG-<uuid>``)."""
         self._nvml: ModuleType | None = None
         self._handle: Any = None
         self._warned = False
@@ -36,11 +46,24 @@ class NvmlTelemetry:
             return
         try:
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._handle = self._device(pynvml)
         except Exception as exc:  # NVMLError and its many subclasses; no GPU, no driver
             self._fail(f"NVML unavailable for GPU {self.device_index}: {exc!r}")
             return
         self._nvml = pynvml
+
+    def _device(self, pynvml: Any) -> Any:
+        spec = str(self.device_index).strip()
+        if spec.startswith(("GPU-", "MIG-")):
+            return pynvml.nvmlDeviceGetHandleByUUID(spec)
+        if not spec.isdigit():
+            raise ValueError(f"{spec!r} is not a GPU index, GPU-<uuid> or MIG-<uuid>")
+        if os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and _kinds(pynvml) > 1:
+            warnings.warn(f"GPU telemetry: GPU {spec} is read as NVML's (PCI bus order), but CUDA_DEVICE_ORDER is "
+                          "not PCI_BUS_ID and this machine has GPUs of more than one kind: CUDA's GPU "
+                          f"{spec} may be another; set CUDA_DEVICE_ORDER=PCI_BUS_ID or name GPUs by UUID",
+                          RuntimeWarning, stacklevel=4)
+        return pynvml.nvmlDeviceGetHandleByIndex(int(spec))
 
     @property
     def available(self) -> bool:
@@ -51,12 +74,16 @@ class NvmlTelemetry:
             return UNKNOWN
         try:
             mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
         except Exception as exc:
             self._fail(f"NVML read failed on GPU {self.device_index}: {exc!r}")
             self.close()
             return UNKNOWN
-        return TelemetrySample(mem.used / _GB, mem.total / _GB, util.gpu / 100.0, util.memory / 100.0)
+        try:
+            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            compute, membw = util.gpu / 100.0, util.memory / 100.0
+        except Exception:  # a MIG instance (NVML_ERROR_NOT_SUPPORTED): its memory only
+            compute = membw = math.nan
+        return TelemetrySample(mem.used / _GB, mem.total / _GB, compute, membw)
 
     def close(self) -> None:
         """Release NVML; later reads return ``UNKNOWN``."""
@@ -71,3 +98,12 @@ class NvmlTelemetry:
         if not self._warned:
             warnings.warn(f"GPU telemetry unknown: {why}", RuntimeWarning, stacklevel=3)
             self._warned = True
+
+
+def _kinds(pynvml: Any) -> int:
+    """How many kinds (names) of GPU NVML sees; 1 when it cannot tell."""
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        return len({str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(n)})
+    except Exception:
+        return 1

@@ -77,7 +77,9 @@ def test_config_errors_name_the_field(extras, field) -> None:
 
 def test_nvml_device_follows_cuda_visible_devices() -> None:
     assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "3,5"}) == 3
-    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "GPU-1f2e"}) == 0
+    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) == "GPU-1f2e"  # by UUID
+    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": "MIG-9c8d"}) == "MIG-9c8d"
+    assert PluginConfig().nvml_device({"CUDA_VISIBLE_DEVICES": ""}) == 0
     assert PluginConfig(telemetry_device=2).nvml_device({"CUDA_VISIBLE_DEVICES": "3"}) == 2
 
 

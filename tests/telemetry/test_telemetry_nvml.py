@@ -89,3 +89,46 @@ def test_real_nvml_failure_path() -> None:
         tel = NvmlTelemetry()
         s = tel.read()
     assert len(record) == 1 and not s.known and math.isnan(s.membw_util)
+
+
+def test_a_gpu_or_mig_uuid_is_read_by_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Caught: a UUID or MIG entry of CUDA_VISIBLE_DEVICES (Kubernetes' default) silently read GPU 0."""
+    mod = fake_pynvml()
+    mod.nvmlDeviceGetHandleByIndex = lambda i: pytest.fail("read by index")
+    mod.nvmlDeviceGetHandleByUUID = lambda u: ("uuid", u)
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    for spec in ("GPU-1f2e3d4c", "MIG-5a6b7c8d"):
+        tel = NvmlTelemetry(spec)
+        assert tel.available and tel._handle == ("uuid", spec) and tel.read().known
+
+
+def test_a_mig_instance_reports_memory_and_no_utilisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = fake_pynvml()
+    mod.nvmlDeviceGetHandleByUUID = lambda u: ("uuid", u)
+
+    def unsupported(handle: object) -> None:
+        raise FakeNvmlError("Not Supported")
+
+    mod.nvmlDeviceGetUtilizationRates = unsupported
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    s = NvmlTelemetry("MIG-5a6b7c8d").read()
+    assert s.known and s.memory_used_gb == 40.0 and math.isnan(s.compute_util) and math.isnan(s.membw_util)
+
+
+@pytest.mark.parametrize("order, names, warns", [("PCI_BUS_ID", ["H100", "A10"], False),
+                                                 (None, ["H100", "H100"], False), (None, ["H100", "A10"], True)])
+def test_an_index_warns_when_cuda_and_nvml_orders_can_differ(monkeypatch: pytest.MonkeyPatch, order: str | None,
+                                                             names: list[str], warns: bool) -> None:
+    mod = fake_pynvml()
+    mod.nvmlDeviceGetCount = lambda: len(names)
+    mod.nvmlDeviceGetName = lambda h: names[h[1]]
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    if order is None:
+        monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_ORDER", order)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        tel = NvmlTelemetry("1")
+    assert tel._handle == ("handle", 1)
+    assert any("CUDA_DEVICE_ORDER" in str(w.message) for w in record) == warns

@@ -175,12 +175,16 @@ class PluginConfig:
     def from_od_config(cls, od_config: Any, environ: Mapping[str, str] | None = None) -> PluginConfig:
         return cls.from_extras(getattr(od_config, "extras", None), environ)
 
-    def nvml_device(self, environ: Mapping[str, str] | None = None) -> int:
-        """NVML numbers GPUs physically, ignoring ``CUDA_VISIBLE_DEVICES``; map the stage's first GPU."""
+    def nvml_device(self, environ: Mapping[str, str] | None = None) -> int | str:
+        """The GPU telemetry reads: ``telemetry_device`` when set, else the stage's first GPU as
+        ``CUDA_VISIBLE_DEVICES`` names it (an index, ``GPU-<uuid>`` or ``MIG-<uuid>``: ``NvmlTelemetry``
+        resolves it, since NVML numbers GPUs physically), else 0."""
         if self.telemetry_device >= 0:
             return self.telemetry_device
-        first = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
-        return int(first) if first.strip().isdigit() else 0
+        first = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        if first.isdigit():
+            return int(first)
+        return first if first.startswith(("GPU-", "MIG-")) else 0
 
 
 def _positive(value: Any, name: str) -> None:
