@@ -53,7 +53,7 @@ class Bound:
         """``value`` if it is of the bound's kind and in range, else ``ConfigError(where, ...)``.
 
         A bool is never a number here (``count: true`` is not one replica), and an integer bound
-        takes only integers (``2.0`` from YAML or JSON is accepted, ``2.5`` is not)."""
+        takes only integers (not ``2.0``)."""
         number = _as_number(value, self.integer or bool(self.values))
         if number is None or not self.holds(number):
             raise ConfigError(where, f"must be {self.describe()}, not {value!r}")
@@ -64,10 +64,7 @@ def _as_number(value: Any, integer: bool) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
     if integer:
-        if isinstance(value, Integral):
-            return int(value)
-        f = float(value)
-        return int(f) if math.isfinite(f) and f.is_integer() else None
+        return int(value) if isinstance(value, Integral) else None
     try:
         return float(value)
     except OverflowError:  # an int past float's range (10**400)

@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
         decision_deadline_ms=args.decision_deadline_ms, decision_thread=args.decision_thread,
         metrics_port=args.metrics_port,
-        metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale)
+        metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale,
+        late_binding=bool(central))
     if settings.decision_budget_ms > settings.decision_deadline_ms:
         raise ConfigError("--decision-budget-ms", f"{settings.decision_budget_ms:g} exceeds --decision-deadline-ms "
                                                   f"{settings.decision_deadline_ms:g}: a decision is cut off at the "
@@ -208,6 +209,7 @@ def _check(settings: PluginConfig) -> None:
     cost = load_profile(settings.profile)
     if settings.model:
         cost.model(settings.model)
+    settings.check_defaults(cost)
     make_policy(settings.policy)
 
 

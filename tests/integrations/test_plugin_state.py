@@ -292,3 +292,72 @@ def test_engine_state_resyncs_when_vllm_queue_differs() -> None:
     state.waiting.pop(0)  # simulate a missed start
     assert state.sync(["a", "c"], []) == 0 and state.resyncs == 1
     assert list(state.waiting) == [0, 2] and state.journal.end == end + 1
+
+
+# ------------------------------------------------------- settings that mean nothing (issue 34)
+@pytest.mark.parametrize("extras, message", [
+    ({"time_scale": 1e300}, "extras.rlsched.time_scale: must be a finite number >= 0.001 and <= 1000, not 1e+300"),
+    ({"default_height": 10**6 + 1}, "extras.rlsched.default_height: must be an integer >= 1 and <= 1000000"),
+    ({"default_steps": True}, "extras.rlsched.default_steps: must be an integer >= 1 and <= 100000, not True"),
+    ({"decision_budget_ms": 1e300}, "extras.rlsched.decision_budget_ms: must be a finite number > 0 and <= 3.6e+06"),
+    ({"telemetry_device": 10**9}, "extras.rlsched.telemetry_device: must be an integer >= -1 and <= 1023"),
+    ({"metrics_ports": 0}, "extras.rlsched.metrics_ports: must be an integer >= 1 and <= 1024, not 0"),
+    ({"slo_scales": {"batch": 1e300}}, "extras.rlsched.slo_scales.batch: must be a finite number > 0 and <= 1e+06"),
+    ({"late_binding": 1}, "extras.rlsched.late_binding: must be true or false, not 1"),
+])
+def test_every_numeric_setting_is_bounded_by_the_table(extras, message) -> None:
+    """Bug: ``time_scale: 1e300`` put every deadline at its arrival; the ranges are ``rlsched.bounds``'."""
+    with pytest.raises(ConfigError) as err:
+        PluginConfig.from_extras({"rlsched": extras}, {})
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_default_shape_no_gpu_holds_is_refused_where_the_profile_is_known() -> None:
+    """Bug: ``default_height: 1000000`` modelled every request without a height as a 10^12-pixel image."""
+    cfg = PluginConfig(telemetry=False, default_height=1_000_000)  # in the table's range ...
+    with pytest.raises(ConfigError, match=r"extras.rlsched.default_height: the default shape 1000000x1024 needs"):
+        PluginState(load_profile("qwen-image-h200"), ServingConfig(), cfg)  # ... but no GPU of the profile holds it
+    make_state(default_height=2048)  # one that fits
+
+
+def test_client_sizes_past_the_table_are_defaulted() -> None:
+    fields, bad = read_request(sp(height=10**7, width=10**6, num_frames=10**9), PluginConfig())
+    assert (fields["height"], fields["width"], fields["num_frames"]) == (1024, 10**6, 1)
+    assert bad == ["height", "num_frames"]
+
+
+def test_a_clients_own_parked_ms_does_not_move_its_request_ahead() -> None:
+    """Bug: a client's ``extra_args.rlsched_parked_ms`` dated its request back (ahead of the queue and
+    its deadline earlier) outside late binding. Only the central pool's own value counts: the replica
+    reads it only with ``late_binding`` (deploy --router central), and the pool drops a client's first."""
+    from rlsched.integrations.vllm_omni.state import PARKED_KEY, drop_client_parking
+
+    extra = {PARKED_KEY: 10**9, "priority": "batch"}
+    fields, bad = read_request(sp(extra_args=extra), PluginConfig())
+    assert fields["parked_s"] == 0.0 and bad == [PARKED_KEY]
+    state, clock = make_state()
+    rec, bad = state.add("a", sp(extra_args=extra), None)
+    assert rec.request.arrival_s == state.now and bad == [PARKED_KEY]
+    assert read_request(sp(extra_args={PARKED_KEY: 500}), PluginConfig(late_binding=True))[0]["parked_s"] == 0.5
+
+    params = sp(extra_args=dict(extra))
+    drop_client_parking(SimpleNamespace(sampling_params_list=[params]), 0)
+    assert params.extra_args == {"priority": "batch"}
+    override = sp(extra_args={PARKED_KEY: 1})
+    drop_client_parking(None, 0, override)
+    assert override.extra_args == {}
+    drop_client_parking(object(), 3)  # a request it cannot read is left alone, never an exception
+
+
+def test_deploy_marks_late_binding_only_behind_the_central_pool(tmp_path) -> None:
+    import yaml
+
+    from rlsched.cli import main
+
+    out = tmp_path / "d.yaml"
+    for args, late in ((["--policy", "edf@central", "--replicas", "2", "--devices", "0,1"], True),
+                       (["--policy", "edf@least-work", "--replicas", "2", "--devices", "0,1"], False),
+                       (["--policy", "edf"], False)):
+        assert main(["deploy", *args, "--out", str(out)]) == 0
+        extras = yaml.safe_load(out.read_text())["stages"][0]["extras"]["rlsched"]
+        assert extras.get("late_binding", False) is late, args

@@ -26,5 +26,16 @@ def test_time_scale_must_be_a_positive_finite_number(bad) -> None:
 
 
 def test_deploy_refuses_a_zero_time_scale(tmp_path, capsys) -> None:
-    assert main(["deploy", "--policy", "fifo", "--time-scale", "0", "--out", str(tmp_path / "d.yaml")]) == 2
-    assert "time_scale" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["deploy", "--policy", "fifo", "--time-scale", "0", "--out", str(tmp_path / "d.yaml")])
+    assert exc.value.code == 2 and "argument --time-scale" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [1e300, 1e4, 1e-6])
+def test_time_scale_has_the_tables_range(bad, tmp_path, capsys) -> None:
+    """Bug: ``deploy --time-scale 1e300`` and ``PluginConfig(time_scale=1e300)`` put every deadline at its arrival."""
+    with pytest.raises(ConfigError, match=r"extras.rlsched.time_scale: must be a finite number >= 0.001 and <= 1000"):
+        PluginConfig(time_scale=bad)
+    with pytest.raises(SystemExit):
+        main(["deploy", "--policy", "fifo", "--time-scale", str(bad), "--out", str(tmp_path / "d.yaml")])
+    assert "argument --time-scale: must be a finite number >= 0.001 and <= 1000" in capsys.readouterr().err

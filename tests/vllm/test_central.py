@@ -373,7 +373,7 @@ def test_a_sent_request_carries_its_central_wait_and_the_replica_dates_it_back()
     got = run(go())
     assert [g[PARKED_KEY] for g in got] == [0.0, 2500.0] and got[1]["priority"] == "batch"
     now = [0.0]
-    state = PluginState(BASE, ServingConfig(), PluginConfig(profile=PROFILE, time_scale=2.0),
+    state = PluginState(BASE, ServingConfig(), PluginConfig(profile=PROFILE, time_scale=2.0, late_binding=True),
                         clock=lambda: now[0])
     now[0] = 10.0
     sp = OmniDiffusionSamplingParams(height=512, width=512, extra_args={"slo_ms": 4000, PARKED_KEY: 1000})

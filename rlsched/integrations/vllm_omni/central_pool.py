@@ -64,7 +64,7 @@ from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
 from rlsched.integrations.vllm_omni.routing import make_request
 from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
-from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState
+from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
 from rlsched.sim.stage import next_batch_s, takes_next_batch
@@ -176,6 +176,7 @@ class CentralStagePool(LedgerStagePool):
     async def submit_initial(self, request_id: str, req_state: Any, request: Any, *, prompt_text: Any = None,
                              affinity_request_id: str | None = None, submit_kwargs: dict[str, Any] | None = None,
                              params_override: Any = None) -> int:
+        drop_client_parking(req_state, self.stage_id, params_override)  # only this pool may date a request back
         with self._lock:
             parent = self._parked.get(affinity_request_id) if affinity_request_id is not None else None
             reason = None if parent is not None else self._why_not_park(req_state)

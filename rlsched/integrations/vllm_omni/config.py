@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlsched.errors import ConfigError
-from rlsched.sim.request import PRIORITY_CLASSES
+from rlsched import bounds
+from rlsched.bounds import Bound
+from rlsched.errors import ConfigError, InvalidRequest
+from rlsched.sim.request import PRIORITY_CLASSES, Request
 
 EXTRAS_KEY = "rlsched"
 ENV_VARS = {"policy": "RLSCHED_POLICY", "profile": "RLSCHED_PROFILE"}
@@ -49,7 +51,8 @@ class PluginConfig:
     the late call still runs and for a back-off after it (fallback reasons ``timeout``, ``busy``,
     ``backoff``); then the policy is reset and decides again."""
     default_height: int = 1024
-    """Height assumed for cost estimates when a request leaves it to the pipeline."""
+    """Height assumed for cost estimates when a request leaves it to the pipeline (with ``default_width``
+    and ``default_steps``, a shape the profile's GPU can hold alone: ``check_defaults``)."""
     default_width: int = 1024
     """Width assumed for cost estimates when a request leaves it to the pipeline."""
     default_steps: int = 50
@@ -92,7 +95,12 @@ class PluginConfig:
     time_scale: float = 1.0
     """Plugin seconds per wall-clock second. 1 when serving; >1 only in time-scaled replays
     (``CostProfileExecutor`` sleeps cost / ``time_scale``), so arrivals, ``slo_ms`` and the
-    policy's clock stay in the cost profile's seconds."""
+    policy's clock stay in the cost profile's seconds. In [0.001, 1000] (``bounds.PLUGIN_TIME_SCALE``)."""
+    late_binding: bool = False
+    """This stage sits behind rlsched's central pool (``rlsched deploy --router central``), which parks
+    requests in the API process and sends each with ``extra_args.rlsched_parked_ms``: only then is that
+    value read (a request is dated back by it). Otherwise a client's own value would move its request
+    ahead of the queue: it is ignored and counted in ``invalid``."""
     publish_state: bool = False
     """Publish this replica's scheduler state to the router in the orchestrator (``publish.py``; the wire
     format: ``rlsched.policies.router_views``): on every output the engine sends, under ``rlsched_state`` in
@@ -101,36 +109,45 @@ class PluginConfig:
     ``rlsched deploy`` sets it whenever it writes a router. Off: the engine's outputs are vLLM-Omni's own."""
 
     def __post_init__(self) -> None:
+        for name, bound in NUMBERS.items():  # checked, and as the bound's kind (512.0 from JSON: 512)
+            object.__setattr__(self, name, _check(bound, getattr(self, name), name))
+        for cls, scale in self.slo_scales.items():
+            if cls not in PRIORITY_CLASSES:
+                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {cls!r}")
+            _check(bounds.SLO_SCALE, scale, f"slo_scales.{cls}")
+        if self.default_slo_scale is not None:
+            _check(bounds.SLO_SCALE, self.default_slo_scale, "default_slo_scale")
+        if self.metrics_port + self.metrics_ports - 1 > 65535:
+            raise ConfigError("extras.rlsched.metrics_ports", f"must be an integer >= 1 with metrics_port + "
+                                                              f"metrics_ports - 1 <= 65535, not {self.metrics_ports!r}")
+        for name in ("publish_state", "late_binding"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"extras.rlsched.{name}", f"must be true or false, not {getattr(self, name)!r}")
         if not isinstance(self.policy, str) or not self.policy:
             raise ConfigError("extras.rlsched.policy", f"must be a policy spec, not {self.policy!r}")
         if self.default_priority not in PRIORITY_CLASSES:
             raise ConfigError("extras.rlsched.default_priority", f"must be one of {PRIORITY_CLASSES}")
-        for cls, scale in self.slo_scales.items():
-            if cls not in PRIORITY_CLASSES:
-                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {cls!r}")
-            _positive(scale, f"slo_scales.{cls}")
-        if self.default_slo_scale is not None:
-            _positive(self.default_slo_scale, "default_slo_scale")
-        _positive(self.decision_budget_ms, "decision_budget_ms")
-        _positive(self.decision_deadline_ms, "decision_deadline_ms")
         if self.decision_thread not in DECISION_THREADS:
             raise ConfigError("extras.rlsched.decision_thread",
                               f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
-        port = self.metrics_port
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigError("extras.rlsched.metrics_port", f"must be a TCP port 1..65535 (0: off), not {port!r}")
-        span = self.metrics_ports
-        if isinstance(span, bool) or not isinstance(span, int) or span < 1 or port + span - 1 > 65535:
-            raise ConfigError("extras.rlsched.metrics_ports", f"must be an integer >= 1 with metrics_port + "
-                                                              f"metrics_ports - 1 <= 65535, not {span!r}")
-        if not isinstance(self.publish_state, bool):
-            raise ConfigError("extras.rlsched.publish_state", f"must be true or false, not {self.publish_state!r}")
-        _positive(self.telemetry_interval_s, "telemetry_interval_s")
-        _positive(self.time_scale, "time_scale")
-        for name in ("default_height", "default_width", "default_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"extras.rlsched.{name}", f"must be a positive integer, not {value!r}")
+
+    def check_defaults(self, cost: Any) -> None:
+        """The shape assumed for a request that gives none (``default_height`` x ``default_width``, one
+        frame, ``default_steps``) must fit the profile's GPU alone, as every scenario shape must: 1,000,000 px
+        modelled every such request as a 10^12-pixel image no GPU holds. ``cost``: the stage's ``CostModel``."""
+        model = cost.model(self.model) if self.model else next(iter(cost.models.values()))
+        req = Request(0, 0.0, model.name, model.modality, self.default_height, self.default_width, 1,
+                      self.default_steps, False, self.default_priority, math.inf)
+        try:
+            need = cost.record(req).mem_gb
+        except (OverflowError, InvalidRequest):
+            need = math.inf
+        free = cost.gpu_memory_gb - cost.weights_gb
+        if not need <= free:
+            raise ConfigError("extras.rlsched.default_height", f"the default shape {self.default_height}x"
+                                                               f"{self.default_width} needs {need:.4g} GB alone; "
+                                                               f"profile {cost.name!r} has {free:.4g} GB left after "
+                                                               "the model weights")
 
     def slo_scale(self, priority: str) -> float:
         if self.default_slo_scale is not None and priority == self.default_priority:
@@ -187,6 +204,15 @@ class PluginConfig:
         return first if first.startswith(("GPU-", "MIG-")) else 0
 
 
-def _positive(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"extras.rlsched.{name}", f"must be a finite number > 0, not {value!r}")
+NUMBERS: dict[str, Bound] = {
+    "decision_budget_ms": bounds.DECISION_MS, "decision_deadline_ms": bounds.DECISION_MS,
+    "default_height": bounds.SIDE_PX, "default_width": bounds.SIDE_PX, "default_steps": bounds.STEPS,
+    "telemetry_device": bounds.DEVICE, "telemetry_interval_s": bounds.TELEMETRY_INTERVAL_S,
+    "metrics_port": bounds.PORT, "metrics_ports": bounds.REPLICAS, "time_scale": bounds.PLUGIN_TIME_SCALE,
+}
+"""Every numeric setting and its range in the table of bounds (``slo_scales`` and ``default_slo_scale``:
+``bounds.SLO_SCALE``)."""
+
+
+def _check(bound: Bound, value: Any, name: str) -> Any:
+    return bound.check(value, f"extras.rlsched.{name}")

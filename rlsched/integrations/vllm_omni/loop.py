@@ -34,6 +34,8 @@ from vllm_omni.diffusion.sched import RequestScheduler, StepScheduler
 from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
+from rlsched import bounds
+from rlsched.argtypes import flag, seed_arg
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
@@ -94,7 +96,7 @@ def make_loop_scheduler(serving: ServingConfig, cost: CostModel, policy: str | N
     if policy is None:
         sched = StepScheduler() if serving.step_mode else RequestScheduler()
     else:
-        settings = settings or PluginConfig(policy=policy, profile=cost.name, decision_budget_ms=1e9,
+        settings = settings or PluginConfig(policy=policy, profile=cost.name, decision_budget_ms=bounds.MAX_MS,
                                             telemetry=False)
         cls = RLStepScheduler if serving.step_mode else RLRequestScheduler
         sched = cls(policy, settings, cost=cost, clock=clock, metrics=PluginMetrics(_registry()))
@@ -265,11 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="Pure simulator vs simulator + real vLLM-Omni scheduler.")
     p.add_argument("--scenario", default="default")
     p.add_argument("--policies", default="fifo,edf,sjf", help="comma-separated; fifo runs vLLM-Omni's own")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--duration", type=float, default=3600.0, help="arrival window, seconds")
-    p.add_argument("--rate-scale", type=float, default=1.0)
+    p.add_argument("--seed", type=seed_arg, default=0)
+    p.add_argument("--duration", type=flag(bounds.DURATION_S), default=3600.0, help="arrival window, seconds")
+    p.add_argument("--rate-scale", type=flag(bounds.SCALE), default=1.0)
     p.add_argument("--mode", choices=("request", "step"))
-    p.add_argument("--wait-ms", type=float, help="override request_batch_max_wait_ms")
+    p.add_argument("--wait-ms", type=flag(bounds.MILLIS), help="override request_batch_max_wait_ms")
     args = p.parse_args(argv)
     logging.disable(logging.INFO)
     for policy in args.policies.split(","):

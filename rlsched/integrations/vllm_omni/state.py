@@ -20,7 +20,8 @@ cfg               ``do_classifier_free_guidance``, or ``guidance_scale`` > 1, or
 priority          ``extra_args["priority"]`` (``default_priority``)
 SLO               ``extra_args["slo_ms"]`` (class ``slo_scale`` × standalone time)
 arrival           the plugin clock when ``add_request`` ran, less ``extra_args["rlsched_parked_ms"]``
-                  (wall ms in the router's central queue, × ``time_scale``; late binding)
+                  (wall ms in the router's central queue, × ``time_scale``; read only with
+                  ``late_binding``, the central pool's own mark: a client's value is ignored)
 key               vLLM's ``sampling_params_key``, interned (equal keys ⇔ equal ``key``)
 ================  =====================================================================
 
@@ -40,6 +41,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from numbers import Real
 from typing import Any
 
+from rlsched import bounds
+from rlsched.bounds import Bound
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import COMPLETED, PRIORITY_CLASSES, RUNNING, WAITING, Request, RequestRecord
@@ -50,7 +53,9 @@ from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
 Clock = Callable[[], float]
 PARKED_KEY = "rlsched_parked_ms"
 """``extra_args`` key the central pool (late binding) sets on a request it sends: the wall ms it was
-parked in the API process. The replica dates the request's arrival (and so its deadline) back by it."""
+parked in the API process. The replica dates the request's arrival (and so its deadline) back by it,
+only behind a central pool (``PluginConfig.late_binding``), and the pool drops a client's own value
+(``drop_client_parking``) before anything else reads the request: a client cannot move its request ahead."""
 FAILED, ABORTED = "failed", "aborted"
 """Record statuses for requests the engine failed (error) or the client cancelled."""
 
@@ -61,9 +66,9 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
     extra = getattr(sampling, "extra_args", None)
     extra = extra if isinstance(extra, Mapping) else {}
     out = {
-        "height": _pos_int(getattr(sampling, "height", None), settings.default_height, "height", bad),
-        "width": _pos_int(getattr(sampling, "width", None), settings.default_width, "width", bad),
-        "num_frames": _pos_int(getattr(sampling, "num_frames", None), 1, "num_frames", bad),
+        "height": _pos_int(getattr(sampling, "height", None), settings.default_height, "height", bad, bounds.SIDE_PX),
+        "width": _pos_int(getattr(sampling, "width", None), settings.default_width, "width", bad, bounds.SIDE_PX),
+        "num_frames": _pos_int(getattr(sampling, "num_frames", None), 1, "num_frames", bad, bounds.FRAMES),
         "steps": _steps(sampling, settings.default_steps, bad),
         "cfg": _cfg(sampling),
         "priority": settings.default_priority,
@@ -84,18 +89,34 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
             bad.append("slo_ms")
     parked = extra.get(PARKED_KEY)
     if parked is not None:
-        if _finite_positive(parked) or parked == 0:
+        if not settings.late_binding:
+            bad.append(PARKED_KEY)  # no central pool set it: a client's own, which would move it ahead
+        elif _finite_positive(parked) or parked == 0:
             out["parked_s"] = float(parked) / 1e3 * settings.time_scale
         else:
             bad.append(PARKED_KEY)
     return out, bad
 
 
-def _pos_int(value: Any, default: int, name: str, bad: list[str]) -> int:
+def drop_client_parking(req_state: Any, stage_id: int, params_override: Any = None) -> None:
+    """Remove a client's own ``extra_args[PARKED_KEY]`` from a request's stage params (the central pool
+    calls this on every request it is handed, before it parks or sends it): only the pool's late binding
+    may date a request back. Never raises (a request it cannot read is left as it is)."""
+    try:
+        params = params_override if params_override is not None else req_state.sampling_params_list[stage_id]
+        extra = getattr(params, "extra_args", None)
+        if isinstance(extra, Mapping) and PARKED_KEY in extra:
+            params.extra_args = {k: v for k, v in extra.items() if k != PARKED_KEY}
+    except Exception:  # noqa: BLE001 - a request the pool cannot read is vLLM-Omni's to refuse
+        pass
+
+
+def _pos_int(value: Any, default: int, name: str, bad: list[str], bound: Bound = bounds.STEPS) -> int:
+    """A shape field in ``bound`` (the scenario schema's range: 10^6 px modelled a 10^12-pixel image)."""
     if value is None:
         return default
     f = _number(value)
-    if f is not None and math.isfinite(f) and f >= 1 and f.is_integer():
+    if f is not None and math.isfinite(f) and f.is_integer() and bound.holds(int(f)):
         return int(f)
     bad.append(name)
     return default
@@ -258,6 +279,7 @@ class PluginState:
         self.cost, self.config, self.settings = cost, config, settings
         self.step_mode = config.step_mode
         self._model = cost.model(settings.model) if settings.model else next(iter(cost.models.values()))
+        settings.check_defaults(cost)
         self._clock, self._t0 = clock, clock()
         self.now = 0.0
         self.waiting = WaitingQueue()
