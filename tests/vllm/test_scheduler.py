@@ -481,3 +481,16 @@ def test_a_request_no_gpu_can_hold_never_starts_ahead_of_one_that_fits(policy: s
     assert sched.fallback_reasons == ({"cannot_fit": 1} if chose_it else {})
     finish_wave(sched, first)
     assert new_ids(sched.schedule()) == ["huge"]  # alone at last: the engine fails it, as vLLM-Omni would
+
+
+def test_the_engine_says_once_at_start_up_what_schedules_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Caught: the server log said nothing about rlsched (its loggers had no handler in a vLLM process)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="rlsched")
+    plugin("edf")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rlsched engine")]
+    assert len(lines) == 1 and "policy edf" in lines[0] and "deadline" in lines[0]
+    root = logging.getLogger().handlers
+    vllm_own = [h for h in logging.getLogger("vllm").handlers if h not in root]  # vLLM's stream handler
+    assert vllm_own and all(h in logging.getLogger("rlsched").handlers for h in vllm_own)

@@ -34,6 +34,7 @@ from typing import Any
 
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.logs import join_vllm_logging
 from rlsched.integrations.vllm_omni.routing import (
     EXTRAS_KEY,
     SUPPORTED_SERIES,
@@ -154,11 +155,13 @@ def _routed(pool: Any, plan: Any, model: str) -> Any:
         # predicts standalone work only (unchanged: max_num_seqs 1)
         serving = ServingConfig("step" if stage_setting(stage_cfg, "step_execution") else "request",
                                 seqs if config.central and type(seqs) is int and seqs >= 1 else 1)
-        routed = cls.replacing(pool, config, PluginConfig.from_extras(extras), degree=stage_layout(stage_cfg),
-                               serving=serving)
-        _log.info("rlsched router: stage %s routes its %d replicas with %s%s", pool.stage_id,
-                  pool.live_num_replicas, config.router,
-                  f" (policy {config.policy or 'fifo'}, batches <= {serving.max_num_seqs})" if config.central else "")
+        settings = PluginConfig.from_extras(extras)
+        routed = cls.replacing(pool, config, settings, degree=stage_layout(stage_cfg), serving=serving)
+        join_vllm_logging()
+        _log.info("rlsched router: stage %s routes its %d replicas with %s%s, profile %s, decisions within %g ms "
+                  "(budget) / %g ms (deadline)", pool.stage_id, pool.live_num_replicas, config.router,
+                  f" (policy {config.policy or 'fifo'}, batches <= {serving.max_num_seqs})" if config.central else "",
+                  settings.profile, config.budget_ms, config.deadline_ms)
         return routed
     except Exception:
         _log.exception("rlsched router: stage %s keeps vLLM-Omni's own routing", getattr(pool, "stage_id", "?"))

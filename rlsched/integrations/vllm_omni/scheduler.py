@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import logging
 import math
 import os
 import time
@@ -57,7 +58,9 @@ from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
 
 from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.deadline import InlineRunner
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
+from rlsched.integrations.vllm_omni.logs import join_vllm_logging
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
@@ -66,6 +69,8 @@ from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.simulator import ServingConfig
+
+_log = logging.getLogger(__name__)
 
 
 def freeze_gc_heap() -> None:
@@ -156,10 +161,24 @@ class _PolicyScheduling:
         self.policy.reset(self.rl_state)
         self.publisher = StatePublisher(self._clock) if settings.publish_state else None
         self._reset_publishing()
+        port = None
         if settings.metrics_port:
             port = serve(settings.metrics_port, self.metrics.registry, settings.metrics_ports)
             if port is not None:
                 self.metrics.replica.labels(devices=replica_devices() or "", port=str(port)).set(1)
+        self._log_start(settings, port)
+
+    def _log_start(self, settings: PluginConfig, port: int | None) -> None:
+        """One line in the server's log per engine: what schedules it and how it is bounded."""
+        join_vllm_logging()
+        sha = getattr(self.policy, "checkpoint_sha256", None)
+        _log.info("rlsched engine (%s mode, devices %s): policy %s%s, profile %s, decisions within %g ms (budget) / "
+                  "%g ms (deadline) on the %s thread, replica state %s, metrics %s",
+                  "step" if self.step_mode else "request", replica_devices() or "-", getattr(self.policy, "name", "?"),
+                  f" (checkpoint sha256 {sha[:12]})" if sha else "", settings.profile, settings.decision_budget_ms,
+                  settings.decision_deadline_ms, "engine" if isinstance(self._guard.runner, InlineRunner) else "worker",
+                  "published" if settings.publish_state else "not published",
+                  f"on port {port}" if port is not None else "off")
 
     def _serving_config(self) -> ServingConfig:
         wait_ms = float(getattr(self.od_config, "request_batch_max_wait_ms", 0.0) or 0.0)  # type: ignore[attr-defined]
