@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched import bounds
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
@@ -40,6 +41,10 @@ class RunSpec:
     """Replicas of the scenario's GPU (a multi-replica ``Stage``); arrivals scaled × replicas."""
     sp_degree: int = 1
     """GPUs per replica (sequence parallelism at the profile's ``sp`` coefficients)."""
+
+    def __post_init__(self) -> None:  # the flags' own bounds, for a run built in code too
+        bounds.REPLICAS.check(self.replicas, "--replicas")
+        bounds.SP_DEGREE.check(self.sp_degree, "--sp")
 
     @property
     def staged(self) -> bool:
@@ -79,8 +84,6 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     from rlsched.sim.layout import at_layout
     from rlsched.sim.stage import Stage
 
-    if spec.replicas < 1 or spec.sp_degree < 1:
-        raise ConfigError("replicas", f"need >= 1 replica of >= 1 GPU, not {spec.replicas} x {spec.sp_degree}")
     if sc.replicas and (spec.replicas, spec.sp_degree) != (1, 1):
         raise ConfigError("--replicas", f"scenario {sc.name!r} declares its own replicas ({sc.gpus} GPUs); "
                                         "--replicas/--sp apply to one-GPU scenarios")

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched import bounds
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.sim.cost import PROFILE_DIR, CostModel, SPLayout, load_profile
 from rlsched.sim.request import Request
 
-LIMITS = {"--height": 1_000_000, "--width": 1_000_000, "--frames": 1_000_000, "--steps": 100_000,
-          "--batch": 65_536}
-"""Largest value of each integer flag (past any real deployment; keeps every figure finite)."""
+LIMITS = {"--height": bounds.MAX_SIDE_PX, "--width": bounds.MAX_SIDE_PX, "--frames": bounds.MAX_FRAMES,
+          "--steps": bounds.MAX_STEPS, "--batch": bounds.MAX_NUM_SEQS}
+"""Largest value of each integer flag (``rlsched.bounds``: past any real deployment; keeps every figure finite)."""
 MAX_SP_DEGREE = 4096
 
 
@@ -112,6 +113,7 @@ def predict_request(cost: CostModel, *, height: int, width: int, frames: int = 1
         flag = "--cfg-parallel" if "cfg_parallel" in str(exc) else "--sp"
         raise ConfigError(flag, f"profile {cost.name!r}: {exc}") from None
     try:
+        m.check_frames(frames)
         reqs = [Request(i, 0.0, model, m.modality, height, width, frames, steps, cfg, "batch", float("inf"))
                 for i in range(batch)]
     except InvalidRequest as exc:

@@ -248,6 +248,12 @@ class ModelCost:
     def passes(self, req: Request) -> int:
         return self.cfg_passes if req.cfg else 1
 
+    def check_frames(self, num_frames: int) -> None:
+        """``InvalidRequest`` for a multi-frame request to an image model (its cost would be a video's that
+        the model never generates): a scenario mix, a trace row and ``profile predict --frames`` are refused."""
+        if self.modality == "image" and num_frames != 1:
+            raise InvalidRequest("num_frames", num_frames, f"model {self.name!r} generates images: one frame")
+
     def sp_layout(self, degree: int | str | SPLayout) -> SPLayout:
         """``degree`` as a layout this model is calibrated for: an integer means the profile's
         ``sp.method``; a string is parsed (``u2r2``); degree 1 is always valid."""

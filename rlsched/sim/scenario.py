@@ -246,6 +246,7 @@ def _check_expected(expected: float, where: str, what: str) -> None:
 def standalone_s(cost: CostModel, shape: ShapeSpec) -> float:
     """Standalone time of ``shape``; ``InvalidRequest('shape', ...)`` if it cannot run even alone on the GPU."""
     free = cost.gpu_memory_gb - cost.weights_gb
+    cost.model(shape.model).check_frames(shape.num_frames)
     try:
         rec = cost.record(_request(0, 0.0, shape, "batch", math.inf))
         need = rec.mem_gb

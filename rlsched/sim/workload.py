@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from rlsched import bounds
+from rlsched.bounds import MAX_CV, MAX_TRACE_BYTES, MAX_TRACE_ROWS, MIN_CV
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError
-from rlsched.sim.schema import MAX_CV, MIN_CV
 
 # ------------------------------------------------------------------ arrivals
 
-MAX_ARRIVALS = 20_000_000
+MAX_ARRIVALS = bounds.MAX_ARRIVALS
 """More arrivals than this in one run is a typo in the rate or window, not a workload (and would
 exhaust memory): a scenario refuses it from rate x duration before anything is allocated."""
 MAX_DRAWN = 2 * MAX_ARRIVALS
@@ -186,10 +187,24 @@ def _read_servegen(path: Path) -> list[tuple[float, float, float, str]]:
 
 
 def read_text(path: Path) -> str:
-    """The file as text (UTF-8, a byte-order mark dropped); errors name the file and line."""
+    """The file as text (UTF-8, a byte-order mark dropped); errors name the file and line.
+
+    A trace is bounded before it is parsed: at most ``MAX_TRACE_BYTES`` read, at most ``MAX_TRACE_ROWS``
+    rows (a header and blank lines aside; counted from its line breaks, in one pass at C speed). A
+    10-million-row trace was read and replayed for minutes with no word."""
     if not path.is_file():
         raise ConfigError(str(path), "trace file not found")
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise ConfigError(str(path), f"trace of {size:,} bytes; at most {MAX_TRACE_BYTES:,} are read "
+                                     f"(rlsched.bounds.MAX_TRACE_BYTES): cut it to a window first")
     data = path.read_bytes()
+    lines = max(data.count(b"\n"), data.count(b"\r"))
+    if lines > MAX_TRACE_ROWS + 1:  # the header
+        raise TraceFormatError(str(path), MAX_TRACE_ROWS + 2,
+                               f"past the trace row bound: {lines:,} lines, at most {MAX_TRACE_ROWS:,} rows are "
+                               "replayed (rlsched.bounds.MAX_TRACE_ROWS, about a minute of reading); cut the trace "
+                               "to a window first (head -n)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -260,14 +275,23 @@ def arrival_time(value: str, field: str = "arrival_s") -> float:
     return out
 
 
+SHAPE_BOUNDS = {"height": bounds.SIDE_PX, "width": bounds.SIDE_PX, "num_frames": bounds.FRAMES,
+                "num_inference_steps": bounds.STEPS}
+"""A trace's shape fields have the scenario schema's ranges."""
+
+
 def count(value: str | float, field: str) -> int:
-    """A positive integer; ``512.0`` is accepted, ``512.9`` is refused (never truncated)."""
+    """A positive integer, in ``SHAPE_BOUNDS[field]`` for a shape field; ``512.0`` is accepted, ``512.9``
+    is refused (never truncated)."""
     try:
         out = float(value)
     except (TypeError, ValueError):
         raise InvalidRequest(field, value, "must be a positive integer") from None
     if not math.isfinite(out) or out < 1 or out != int(out):
         raise InvalidRequest(field, value, "must be a positive integer")
+    bound = SHAPE_BOUNDS.get(field)
+    if bound is not None and not bound.holds(int(out)):
+        raise InvalidRequest(field, value, f"must be {bound.describe()}")
     return int(out)
 
 

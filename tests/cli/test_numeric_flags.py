@@ -80,6 +80,8 @@ def test_out_of_range_flags_are_argument_errors(argv: list[str], message: str,
     (["profile", "measure", "--out", "OUT/m.csv", "--batch-sizes", "0,2"], "--batch-sizes: each batch size"),
     (["loadgen", "ftp://h"], "url: expected an http:// or https:// URL"),
     (["loadgen", "http://h:99999"], "url: 'http://h:99999': Port out of range"),
+    (["profile", "predict", "qwen-image-h200", "--height", "512", "--width", "512", "--steps", "20", "--frames", "100"],
+     "--frames: invalid request field 'num_frames'=100: model 'qwen-image' generates images: one frame"),
 ])
 def test_values_checked_in_the_handler_are_config_errors(argv: list[str], message: str, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,3 +140,18 @@ def test_flag_and_schema_read_one_bound() -> None:
     assert schema.MAX_REPLICAS == bounds.REPLICAS.high == 1024
     assert bounds.SP_DEGREE.values == (1, 2, 4, 8)
     assert schema.ReplicaGroupSpec.model_fields["sp_degree"].annotation.__args__ == bounds.SP_DEGREE.values
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"replicas": 100_000}, "--replicas: must be an integer >= 1 and <= 1024, not 100000"),
+    ({"replicas": 2, "sp_degree": 3}, "--sp: must be one of 1, 2, 4, 8, not 3"),
+    ({"replicas": True}, "--replicas: must be an integer >= 1 and <= 1024, not True"),
+])
+def test_a_library_run_has_the_flags_bounds(changes: dict, message: str) -> None:
+    """``RunSpec`` built in code (not by argparse) meets the same bounds before anything is drawn."""
+    from rlsched.errors import ConfigError
+    from rlsched.evaluation import RunSpec, simulate
+    from rlsched.sim import load_scenario
+
+    with pytest.raises(ConfigError, match=message):
+        simulate(RunSpec("default", "fifo", 0, duration_s=60.0, **changes), load_scenario("default"))

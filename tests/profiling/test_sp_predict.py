@@ -84,6 +84,11 @@ def test_text_output_starts_with_the_latency(capsys) -> None:
     (["no-such-profile", "--height", "512", "--width", "512", "--steps", "20"], "PROFILE"),
 ])
 def test_bad_input_is_a_config_error_naming_the_flag(capsys, argv: list[str], flag: str) -> None:
+    if flag in ("--height", "--width", "--steps", "--frames", "--batch"):  # typed flags: rlsched.bounds' ranges
+        with pytest.raises(SystemExit) as exc:
+            main(["profile", "predict", *argv])
+        assert exc.value.code == 2 and f"error: argument {flag}: must be an integer >= 1" in capsys.readouterr().err
+        return
     assert main(["profile", "predict", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rlsched: error: {flag}:"), err

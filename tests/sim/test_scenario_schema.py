@@ -177,3 +177,59 @@ def test_fuzzed_yaml_bytes_never_traceback(tmp_path_factory: pytest.TempPathFact
         load_scenario(path)
     except ConfigError as exc:
         assert str(path) in str(exc)
+
+
+# ------------------------------------------------------------------ the stage as a whole (issue 34)
+def _numeric_paths() -> list[str]:
+    """Every numeric field of a scenario, as a key path into GOOD (+ a replica group)."""
+    return ["duration_s", "arrival.rate_rps", "classes.batch.share", "classes.batch.slo_scale", "mix.0.height",
+            "mix.0.width", "mix.0.num_frames", "mix.0.steps", "mix.0.weight", "mix.0.prefix_groups",
+            "serving.max_num_seqs", "serving.request_batch_max_wait_ms", "replicas.0.count",
+            "replicas.0.sp_degree", "replicas.0.cfg_parallel"]
+
+
+@pytest.mark.parametrize("path", _numeric_paths())
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_is_never_a_number(tmp_path: Path, path: str, value: bool) -> None:
+    """Bug: ``count: true`` was coerced to one replica (pydantic reads true as 1, even in ``Literal[1, 2]``)."""
+    data = copy.deepcopy(GOOD) | {"serving": {}, "replicas": [{"count": 1}]}
+    *parents, last = path.split(".")
+    node: Any = data
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[last] = value
+    with pytest.raises(ConfigError, match=r"s.yaml:\d+: .*must be a number, not a boolean"):
+        load_scenario(write(tmp_path, data))
+
+
+def test_a_whole_stage_has_at_most_max_replicas(tmp_path: Path) -> None:
+    """Bug: the cap was per group: many groups ran until killed or ended in a numpy MemoryError."""
+    from rlsched import bounds
+
+    groups = [{"count": 1024, "name": f"g{i}"} for i in range(3)]
+    with pytest.raises(ConfigError) as err:
+        load_scenario(write(tmp_path, GOOD | {"replicas": groups}))
+    assert re.search(r"s.yaml:\d+: replicas: 3072 replicas in all groups; a stage has at most 1024", str(err.value))
+    ok = [{"count": 512, "name": "a"}, {"count": 512, "name": "b"}]
+    assert len(load_scenario(write(tmp_path, GOOD | {"replicas": ok})).replica_specs()) == bounds.MAX_REPLICAS
+
+
+def test_two_groups_with_one_name_are_refused_naming_both(tmp_path: Path) -> None:
+    """Bug: two groups named alike gave ambiguous ``per_replica`` rows (``a-0`` twice)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(GOOD, sort_keys=False) + "replicas:\n  - {count: 2, name: a}\n"
+                    "  - {count: 1, sp_degree: 2}\n  - {count: 1, name: a}\n")
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}:19: replicas[2].name: 'a' is also the name of replicas[0] (line 17): their "
+                              "replicas' per_replica rows would be ambiguous; give each group its own name")
+    path.write_text(yaml.safe_dump(GOOD | {"replicas": [{"count": 1}, {"count": 2}]}))
+    with pytest.raises(ConfigError, match=r"replicas\[1\].name: 'qwen-image-h200@sp1' is also the name of "
+                                          r"replicas\[0\]"):
+        load_scenario(path)  # the default names collide too
+
+
+def test_a_multi_frame_shape_on_an_image_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"mix\[0\]: invalid request field 'num_frames'=8: model 'qwen-image' "
+                                          r"generates images: one frame"):
+        load_scenario(write(tmp_path, with_("mix.0.num_frames", 8))).requests(seed=0)

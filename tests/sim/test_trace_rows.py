@@ -177,3 +177,41 @@ def test_fuzzed_bytes_give_typed_errors_only(tmp_path: Path, sc, head: bytes, ra
             sc.requests(seed=0, trace=path)
         except ConfigError as exc:  # TraceFormatError is one
             assert "raw.csv" in str(exc)
+
+
+# ------------------------------------------------------------------ bounds (issue 34)
+@pytest.mark.parametrize("name, body", [
+    ("t.csv", "".join(f"{i},512,512,1,20,batch\n" for i in range(6))),
+    ("t.txt", "".join(hetu(str(i)) for i in range(6))),
+    ("a.csv", "TIMESTAMP,x\n" + "".join(f"2023-11-16 18:15:{i:02d}.0,1\n" for i in range(6))),
+])
+def test_a_trace_past_the_row_bound_is_refused_before_parsing(tmp_path: Path, sc, monkeypatch, name: str,
+                                                              body: str) -> None:
+    """Bug: a 10-million-row trace was read and replayed for minutes without a word. The bound
+    (``bounds.MAX_TRACE_ROWS``, 2 million rows) is checked from the file's line breaks first."""
+    monkeypatch.setattr(wl, "MAX_TRACE_ROWS", 4)
+    text = (HEADER if name == "t.csv" else "") + body
+    path = write(tmp_path, text, name)
+    with pytest.raises(TraceFormatError, match=r":6: past the trace row bound: \d lines, at most 4 rows are replayed"):
+        sc.requests(seed=0, trace=path) if name != "a.csv" else wl.azure_arrivals(path)
+    monkeypatch.setattr(wl, "MAX_TRACE_BYTES", 10)
+    with pytest.raises(ConfigError, match=r"trace of \d+ bytes; at most 10 are read"):
+        sc.requests(seed=0, trace=path)
+
+
+@pytest.mark.parametrize(("field", "value"), [("height", "1000001"), ("num_frames", "10000000"),
+                                              ("num_inference_steps", "100001")])
+def test_trace_shapes_have_the_schemas_bounds(tmp_path: Path, sc, field: str, value: str) -> None:
+    row = {"height": "512", "width": "512", "num_frames": "1", "num_inference_steps": "20"} | {field: value}
+    path = write(tmp_path, HEADER + f"0,{row['height']},{row['width']},{row['num_frames']},"
+                                    f"{row['num_inference_steps']},batch\n")
+    with pytest.raises(TraceFormatError, match=rf"t.csv:2: invalid request field '{field}'='{value}': must be an "
+                                               r"integer >= 1 and <= \d+"):
+        sc.requests(seed=0, trace=path)
+
+
+def test_a_multi_frame_row_for_an_image_model_is_refused(tmp_path: Path, sc) -> None:
+    path = write(tmp_path, HEADER + "0,512,512,1,20,batch\n1,512,512,16,20,batch\n")
+    with pytest.raises(TraceFormatError, match=r"t.csv:3: invalid request field 'num_frames'=16: model 'qwen-image' "
+                                               r"generates images"):
+        sc.requests(seed=0, trace=path)
