@@ -155,3 +155,23 @@ def test_a_library_run_has_the_flags_bounds(changes: dict, message: str) -> None
 
     with pytest.raises(ConfigError, match=message):
         simulate(RunSpec("default", "fifo", 0, duration_s=60.0, **changes), load_scenario("default"))
+
+
+def test_every_numeric_flag_takes_exactly_its_bounds_values() -> None:
+    """Property over every numeric flag: a value at or past its bound's edges (and NaN, inf, a huge integer, a
+    fraction for an integer flag) parses iff the bound holds it; else argparse's ArgumentTypeError."""
+    for path, action in _actions(build_parser()):
+        bound = getattr(action.type, "bound", None)
+        if bound is None:
+            continue
+        edges = list(bound.values) if bound.values else [bound.low, bound.high]
+        texts = [repr(e + d) for e in edges for d in (-1, -1e-9, 0, 1e-9, 1) if abs(e) != float("inf")]
+        texts += [str(int(e) + d) for e in edges for d in (-1, 0, 1) if abs(e) != float("inf")]
+        texts += ["nan", "inf", "-inf", str(10**400), "2.5", "true", ""]
+        for text in texts:
+            try:
+                value = action.type(text)
+            except argparse.ArgumentTypeError as exc:
+                assert str(exc).startswith(f"must be {bound.describe()}, not "), (path, text, str(exc))
+                continue
+            assert bound.holds(value), (path, action.option_strings, text, value)

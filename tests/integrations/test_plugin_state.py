@@ -361,3 +361,30 @@ def test_deploy_marks_late_binding_only_behind_the_central_pool(tmp_path) -> Non
         assert main(["deploy", *args, "--out", str(out)]) == 0
         extras = yaml.safe_load(out.read_text())["stages"][0]["extras"]["rlsched"]
         assert extras.get("late_binding", False) is late, args
+
+
+def _hostile(bound) -> list:
+    """Values at and past ``bound``'s edges, and the kinds that are never numbers here."""
+    edges = [bound.low, bound.high] if not bound.values else list(bound.values)
+    near = [e + d for e in edges for d in (-1, -1e-9, 0, 1e-9, 1) if e not in (math.inf, -math.inf)]
+    return [*near, True, False, math.nan, math.inf, -math.inf, 10**400, "5", None, 2.5, 0, -1]
+
+
+def test_every_numeric_setting_takes_exactly_its_bounds_values() -> None:
+    """Property over the plugin's settings: a value from the table's edges loads iff the bound holds it (and
+    it is of the bound's kind); anything else is a ConfigError naming the setting, never another exception."""
+    from numbers import Integral
+
+    from rlsched.integrations.vllm_omni.config import NUMBERS
+
+    for name, bound in NUMBERS.items():
+        for value in _hostile(bound):
+            kind_ok = not isinstance(value, bool) and (isinstance(value, Integral) if bound.integer
+                                                       else isinstance(value, (int, float)))
+            try:
+                got = PluginConfig(**{name: value})
+            except ConfigError as exc:
+                assert exc.where == f"extras.rlsched.{name}", (name, value, str(exc))
+                assert not (kind_ok and bound.holds(value)), (name, value)
+                continue
+            assert kind_ok and bound.holds(getattr(got, name)), (name, value)
