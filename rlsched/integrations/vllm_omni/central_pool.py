@@ -62,9 +62,8 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
-from rlsched.integrations.vllm_omni.routing import make_request
 from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
-from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking
+from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking, make_request
 from rlsched.policies import make_policy
 from rlsched.sim.request import COMPLETED, Request
 from rlsched.sim.stage import next_batch_s, takes_next_batch

@@ -1,7 +1,7 @@
 """The routing wing's floor: what the router pool and the central pool share and the plugin installer
 (``router.py``) reads — the stage's router settings (``RouterConfig``, ``extras.rlsched_router``), the
-metrics, the request reader (``make_request``: vLLM-Omni's sampling params as the ledger's ``Request``)
-and the stage-config readers. No vLLM import; nothing here imports the pools or the installer.
+metrics and the stage-config readers (the request reader, ``make_request``, is the engine plugin's own, in
+``state.py``). No vLLM import; nothing here imports the pools or the installer.
 
 =========================================  =========  ===============  ============================================
 name                                       type       labels           meaning
@@ -43,13 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import DECISION_THREADS, PluginConfig
+from rlsched.integrations.vllm_omni.config import DECISION_THREADS
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
-from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.policies.router_views import SILENCE_S
-from rlsched.sim.cost import CostModel
-from rlsched.sim.request import Request
 from rlsched.sim.stage import CENTRAL_LEAD_S
 
 EXTRAS_KEY = "rlsched_router"
@@ -63,7 +60,6 @@ STATE_REASONS = ("taken", "old", "invalid", "unrouted")
 """``rlsched_router_state_total``'s reasons: what became of a published state the pool heard."""
 CENTRAL = "central"
 """The router spec of late binding (``POLICY@central``): ``central_pool.CentralStagePool``."""
-INF = math.inf
 
 # ----------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
@@ -194,27 +190,6 @@ class RouterMetrics(MetricSet):
                                    ["reason"])
 
 
-# ------------------------------------------------------------------------------ requests
-def make_request(iid: int, now: float, sampling: Any, settings: PluginConfig, cost: CostModel) -> Request:
-    """``sampling`` (vLLM-Omni's diffusion sampling params) as the engine plugin reads it (``read_request``:
-    shape, steps, CFG, ``extra_args`` priority and ``slo_ms``), arriving at ``now``; without ``slo_ms`` the
-    SLO is the class's scale × the standalone time in ``cost`` (the profile, as on each replica)."""
-    try:
-        fields, _ = read_request(sampling, settings)
-        return _request(iid, now, fields, settings, cost)
-    except Exception:  # whatever the request holds, it is routed and followed: defaults, as the plugin does
-        fields, _ = read_request(None, settings)
-        return _request(iid, now, fields, settings, cost)
-
-
-def _request(iid: int, now: float, fields: dict[str, Any], settings: PluginConfig, cost: CostModel) -> Request:
-    m = cost.model(settings.model) if settings.model else next(iter(cost.models.values()))
-    req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
-                  fields["steps"], fields["cfg"], fields["priority"], INF)
-    slo_s = fields["slo_s"] or settings.slo_scale(req.priority) * cost.record(req).work_s
-    return dataclasses.replace(req, slo_s=slo_s)
-
-
 def stage_setting(stage_cfg: Any, name: str) -> Any:
     """A diffusion stage setting as vLLM-Omni 0.30 holds it in the API process: on the typed config's
     ``diffusion_config`` (``VllmOmniDiffusionStageConfig``), else in a legacy config's ``engine_args``."""
@@ -259,4 +234,4 @@ def _parallel(stage_cfg: Any) -> Callable[..., Any]:
 
 
 __all__ = ["CENTRAL", "ENV_VAR", "EXTRAS_KEY", "REASONS", "STATE_REASONS", "SUPPORTED_SERIES", "RouterConfig",
-           "RouterMetrics", "make_request", "max_num_seqs", "sp_degree", "stage_layout", "stage_setting"]
+           "RouterMetrics", "max_num_seqs", "sp_degree", "stage_layout", "stage_setting"]

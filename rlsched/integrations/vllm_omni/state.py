@@ -98,6 +98,34 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
     return out, bad
 
 
+def request_of(iid: int, now: float, fields: dict[str, Any], settings: PluginConfig, cost: CostModel,
+               model: Any = None) -> Request:
+    """The ``Request`` that ``read_request``'s ``fields`` describe, arriving at ``now`` (less the time it was
+    parked: late binding dates it back to its arrival at the central queue), with its SLO: ``slo_ms``, else
+    the class's scale × its standalone time in ``cost`` (the profile, as on each replica). ``ValueError`` for
+    an SLO past float's range. The one reading of a request for the engine plugin and the router's ledger."""
+    m = model or (cost.model(settings.model) if settings.model else next(iter(cost.models.values())))
+    arrival = max(now - fields.get("parked_s", 0.0), 0.0)
+    req = Request(iid, arrival, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
+                  fields["steps"], fields["cfg"], fields["priority"], math.inf)
+    slo_s = fields["slo_s"] or settings.slo_scale(req.priority) * cost.record(req).work_s
+    if not (math.isfinite(slo_s) and slo_s > 0):  # a standalone time past float's range
+        raise ValueError("no finite SLO")
+    return dataclasses.replace(req, slo_s=slo_s)
+
+
+def make_request(iid: int, now: float, sampling: Any, settings: PluginConfig, cost: CostModel) -> Request:
+    """``sampling`` (vLLM-Omni's diffusion sampling params) as a ``Request`` (``read_request``, ``request_of``);
+    whatever it holds, a request: every field at its default where it cannot be read (the router's ledger
+    follows every request it routes, as the engine plugin tracks every one it admits)."""
+    try:
+        fields, _ = read_request(sampling, settings)
+        return request_of(iid, now, fields, settings, cost)
+    except Exception:
+        fields, _ = read_request(None, settings)
+        return request_of(iid, now, fields, settings, cost)
+
+
 def drop_client_parking(req_state: Any, stage_id: int, params_override: Any = None) -> None:
     """Remove a client's own ``extra_args[PARKED_KEY]`` from a request's stage params (the central pool
     calls this on every request it is handed, before it parks or sends it): only the pool's late binding
@@ -339,16 +367,9 @@ class PluginState:
         return rec, bad
 
     def _record(self, iid: int, now: float, fields: dict[str, Any]) -> RequestRecord:
-        m = self._model
-        now = max(now - fields.get("parked_s", 0.0), 0.0)  # late binding: it arrived when it was parked
-        req = Request(iid, now, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
-                      fields["steps"], fields["cfg"], fields["priority"], math.inf)
+        req = request_of(iid, now, fields, self.settings, self.cost, self._model)
         rec = self.cost.record(req)
-        slo_s = fields["slo_s"] or self.settings.slo_scale(req.priority) * rec.work_s
-        if not (math.isfinite(slo_s) and slo_s > 0):  # a standalone time past float's range
-            raise ValueError("no finite SLO")
-        rec.request = dataclasses.replace(req, slo_s=slo_s)
-        rec.deadline_s = now + slo_s
+        rec.deadline_s = req.arrival_s + req.slo_s
         return rec
 
     def note_preempted(self, name: str) -> None:
