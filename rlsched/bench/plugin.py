@@ -59,7 +59,7 @@ def _load() -> Any:
         try:
             import vllm_omni  # noqa: F401
 
-            from rlsched.integrations.vllm_omni import overhead
+            from rlsched.integrations.vllm_omni.harness import overhead
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("rlsched"):
                 raise

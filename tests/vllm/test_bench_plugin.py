@@ -65,7 +65,7 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
 
 def test_machine_probe_marks_the_calls_beside_a_slow_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe 10x its median (the machine running slow) marks the call before and the call after it."""
-    from rlsched.integrations.vllm_omni import overhead
+    from rlsched.integrations.vllm_omni.harness import overhead
 
     times = iter([20_000] * 3 + [200_000] + [20_000] * 10)
     monkeypatch.setattr(overhead, "probe", lambda: next(times))
@@ -82,7 +82,7 @@ def test_collections_inside_a_call_are_timed_and_set_apart(monkeypatch: pytest.M
     import gc
 
     from rlsched.bench.plugin import _p99, _summarize
-    from rlsched.integrations.vllm_omni import overhead
+    from rlsched.integrations.vllm_omni.harness import overhead
 
     sched = overhead.native_scheduler(False)
     inner, calls = sched.schedule, []

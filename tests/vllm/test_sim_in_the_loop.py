@@ -16,7 +16,7 @@ pytestmark = pytest.mark.vllm
 if not os.environ.get("RLSCHED_REQUIRE_VLLM"):
     pytest.importorskip("vllm_omni")
 
-from rlsched.integrations.vllm_omni.loop import (  # noqa: E402
+from rlsched.integrations.vllm_omni.harness.loop import (  # noqa: E402
     Recorder,
     SimClock,
     compare,

@@ -14,7 +14,7 @@ simulated clock, in continuous time: where the engine polls every 2 ms, the loop
 exactly at the next arrival, the stable-window end and the deadline — the same
 idealisation as ``Fifo._admission_wait`` in the simulator.
 
-Run ``python -m rlsched.integrations.vllm_omni.loop --help`` for the comparison table.
+Run ``python -m rlsched.integrations.vllm_omni.harness.loop --help`` for the comparison table.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def compare(scenario: str = "default", policy: str = "fifo", seed: int = 0, dura
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlsched.integrations.vllm_omni.loop",
+    p = argparse.ArgumentParser(prog="python -m rlsched.integrations.vllm_omni.harness.loop",
                                 description="Pure simulator vs simulator + real vLLM-Omni scheduler.")
     p.add_argument("--scenario", default="default")
     p.add_argument("--policies", default="fifo,edf,sjf", help="comma-separated; fifo runs vLLM-Omni's own")
