@@ -41,6 +41,15 @@ class ConfigError(RlschedError, ValueError):
         super().__init__(f"{where}: {why}")
 
 
+class OutputPathError(ConfigError):
+    """An output path rlsched will not write: a folder, a named pipe, a device, a socket or a
+    symbolic link where a regular file belongs (``rlsched.atomic``); names the flag and the path."""
+
+    def __init__(self, flag: str | None, path: object, why: str) -> None:
+        self.flag, self.path = flag or "output", str(path)
+        super().__init__(self.flag, f"{path} {why}")
+
+
 class TraceFormatError(ConfigError):
     """A trace line cannot be parsed; names the file and the 1-based line."""
 

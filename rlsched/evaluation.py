@@ -81,7 +81,6 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     """A fresh ``Stage`` holding the seeded workload of ``spec`` (not yet run): the scenario's own
     replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a one-GPU scenario
     (arrivals scaled × replicas)."""
-    from rlsched.sim.layout import at_layout
     from rlsched.sim.stage import Stage
 
     if sc.replicas and (spec.replicas, spec.sp_degree) != (1, 1):
@@ -94,7 +93,20 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
     if sc.replicas:
         return Stage(reqs, sc.replica_specs(cost), seed=spec.seed)
-    return Stage.uniform(reqs, spec.replicas, at_layout(cost, spec.sp_degree), sc.serving, seed=spec.seed)
+    return Stage.uniform(reqs, spec.replicas, sp_cost(sc, cost, spec.sp_degree), sc.serving, seed=spec.seed)
+
+
+def sp_cost(sc: Scenario, cost: Any, sp_degree: int) -> Any:
+    """``cost`` split over ``sp_degree`` GPUs (``--sp``); a profile without the coefficients is an
+    error naming the flag, the scenario and its profile (the model's own message said neither)."""
+    from rlsched.sim.layout import at_layout
+
+    try:
+        return at_layout(cost, sp_degree)
+    except ConfigError as exc:
+        raise ConfigError("--sp", f"{sp_degree} GPUs per replica on scenario {sc.name!r}: its profile "
+                                  f"{sc.profile!r} cannot split a request over GPUs ({exc}); use --sp 1, or a "
+                                  "scenario whose profile has an 'sp' block (e.g. qwen-image-h200-vllm-omni)") from None
 
 
 def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
@@ -116,10 +128,10 @@ RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "
                  "slo_s", "preemptions")
 
 
-def write_records(sim: Any, path: str | Path) -> None:
+def write_records(sim: Any, path: str | Path, flag: str | None = "--records") -> None:
     """One CSV row per request (unfinished ones too) so anyone can check what happened;
-    written whole or not at all (``atomic_open``)."""
-    with atomic_open(Path(path), newline="") as fh:
+    written whole or not at all (``atomic_open``; ``flag`` names the path in an error)."""
+    with atomic_open(Path(path), "w", flag, newline="") as fh:
         out = csv.writer(fh)
         out.writerow(RECORD_FIELDS)
         for rec in sorted(sim.records.values(), key=lambda r: r.request.id):
@@ -282,6 +294,9 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
         if own:
             raise ConfigError("--replicas", f"{', '.join(own)} declare their own replicas; --replicas/--sp "
                                             "apply to one-GPU scenarios")
+        for name in dict.fromkeys(scenarios):  # before the first run, not at the first run of that scenario
+            sc = load_scenario(name)
+            sp_cost(sc, sc.cost(), sp_degree)
     ref = min(loads, key=lambda x: abs(x - 1.0))
     tasks = [(sc, pol, seed, rs, duration, ref, replicas, sp_degree) for sc in scenarios for rs in loads
              for seed in seeds for pol in policies]
@@ -411,8 +426,12 @@ def worst_vs_any(cells: list[Cell], target: str,
     return worst
 
 
-def write_report(grid: Grid, out: Path) -> dict[str, Any]:
-    """results.md, results.json and plots under ``out``; returns the JSON summary."""
+REPORT_FILES = ("results.json", "results.md", "slo_vs_load.png", "latency_cdf.png", "batch_sizes.png")
+"""What ``write_report`` writes into its folder (``rlsched eval`` checks each before the first run)."""
+
+
+def write_report(grid: Grid, out: Path, flag: str | None = "--out") -> dict[str, Any]:
+    """results.md, results.json and plots under ``out`` (``REPORT_FILES``); returns the JSON summary."""
     out.mkdir(parents=True, exist_ok=True)
     cells = aggregate(grid.rows)
     names = list(dict.fromkeys(c.policy for c in cells))
@@ -447,10 +466,10 @@ def write_report(grid: Grid, out: Path) -> dict[str, Any]:
         static = [p for p in names if p.startswith("static")]
         summary["paired_vs_static"] = {p: paired(grid.rows, p, tuple(static)) for p in names
                                        if p.startswith(LEARNED[:2]) and static}
-    write_atomic(out / "results.json", json.dumps(json_safe(summary), indent=1))
+    write_atomic(out / "results.json", json.dumps(json_safe(summary), indent=1), flag)
     shown = labels(names)
     write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown, summary.get("worst_vs_any"))
-                 + _paired_markdown(summary, shown))
+                 + _paired_markdown(summary, shown), flag)
     _plots(grid, cells, out, shown)
     return summary
 
@@ -655,7 +674,7 @@ def _coinciding(curves: dict[str, list[float]], shown: dict[str, str], points: f
 
 
 def _savefig(fig: Any, path: Path, dpi: int) -> None:
-    with atomic_open(path, "wb") as fh:
+    with atomic_open(path, "wb", "--out") as fh:
         fig.savefig(fh, format="png", dpi=dpi)
 
 

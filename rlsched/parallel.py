@@ -48,8 +48,23 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int = 1, ray: s
     else:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers) as pool:
+        # workers ignore Ctrl-C: the caller takes it (and ends them), so a terminal's SIGINT to the
+        # whole process group prints no traceback per worker
+        pool = ProcessPoolExecutor(workers, initializer=_ignore_sigint)
+        try:
             yield from pool.map(fn, tasks, chunksize=1)
+        except BaseException:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # not awaited: a task may run minutes
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def cpu_count() -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError
 from rlsched.evaluation import EVAL_SEED_BASE
 from rlsched.parallel import run_tasks
@@ -134,6 +135,7 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     gpus = sc.gpus if gpus is None else gpus
     profile = profile or profile_of(sc)
     options = layouts(gpus, load_profile(profile), cfg_degrees)
+    check_loads(sc, scenario, profile, gpus, loads, seeds)
     policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
     specs = [f"{policy}@{r}" for r in routers]
     for s in specs:
@@ -176,6 +178,24 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
                    check_worst_loses_points=round(100 * (hindsight["check_mean"]
                                                          - min(r["check_mean"] for r in rows)), 2))
     return out
+
+
+def check_loads(sc: Any, scenario: str, profile: str, gpus: int, loads: Sequence[float], seeds: Sequence[int]) -> None:
+    """The heaviest workload a layout gets (the highest load on ``gpus`` GPUs) drawn once, before
+    any layout: one too large to simulate is an error naming ``--loads`` and ``--gpus``, which the
+    user gave, rather than the rate scale they multiply to, which they never did. The scenario
+    at its own rate is drawn first, so a problem of the scenario itself is reported as it is."""
+    cost = load_profile(profile)
+    seed = seeds[0] if seeds else 0
+    sc.requests(seed, 1.0, cost=cost)
+    top = max(loads)
+    scale = top * gpus / sc.gpus
+    try:
+        sc.requests(seed, scale, cost=cost)
+    except ConfigError as exc:
+        raise ConfigError("--loads", f"load {top:g} on --gpus {gpus} runs scenario {sc.name!r} at {scale:g} x its "
+                                     f"own rate (the nominal rate per GPU x {gpus} GPUs), too much to simulate: "
+                                     f"{exc}; lower --loads or --gpus") from None
 
 
 def _scores(values: np.ndarray, loads: Sequence[float], prefix: str = "") -> dict[str, Any]:
@@ -238,8 +258,8 @@ def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: 
     return shlex.join([*argv, "--out", out])
 
 
-def write_plot(result: dict[str, Any], path: Path) -> None:
-    """SLO attainment vs load, one line per layout."""
+def write_plot(result: dict[str, Any], path: Path, flag: str | None = "--out") -> None:
+    """SLO attainment vs load, one line per layout, written whole (``rlsched.atomic``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,8 +278,9 @@ def write_plot(result: dict[str, Any], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_open(path, "wb", flag) as fh:
+        fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)
 
 
-__all__ = ["Layout", "deploy_command", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]
+__all__ = ["Layout", "check_loads", "deploy_command", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]

@@ -89,13 +89,18 @@ def label_episode(task: LabelTask) -> dict[str, np.ndarray]:
             "cand": np.asarray(cand, np.float32).reshape(-1, K, F), "q": np.asarray(qs).reshape(-1, K)}
 
 
-def save_labels(path: Path, parts: list[dict[str, np.ndarray]], meta: dict[str, Any]) -> Path:
-    """Concatenate per-episode arrays into one ``.npz`` (no pickle) with its provenance."""
+def save_labels(path: Path, parts: list[dict[str, np.ndarray]], meta: dict[str, Any],
+                flag: str | None = None) -> Path:
+    """Concatenate per-episode arrays into one ``.npz`` (no pickle) with its provenance, written
+    whole or not at all (``rlsched.atomic``; ``flag`` names the path in an error)."""
     import json
+
+    from rlsched.atomic import atomic_open
 
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q")}
-    np.savez_compressed(path, **arrays, meta=np.asarray(json.dumps(meta)))
+    with atomic_open(path, "wb", flag) as fh:
+        np.savez_compressed(fh, **arrays, meta=np.asarray(json.dumps(meta)))
     return path
 
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.sim.yamlio import read_yaml
 
@@ -291,7 +292,7 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path,
     (SLO credits, realtime = 1) per training episode, with a rolling mean."""
     import csv
 
-    with (run / "ppo_curve.csv").open("w", newline="") as fh:
+    with atomic_open(run / "ppo_curve.csv", "w", "--run-dir", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["timesteps", "differential_return", "deviation_share"])
         w.writerows(episodes)
@@ -318,7 +319,8 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path,
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(run / "ppo_curve.png", dpi=110)
+    with atomic_open(run / "ppo_curve.png", "wb", "--run-dir") as fh:
+        fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)
 
 
@@ -332,7 +334,7 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
     seed_everything(cfg.seed)
     origin = provenance()  # the commit and tree the recipe starts from, not those it ends at
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(cfg.model_dump_json(indent=1))
+    write_atomic(run / "config.json", cfg.model_dump_json(indent=1), "--run-dir")
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     log = SummaryWriter(str(run / "tb" / "imitation"))
@@ -356,7 +358,7 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
               "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
               "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
               "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
-    (run / "report.json").write_text(json.dumps(report, indent=1))
+    write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
     if out is not None:
         _export(cfg, nets[chosen], out, report, origin)
     return report

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from rlsched.agents.pick_train import ImitationConfig, PPOStage, Strict, ValidationConfig, load_config
+from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
 
 
@@ -264,7 +265,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     seed_everything(cfg.seed)
     origin = provenance()
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(cfg.model_dump_json(indent=1))
+    write_atomic(run / "config.json", cfg.model_dump_json(indent=1), "--run-dir")
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     log = SummaryWriter(str(run / "tb" / "router"))
@@ -306,7 +307,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
               "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
               "labels": [f.name for f in files], "states": sum(len(r["q"]) for r in rounds),
               "total_s": time.perf_counter() - t0}
-    (run / "report.json").write_text(json.dumps(report, indent=1))
+    write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
     if out is not None:
         export_router(cfg, nets[chosen], out, report, origin)
     return report

@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 from rlsched.agents.config import AgentConfig
-from rlsched.atomic import write_atomic
+from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
 
 LAST, BEST = "last", "best"
@@ -86,9 +86,10 @@ def initial_action(paths: tuple[str, ...]) -> np.ndarray:
 def save_obs_norm(venv: Any, path: Path) -> None:
     """Observation statistics as .npz (no pickle), for resume and export."""
     rms = venv.obs_rms
-    np.savez(path, mean=rms.mean, var=rms.var, count=np.asarray(rms.count),
-             clip=np.asarray(venv.clip_obs), epsilon=np.asarray(venv.epsilon),
-             enabled=np.asarray(bool(venv.norm_obs)))
+    with atomic_open(path, "wb") as fh:
+        np.savez(fh, mean=rms.mean, var=rms.var, count=np.asarray(rms.count),
+                 clip=np.asarray(venv.clip_obs), epsilon=np.asarray(venv.epsilon),
+                 enabled=np.asarray(bool(venv.norm_obs)))
 
 
 def load_obs_norm(venv: Any, path: Path) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.atomic import check_output, stream_open
 from rlsched.errors import ConfigError, MissingExtra
 from rlsched.evaluation import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare, prepare_stage
 from rlsched.parallel import run_tasks
@@ -303,8 +304,9 @@ def study_lock(storage: str | None) -> Iterator[None]:
     if not path.parent.is_dir():
         raise ConfigError("--storage", f"cannot open {storage!r}: folder {path.parent} does not exist")
     lock = path.with_name(path.name + ".lock")
+    check_output(path, "--storage")  # a FIFO or a link as the study: refused, not opened
     try:
-        fh = lock.open("a")
+        fh = stream_open(lock, "a", "--storage")
     except OSError as exc:
         raise ConfigError("--storage", f"cannot open {storage!r}: {exc.strerror or exc} ({lock})") from None
     with fh:

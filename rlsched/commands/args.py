@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlsched.atomic import file_mode, write_atomic  # noqa: F401  (re-exported for the commands)
-from rlsched.errors import ConfigError
+from rlsched.atomic import atomic_open, check_output, file_mode, kind, stream_open, write_atomic  # noqa: F401 (re-exported)
+from rlsched.errors import ConfigError, OutputPathError
 
 Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {}
@@ -40,9 +40,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 # ------------------------------------------------------------------ output paths
-# Checked before the work starts (a typo in --out must not cost a finished run), written
-# through a temporary file in the same folder and os.replace, so a crash or a full disk
-# never leaves a half-written file in place of the previous one.
+# Every output of every command is checked here before the work starts (a typo in --out must
+# not cost a finished run) and written through rlsched.atomic, whose check_output refuses a
+# path that is not a regular file (a folder, a named pipe, a device, a socket, a symbolic link).
 
 
 def _probe_writable(folder: Path, flag: str) -> None:
@@ -65,11 +65,10 @@ def _existing_ancestor(path: Path, flag: str) -> Path:
 
 
 def check_out_file(path: str | Path, flag: str, make_parents: bool = False) -> Path:
-    """``path`` as a file rlsched may write: not a folder, its folder writable. The folder must
-    exist unless ``make_parents`` (then it is created now, before the work)."""
-    out = Path(path)
-    if out.is_dir():
-        raise ConfigError(flag, f"{out} is a folder; name the file to write")
+    """``path`` as a file rlsched may write: absent or a regular file (``rlsched.atomic.check_output``),
+    its folder writable. The folder must exist unless ``make_parents`` (then it is created now,
+    before the work)."""
+    out = check_output(path, flag)
     parent = out.parent
     if not parent.is_dir():
         if parent.exists():
@@ -85,11 +84,22 @@ def check_out_file(path: str | Path, flag: str, make_parents: bool = False) -> P
     return out
 
 
-def check_out_dir(path: str | Path, flag: str) -> Path:
-    """``path`` as a folder rlsched may create or write into: not a file, writable (or creatable
-    under a writable folder). Nothing is created here."""
+def check_out_dir(path: str | Path, flag: str, files: tuple[str, ...] = ()) -> Path:
+    """``path`` as a folder rlsched may create or write into: a folder (a symbolic link to one
+    too) or absent, writable (or creatable under a writable folder), and each of ``files`` in
+    it absent or a regular file (``check_output``). Nothing is created here."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise ConfigError(flag, f"{out} is a file; name a folder")
+        what = "a file" if out.is_file() else kind(out.stat().st_mode)
+        raise OutputPathError(flag, out, f"is {what}; name a folder")
+    if not out.exists() and out.is_symlink():
+        raise OutputPathError(flag, out, f"is a symbolic link to {os.readlink(out)}, which does not exist")
     _probe_writable(out if out.is_dir() else _existing_ancestor(out, flag), flag)
+    for name in files:
+        check_output(out / name, flag)
     return out
+
+
+def existing_outputs(folder: Path, files: tuple[str, ...]) -> list[Path]:
+    """The files of ``files`` already in ``folder``: what a command is about to replace."""
+    return [folder / name for name in files if (folder / name).exists()]

@@ -182,7 +182,15 @@ def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any, 
     if len(ids) != replicas * width:
         raise ConfigError("--devices", f"{len(ids)} GPUs for --replicas {replicas} x {by} = {replicas * width}")
     from rlsched.planning import Layout, stage_yaml
+    from rlsched.sim.layout import at_layout
 
+    for flag_name, n, c in (("--sp", degree, 1), ("--cfg-parallel", cfg, cfg)):
+        try:  # the profile must model the layout, as the plugin will (it was written regardless)
+            at_layout(profile, degree, c)
+        except ConfigError as exc:
+            raise ConfigError(flag_name, f"{n} (--replicas {replicas} x {by}): profile {profile.name!r} cannot "
+                                         f"model this layout ({exc}); use a profile with an "
+                                         f"'{'sp' if c == 1 else 'cfg_parallel'}' block") from None
     try:
         keys = yaml.safe_load(stage_yaml(Layout(replicas, degree, cfg), len(ids), profile))
     except ConfigError as exc:
@@ -216,7 +224,7 @@ def _check(settings: PluginConfig) -> None:
 def _write(out: Path, text: str) -> None:
     """Write the config (checked by ``run`` first) whole or not at all."""
     try:
-        write_atomic(out, text)
+        write_atomic(out, text, "--out")
     except OSError as exc:
         raise ConfigError("--out", f"cannot write {out}: {exc.strerror}") from None
 

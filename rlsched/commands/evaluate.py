@@ -10,7 +10,7 @@ from pathlib import Path
 from rlsched import bounds
 from rlsched.argtypes import flag, int_list
 from rlsched.commands.args import check_out_dir, command, print_json, write_atomic
-from rlsched.evaluation import EVAL_SEED_BASE, Grid, run_grid, write_report
+from rlsched.evaluation import EVAL_SEED_BASE, REPORT_FILES, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.metrics import json_safe
 from rlsched.sim.workload import positive
@@ -52,18 +52,24 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"rlsched eval: seeds below {EVAL_SEED_BASE} are training seeds; "
                          "pass --allow-training-seeds to use them anyway")
     loads = [positive(x, "--rate-scales") for x in args.rate_scales.split(",")]
-    out = check_out_dir(args.out, "--out")
+    out = check_out_dir(args.out, "--out", (*REPORT_FILES, PARTIAL))
     scenarios, policies = args.scenarios.split(","), args.policies.split(",")
     grid = Grid([], {}, {}, 1.0)
     total = len(scenarios) * len(policies) * len(seeds) * len(loads)
     try:
         run_grid(scenarios, policies, seeds, loads, args.duration, args.workers, progress=not args.json,
                  ray=args.ray, grid=grid, replicas=args.replicas, sp_degree=args.sp)
+        summary = write_report(grid, out)  # inside: Ctrl-C while plotting keeps the rows too
+    except KeyboardInterrupt as exc:  # Ctrl-C: the finished runs kept, one line, the shell's status 130
+        where = f"; their rows are in {_write_partial(out, grid, total, exc)}" if grid.rows else ""
+        print(f"rlsched: interrupted: {len(grid.rows)} of {total} runs finished{where}", file=sys.stderr)
+        return 130
     except BaseException as exc:
         if grid.rows:
-            _write_partial(out, grid, total, exc)
+            path = _write_partial(out, grid, total, exc)
+            print(f"rlsched: note: {len(grid.rows)} of {total} runs finished before the grid stopped; their rows "
+                  f"are in {path}", file=sys.stderr)
         raise
-    summary = write_report(grid, out)
     (out / PARTIAL).unlink(missing_ok=True)  # an earlier stopped grid's rows: superseded
     if args.json:
         print_json(summary)
@@ -73,12 +79,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_partial(out: Path, grid: Grid, total: int, exc: BaseException) -> None:
+def _write_partial(out: Path, grid: Grid, total: int, exc: BaseException) -> Path:
     """The finished runs' rows (the same rows results.json is aggregated from), so a failure in
-    the last scenario does not cost the others."""
+    the last scenario does not cost the others; returns where they are."""
     why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / PARTIAL, json.dumps(json_safe({"finished": len(grid.rows), "total": total, "stopped_by": why,
-                                                      "rows": grid.rows}), indent=1))
-    print(f"rlsched: note: {len(grid.rows)} of {total} runs finished before the grid stopped; their rows are in "
-          f"{out / PARTIAL}", file=sys.stderr)
+                                                      "rows": grid.rows}), indent=1), "--out")
+    return out / PARTIAL

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from rlsched import bounds
@@ -55,13 +54,8 @@ def run_label(args: argparse.Namespace) -> int:
     tasks = label_tasks(args.scenarios.split(","), args.static, args.episodes, args.seed, (low, high),
                         args.future, args.every, args.duration, scorer)
     parts = generate(tasks, args.workers, not args.no_progress, args.ray)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp.npz")
-    try:
-        save_labels(tmp, parts, {"scenarios": args.scenarios, "episodes": args.episodes,
-                                 "seed": args.seed, "future_s": args.future})
-        os.replace(tmp, out)  # whole or not at all
-    finally:
-        tmp.unlink(missing_ok=True)
+    save_labels(out, parts, {"scenarios": args.scenarios, "episodes": args.episodes,  # whole or not at all
+                             "seed": args.seed, "future_s": args.future}, "--out")
     print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})
     return 0
 

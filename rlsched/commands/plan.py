@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rlsched import bounds
 from rlsched.argtypes import flag, int_list
-from rlsched.commands.args import command, print_json
+from rlsched.commands.args import check_out_dir, command, existing_outputs, print_json, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
+
+PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
+"""What ``rlsched plan`` writes into --out (each checked before the first layout is simulated)."""
 
 
 @command("plan", "Simulate every replicas x SP-degree (x CFG-parallel, where the profile has it) layout of N GPUs "
@@ -55,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
         loads = [float(x) for x in args.loads.split(",")]
     except ValueError:
         raise ConfigError("--loads", f"expected comma-separated numbers, not {args.loads!r}") from None
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError("--out", f"{args.out} exists and is not a folder")
+    out = check_out_dir(args.out, "--out", PLAN_FILES)  # before minutes of simulating, not after
     seeds = int_list(args.seeds, "--seeds")
     check = int_list(args.check_seeds, "--check-seeds") if args.check_seeds else []
     sc = load_scenario(args.scenario)
@@ -66,19 +69,23 @@ def run(args: argparse.Namespace) -> int:
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
     total = (len(layouts(gpus, load_profile(profile), cfg_degrees)) + len(routers)) * len(loads) \
         * (len(seeds) + len(check))
+    earlier = existing_outputs(out, PLAN_FILES)
+    if earlier:  # said before the work, so a plan worth keeping can still be saved (Ctrl-C)
+        print(f"rlsched: note: --out {out} holds {', '.join(p.name for p in earlier)} of an earlier plan; "
+              "this plan replaces them", file=sys.stderr)
     with _bar(total, args.json) as advance:
         result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
                       check, cfg_degrees, routers)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "plan.json").write_text(json.dumps(result, indent=1))
-    (args.out / "stage.yaml").write_text(result["stage_yaml"])
-    deploy = args.out / "deploy.sh"
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "plan.json", json.dumps(result, indent=1), "--out")  # each file whole or not at all
+    write_atomic(out / "stage.yaml", result["stage_yaml"], "--out")
+    deploy = out / "deploy.sh"
     if result["deploy_command"] is not None:
-        deploy.write_text(f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it prints "
-                          f"the vllm serve line\n{result['deploy_command']}\n")
+        write_atomic(deploy, f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it "
+                             f"prints the vllm serve line\n{result['deploy_command']}\n", "--out")
     else:
         deploy.unlink(missing_ok=True)
-    plotted = _plot(result, args.out / "plan.png")
+    plotted = _plot(result, out / "plan.png")
     if args.json:
         print_json(result)
         return 0

@@ -67,7 +67,7 @@ def run_fit(args: argparse.Namespace) -> int:
     result = fit_profile(args.measurements)
     text = render_profile(result, _shown(args.measurements))
     if args.out:
-        write_atomic(args.out, text)
+        write_atomic(args.out, text, "--out")
     elif not args.json:
         print(text, end="")
     rows = [{"line": r.row.line, "model": r.row.model, "gpu": r.row.gpu, "stack": r.row.stack,

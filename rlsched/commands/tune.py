@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             job, completed=done, description=f"tuning (best {100 * best:.1f} %)"), args.workers, args.ray,
             storage, args.study_name)
     payload = {**to_json(spec, result, storage), PROVENANCE: provenance()}  # provenance: commit, command
-    write_atomic(out, json.dumps(payload, indent=1) + "\n")
+    write_atomic(out, json.dumps(payload, indent=1) + "\n", "--out")
     if args.json:
         print_json(payload)
     else:

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from rlsched.atomic import write_atomic
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.resources import data_dir
 from rlsched.sim.yamlio import parse_json, read_json
@@ -46,7 +47,7 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         offset += arr.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+    write_atomic(path, struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -165,7 +166,7 @@ def save_checkpoint(folder: Path, tensors: dict[str, np.ndarray], meta: dict[str
     write_safetensors(folder / WEIGHTS, tensors)
     meta = {**meta, "format_version": FORMAT_VERSION}
     meta["content_sha256"] = content_hash((folder / WEIGHTS).read_bytes(), meta)
-    (folder / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    write_atomic(folder / META, json.dumps(meta, indent=1, sort_keys=True))
     return folder
 
 

@@ -105,8 +105,10 @@ def read_measurements(path: Path) -> list[Measurement]:
 
 
 def write_measurements(path: Path, rows: list[Measurement]) -> None:
+    from rlsched.atomic import atomic_open
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
+    with atomic_open(path, "w", "--out", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(COLUMNS)
         for r in rows:

@@ -96,8 +96,11 @@ class _Pool:
 
     asked: list[int] = []
 
-    def __init__(self, max_workers: int) -> None:
+    def __init__(self, max_workers: int, **kwargs: Any) -> None:
         self.asked.append(max_workers)
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
     def __enter__(self) -> _Pool:
         return self

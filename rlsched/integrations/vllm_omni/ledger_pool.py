@@ -42,6 +42,7 @@ from typing import Any
 from vllm_omni.diffusion.data import is_diffusion_request_started_output
 from vllm_omni.engine.stage_pool import StagePool
 
+from rlsched.atomic import stream_open
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics
@@ -262,9 +263,9 @@ class LedgerStagePool(StagePool):
             return
         line = {"replica": slot, "mono": time.monotonic(), "verdict": verdict, "state": raw}
         try:
-            with open(f"{path}.states", "a") as f:
+            with stream_open(f"{path}.states", "a", LOG_ENV) as f:
                 f.write(json.dumps(line, default=str) + "\n")
-        except OSError:
+        except (OSError, ConfigError):  # ConfigError: not a regular file (rlsched.atomic)
             self._log_once("internal_error", f"writing {LOG_ENV}.states")
 
     def _state_heard(self, slot: int) -> None:
@@ -358,9 +359,9 @@ class LedgerStagePool(StagePool):
                 "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots},
                 "views": self._views_line(request_id)}
         try:
-            with open(path, "a") as f:
+            with stream_open(path, "a", LOG_ENV) as f:
                 f.write(json.dumps(line) + "\n")
-        except OSError:
+        except (OSError, ConfigError):
             self._log_once("internal_error", f"writing {LOG_ENV}")
 
     def _views_line(self, leave_out: str) -> dict[str, Any]:

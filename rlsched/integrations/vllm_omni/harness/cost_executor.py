@@ -32,6 +32,7 @@ from vllm_omni.diffusion.data import DiffusionOutput
 from vllm_omni.diffusion.executor.abstract import DiffusionExecutor
 from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 
+from rlsched.atomic import stream_open
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.scheduler import replica_devices
 from rlsched.integrations.vllm_omni.state import read_request
@@ -120,7 +121,7 @@ class CostProfileExecutor(DiffusionExecutor):
             prompts = {nr.request_id: _prompt(nr.req) for nr in so.scheduled_new_reqs}
             line = json.dumps({"ids": ids, "mode": mode, "start": start, "end": time.monotonic(),
                                "cost_s": duration, "new": prompts, "pid": os.getpid(), "devices": replica_devices()})
-            with self._log_lock, open(path, "a") as f:
+            with self._log_lock, stream_open(path, "a", LOG_ENV) as f:
                 f.write(line + "\n")
 
     def _image(self, req: Any) -> DiffusionOutput:
