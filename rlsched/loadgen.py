@@ -6,7 +6,7 @@ class and SLO in ``extra_params`` (``{"priority": ..., "slo_ms": ...}``), which 
 copies into ``sampling_params.extra_args`` for the rlsched plugin. ``run`` sends them from
 a thread pool, bounded in count (``max_requests``), time (``timeout_s`` per whole request,
 connect to last byte, so the run ends ``timeout_s`` after the last send) and reply size
-(``max_reply_bytes``), checks each reply holds exactly one valid PNG of the requested size,
+(``max_reply_bytes``), checks each reply holds exactly one whole, decodable PNG of the requested size,
 and ``summarize`` reports the seed design's metric set: RPS/IPS, latency p50/p90/p99, SLO
 attainment per class, errors, and queueing vs processing delay where the server reports it
 (``--stage-metrics``: vLLM-Omni's ``stage_durations``).
@@ -29,6 +29,7 @@ import struct
 import threading
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,24 +107,114 @@ def plan(requests: Sequence[Request], time_scale: float = 1.0, model: str | None
 
 
 def png_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) of a PNG, or None if ``data`` is not one."""
+    """(width, height) in a PNG's header, or None if ``data`` does not start as one (the header
+    alone: ``png_problem`` says whether the whole image decodes)."""
     if len(data) < 24 or not data.startswith(PNG_MAGIC) or data[12:16] != b"IHDR":
         return None
     width, height = struct.unpack(">II", data[16:24])
     return width, height
 
 
+# A reply counts as an image only if the whole PNG decodes, not its header alone (a reply that was
+# a header and nothing else counted as a completed image). Checked with zlib, not Pillow: loadgen
+# is stdlib-only (it runs on a client host from a core install, whose dependencies have no Pillow;
+# no extra brings it), and a decoder present on one host and absent on another would count the
+# same reply two ways. The check is a decode in all but the unfiltering, which cannot fail: every
+# chunk's CRC, the IHDR fields, the palette a palette image needs, the IDAT stream inflated to its
+# end and to exactly the bytes the header's size, colour type, bit depth and interlacing give, and
+# every scanline's filter type (0..4). tests/test_loadgen.py checks that Pillow decodes every
+# image it counts; it is stricter than Pillow, which reads leniently, where a reply is cut short
+# or malformed (no IEND, an unended zlib stream, extra image data, a palette image without PLTE).
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+"""Adam7 passes: (x start, y start, x step, y step)."""
+
+
+def png_problem(data: bytes, width: int, height: int) -> str | None:
+    """None when ``data`` is a whole PNG of ``width``×``height`` that decodes; else why not."""
+    if not data.startswith(PNG_MAGIC):
+        return "not a PNG"
+    chunks, pos = [], len(PNG_MAGIC)
+    while pos < len(data):
+        if pos + 12 > len(data):
+            return "truncated (a chunk cut short)"
+        length, kind = struct.unpack(">I", data[pos:pos + 4])[0], data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) < length or pos + 12 + length > len(data):
+            return f"truncated (in its {kind.decode('latin-1')} chunk)"
+        if struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] != zlib.crc32(kind + body):
+            return f"corrupt (its {kind.decode('latin-1')} chunk fails its CRC)"
+        chunks.append((kind, body))
+        pos += 12 + length
+        if kind == b"IEND":
+            break
+    kinds = [k for k, _ in chunks]
+    if not kinds or kinds[0] != b"IHDR" or len(chunks[0][1]) != 13:
+        return "no header (IHDR) chunk first"
+    if kinds[-1] != b"IEND":
+        return "truncated (no IEND chunk)"
+    w, h, depth, colour, compression, filtering, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
+    if (w, h) != (width, height):
+        return f"{w}x{h}, not the {width}x{height} asked for"
+    if depth not in _DEPTHS.get(colour, ()) or compression or filtering or interlace > 1:
+        return f"an invalid header (colour type {colour}, bit depth {depth})"
+    if colour == 3 and b"PLTE" not in kinds[:kinds.index(b"IDAT") if b"IDAT" in kinds else None]:
+        return "a palette image without its palette"
+    if b"IDAT" not in kinds:
+        return "no image data (IDAT)"
+    return _inflate_problem(b"".join(b for k, b in chunks if k == b"IDAT"), w, h, depth * _CHANNELS[colour],
+                            bool(interlace))
+
+
+def _inflate_problem(stream: bytes, width: int, height: int, bits: int, interlaced: bool) -> str | None:
+    rows = []  # (row bytes, rows) per pass
+    for x0, y0, dx, dy in _ADAM7 if interlaced else ((0, 0, 1, 1),):
+        pw, ph = -(-(width - x0) // dx), -(-(height - y0) // dy)
+        if pw > 0 and ph > 0:
+            rows.append((-(-pw * bits // 8), ph))
+    expected = sum((1 + rb) * n for rb, n in rows)
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(stream, expected + 1)  # bounded: never more than the image's own size
+        if len(raw) == expected and not inflater.eof:  # the stream's end (last block, checksum) not read yet
+            raw += inflater.decompress(inflater.unconsumed_tail, 1)
+    except zlib.error as exc:
+        return f"corrupt image data ({exc})"
+    if len(raw) > expected:
+        return "image data longer than its size"
+    if len(raw) < expected or not inflater.eof:
+        return f"truncated image data ({len(raw)} of {expected} bytes{'' if inflater.eof else ', stream unended'})"
+    pos = 0
+    for row_bytes, n in rows:
+        for _ in range(n):
+            if raw[pos] > 4:
+                return f"corrupt image data (filter type {raw[pos]})"
+            pos += 1 + row_bytes
+    return None
+
+
 def count_images(reply: Any, width: int, height: int) -> int:
-    """Valid PNGs of ``width``×``height`` in an OpenAI images reply (``data[].b64_json``)."""
+    """Whole, decodable PNGs of ``width``×``height`` in an OpenAI images reply (``data[].b64_json``)."""
+    return image_check(reply, width, height)[0]
+
+
+def image_check(reply: Any, width: int, height: int) -> tuple[int, list[str]]:
+    """(how many images of the reply are whole PNGs of ``width``×``height``, why each other is not)."""
     items = reply.get("data") if isinstance(reply, dict) else None
-    n = 0
-    for item in items or []:
+    n, problems = 0, []
+    for i, item in enumerate(items if isinstance(items, list) else []):
         try:
             data = base64.b64decode(item.get("b64_json") or "", validate=True)
         except (ValueError, AttributeError):
+            problems.append(f"image {i}: not base64")
             continue
-        n += png_size(data) == (width, height)
-    return n
+        why = png_problem(data, width, height)
+        if why is None:
+            n += 1
+        else:
+            problems.append(f"image {i}: {why}")
+    return n, problems
 
 
 DEFAULT_MAX_REPLY_BYTES = 64 * 2**20
@@ -255,11 +346,12 @@ def run(url: str, planned: Sequence[Planned], timeout_s: float = 120.0, workers:
             res.sent_s = clock() - start
         try:
             res.status, reply = post_json(endpoint, p.body, timeout_s, max_reply_bytes, clock)
-            res.images = count_images(reply, p.width, p.height)
+            res.images, problems = image_check(reply, p.width, p.height)
             if res.status != 200:
                 res.error = f"HTTP {res.status}: {str(reply)[:120]}"
             elif res.images != 1:
-                res.error = f"{res.images} valid {p.width}x{p.height} PNGs in the reply (expected 1)"
+                res.error = (f"{res.images} whole {p.width}x{p.height} PNGs in the reply (expected 1)"
+                             + (f": {'; '.join(problems[:3])}" if problems else ""))
             if isinstance(reply, dict) and isinstance(reply.get("metrics"), dict):
                 res.server_metrics = reply["metrics"]
         except Exception as exc:  # noqa: BLE001 (any failure is this request's error, never a silent one)
@@ -373,4 +465,5 @@ def _server_split(ok: Sequence[Result]) -> dict[str, float]:
 
 
 __all__ = ["DEFAULT_MAX_REPLY_BYTES", "PROMPT_PREFIX", "Interrupted", "Planned", "ReplyTooLarge", "RequestTimeout",
-           "Result", "count_images", "images_url", "plan", "png_size", "request_body", "run", "summarize"]
+           "Result", "count_images", "image_check", "images_url", "plan", "png_problem", "png_size", "request_body",
+           "run", "summarize"]

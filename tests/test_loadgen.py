@@ -93,7 +93,10 @@ class StubServer:
         w, h = map(int, body["size"].split("x"))
         if self.mode == "wrong-size":
             w += 8
-        item = {"b64_json": base64.b64encode(png(w, h)).decode()}
+        image = png(w, h)
+        if self.mode == "header-only":  # a reply that is a PNG's header and nothing else
+            image = image[:33]
+        item = {"b64_json": base64.b64encode(image).decode()}
         # the shape vLLM-Omni 0.30 returns with return_stage_metrics
         metrics = {"stage_durations": {"queue_wait_ms": 2.0, "stage_0_gen_ms": 5.0}, "peak_memory_mb": None}
         return 200, {"data": [item], "metrics": metrics}
@@ -151,13 +154,89 @@ def test_run_sends_every_request_once_and_checks_images(stub: StubServer) -> Non
     assert loadgen.summarize(results)["slo_attainment"]["all"] == 1.0
 
 
-@pytest.mark.parametrize("stub", ["error", "wrong-size"], indirect=True)
+@pytest.mark.parametrize("stub", ["error", "wrong-size", "header-only"], indirect=True)
 def test_errors_and_wrong_images_are_counted_as_misses(stub: StubServer) -> None:
     results = loadgen.run(stub.url, loadgen.plan(requests(4), time_scale=1e6), timeout_s=10)
     s = loadgen.summarize(results)
     expected = sum(r.index % 2 for r in results) if stub.mode == "error" else 4
     assert s["errors"] == expected and s["completed"] == 4 - expected
     assert s["slo_attainment"]["all"] == (4 - expected) / 4 and s["error_samples"]
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _adam7_png(width: int, height: int) -> bytes:
+    """A valid interlaced (Adam7) gray PNG, which Pillow reads but does not write."""
+    raw = b""
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+                           (0, 1, 1, 2)):
+        pw, ph = -(-(width - x0) // dx), -(-(height - y0) // dy)
+        if pw > 0 and ph > 0:
+            raw += (b"\x01" + b"\x07" * pw) * ph  # filter Sub
+    return (loadgen.PNG_MAGIC + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 1))
+            + _chunk(b"IDAT", zlib.compress(raw)) + _chunk(b"IEND", b""))
+
+
+def _broken_pngs(w: int, h: int) -> dict[str, bytes]:
+    """PNG-looking bytes that do not decode to a whole ``w``x``h`` image, by what is wrong."""
+    good = png(w, h)
+    idat = good.index(b"IDAT") - 4
+    body = good[idat + 8:good.index(b"IEND") - 8]
+    raw = zlib.decompress(body)
+    return {
+        "header only": good[:33],
+        "truncated IDAT": good[:idat + 20],
+        "no IEND": good[:-12],
+        "bad CRC": good[:idat + 9] + bytes([good[idat + 9] ^ 1]) + good[idat + 10:],
+        "short image data": good[:idat] + _chunk(b"IDAT", zlib.compress(raw[:-1])) + _chunk(b"IEND", b""),
+        "long image data": good[:idat] + _chunk(b"IDAT", zlib.compress(raw + b"\x00")) + _chunk(b"IEND", b""),
+        "unended stream": good[:idat] + _chunk(b"IDAT", zlib.compress(raw)[:-4]) + _chunk(b"IEND", b""),
+        "bad filter": good[:idat] + _chunk(b"IDAT", zlib.compress(b"\x09" + raw[1:])) + _chunk(b"IEND", b""),
+        "palette without PLTE": loadgen.PNG_MAGIC + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 3, 0, 0, 0))
+        + _chunk(b"IDAT", zlib.compress(b"\x00" + b"\x00" * w) * 0 + zlib.compress((b"\x00" + b"\x00" * w) * h))
+        + _chunk(b"IEND", b""),
+        "wrong size": png(w + 1, h),
+        "not a PNG": b"GIF89a" + b"\x00" * 40,
+    }
+
+
+def test_a_reply_counts_only_when_its_png_decodes_whole() -> None:
+    """Bug: a reply whose PNG was only a header counted as a completed image."""
+    assert loadgen.png_problem(png(16, 8), 16, 8) is None and loadgen.png_problem(_adam7_png(13, 9), 13, 9) is None
+    for name, data in _broken_pngs(16, 8).items():
+        assert loadgen.png_problem(data, 16, 8), name
+        reply = {"data": [{"b64_json": base64.b64encode(data).decode()}]}
+        assert loadgen.image_check(reply, 16, 8)[0] == 0 and loadgen.count_images(reply, 16, 8) == 0, name
+
+
+def test_the_png_check_agrees_with_pillow() -> None:
+    """What loadgen counts is what a decoder decodes (Pillow, where it is installed)."""
+    import io
+
+    pil = pytest.importorskip("PIL.Image")
+
+    def decodes(data: bytes, w: int, h: int) -> bool:
+        try:
+            with pil.open(io.BytesIO(data)) as im:
+                im.load()
+                return im.size == (w, h)
+        except Exception:  # noqa: BLE001 (any failure to decode is "does not decode")
+            return False
+
+    made = {}
+    for mode in ("RGB", "RGBA", "L", "P", "1", "I;16"):
+        buf = io.BytesIO()
+        pil.new(mode, (24, 10)).save(buf, format="PNG")
+        made[mode] = buf.getvalue()
+    cases = {**made, "ours": png(24, 10), "adam7": _adam7_png(24, 10), **_broken_pngs(24, 10)}
+    # Pillow reads leniently: it stops once it has the pixels and invents a missing palette; these
+    # replies are cut short or malformed, so loadgen does not count them
+    stricter = {"no IEND", "unended stream", "long image data", "palette without PLTE"}
+    ours = {name for name, data in cases.items() if loadgen.png_problem(data, 24, 10) is None}
+    pillows = {name for name, data in cases.items() if decodes(data, 24, 10)}
+    assert ours == {*made, "ours", "adam7"} and ours <= pillows and pillows - ours == stricter
 
 
 def test_no_server_is_an_error_not_a_hang() -> None:

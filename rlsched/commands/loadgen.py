@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from rlsched import bounds, loadgen
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_file, command, print_json
+from rlsched.commands.args import check_out_file, command, print_json, stream_open
 from rlsched.errors import ConfigError
 from rlsched.sim import load_scenario
 
@@ -89,7 +89,7 @@ def _records(path: Path | None, time_scale: float) -> Iterator[Any]:
     if path is None:
         yield None
         return
-    with path.open("w", newline="", buffering=1) as fh:
+    with stream_open(path, "w", "--records", newline="", buffering=1) as fh:
         w = csv.writer(fh)
         w.writerow(RECORD_FIELDS)
         yield lambda r: _write_row(w, fh, r, time_scale)

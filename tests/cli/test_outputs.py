@@ -258,7 +258,8 @@ def test_a_pipe_among_the_files_a_folder_output_gets_is_refused_before_simulatin
     out.mkdir()
     name = "plan.json" if command == "plan" else "results.json"
     os.mkfifo(out / name)
-    argv = [command, "--out", str(out)] + (["--scenarios", "default", "--policies", "fifo"] if command == "eval" else [])
+    argv = [command, "--out", str(out), *(["--scenarios", "default", "--policies", "fifo"] if command == "eval"
+                                          else [])]
     assert main(argv) == 2
     assert f"--out: {out / name} is a named pipe (FIFO), not a regular file" in capsys.readouterr().err
     os.unlink(out / name)
