@@ -161,6 +161,9 @@ def test_errors_and_wrong_images_are_counted_as_misses(stub: StubServer) -> None
     expected = sum(r.index % 2 for r in results) if stub.mode == "error" else 4
     assert s["errors"] == expected and s["completed"] == 4 - expected
     assert s["slo_attainment"]["all"] == (4 - expected) / 4 and s["error_samples"]
+    if stub.mode == "header-only":  # a header and nothing else: not a completed image
+        assert all(r.images == 0 and r.error.endswith("PNGs in the reply (expected 1): image 0: truncated "
+                                                      "(no IEND chunk)") for r in results)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -195,7 +198,7 @@ def _broken_pngs(w: int, h: int) -> dict[str, bytes]:
         "unended stream": good[:idat] + _chunk(b"IDAT", zlib.compress(raw)[:-4]) + _chunk(b"IEND", b""),
         "bad filter": good[:idat] + _chunk(b"IDAT", zlib.compress(b"\x09" + raw[1:])) + _chunk(b"IEND", b""),
         "palette without PLTE": loadgen.PNG_MAGIC + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 3, 0, 0, 0))
-        + _chunk(b"IDAT", zlib.compress(b"\x00" + b"\x00" * w) * 0 + zlib.compress((b"\x00" + b"\x00" * w) * h))
+        + _chunk(b"IDAT", zlib.compress((b"\x00" + b"\x00" * w) * h))
         + _chunk(b"IEND", b""),
         "wrong size": png(w + 1, h),
         "not a PNG": b"GIF89a" + b"\x00" * 40,
@@ -205,10 +208,21 @@ def _broken_pngs(w: int, h: int) -> dict[str, bytes]:
 def test_a_reply_counts_only_when_its_png_decodes_whole() -> None:
     """Bug: a reply whose PNG was only a header counted as a completed image."""
     assert loadgen.png_problem(png(16, 8), 16, 8) is None and loadgen.png_problem(_adam7_png(13, 9), 13, 9) is None
+    reasons = {name: loadgen.png_problem(data, 16, 8) for name, data in _broken_pngs(16, 8).items()}
+    assert reasons == {  # docs/errors.md, `rlsched loadgen`
+        "header only": "truncated (no IEND chunk)", "truncated IDAT": "truncated (in its IDAT chunk)",
+        "no IEND": "truncated (no IEND chunk)", "bad CRC": "corrupt (its IDAT chunk fails its CRC)",
+        "short image data": "truncated image data (391 of 392 bytes)",
+        "long image data": "image data longer than its size",
+        "unended stream": "truncated image data (392 of 392 bytes, stream unended)",
+        "bad filter": "corrupt image data (filter type 9)",
+        "palette without PLTE": "a palette image without its palette",
+        "wrong size": "17x8, not the 16x8 asked for", "not a PNG": "not a PNG"}
     for name, data in _broken_pngs(16, 8).items():
-        assert loadgen.png_problem(data, 16, 8), name
         reply = {"data": [{"b64_json": base64.b64encode(data).decode()}]}
-        assert loadgen.image_check(reply, 16, 8)[0] == 0 and loadgen.count_images(reply, 16, 8) == 0, name
+        assert loadgen.image_check(reply, 16, 8) == (0, [f"image 0: {reasons[name]}"]), name
+        assert loadgen.count_images(reply, 16, 8) == 0
+    assert loadgen.image_check({"data": [{"b64_json": "&&"}]}, 16, 8) == (0, ["image 0: not base64"])
 
 
 def test_the_png_check_agrees_with_pillow() -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.resources import data_dir, shipped_path
 from rlsched.sim.yamlio import read_yaml
@@ -91,8 +92,7 @@ def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
     """Load ``agents/NAME.yaml`` (or a path); ``overrides`` replace top-level fields."""
     p = Path(path)
     p = AGENTS_DIR / f"{path}.yaml" if not p.suffix else shipped_path(p)  # agents/x.yaml from any folder
-    if not p.is_file():
-        raise ConfigError(str(path), "agent preset not found")
+    input_file(p, "agent preset", str(path))
     data = read_yaml(p) or {}
     return agent_config_from_dict(data, str(p), **overrides)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.agents.config import AgentConfig
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.resources import shipped_path
 
@@ -26,9 +27,7 @@ def read_tuned_actions(paths: tuple[str, ...]) -> dict[str, np.ndarray]:
     """File stem → action of tuned ``static`` files (paths relative to the project root allowed)."""
     out = {}
     for name in paths:
-        path = shipped_path(name)
-        if not path.is_file():
-            raise ConfigError(name, "init_action_from: tuned file not found (run `rlsched tune`)")
+        path = input_file(shipped_path(name), "init_action_from: tuned file", name, " (run `rlsched tune`)")
         out[Path(name).stem] = np.asarray(json.loads(path.read_text())["action"], dtype=np.float32)
     return out
 

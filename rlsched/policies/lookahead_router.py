@@ -54,15 +54,18 @@ class LookaheadRouter:
     name = "lookahead"
 
     def __init__(self, policy: str, horizon_s: float = DEFAULT_HORIZON_S, future_s: float = 0.0,
-                 base: str = "rlsched", top: int = 0) -> None:
+                 base: str = "rlsched", top: int = 0, name: str = "lookahead") -> None:
+        """``name``: the spec as the user gave it (``hindsight:-5``), which every error names."""
         from rlsched.policies.routers import make_router
 
+        where = f"router {name}"
         if not (math.isfinite(horizon_s) and horizon_s > 0):
-            raise ConfigError("router lookahead", f"the horizon must be a number of seconds > 0, not {horizon_s!r}")
+            raise ConfigError(where, f"the horizon must be a number of seconds > 0, not {horizon_s!r}")
         if not 0 <= future_s <= horizon_s:
-            raise ConfigError("router lookahead", f"future_s must lie in [0, horizon {horizon_s:g}], not {future_s!r}")
+            raise ConfigError(where, f"future_s must lie in [0, horizon {horizon_s:g}], not {future_s!r}")
         if type(top) is not int or top == 1 or top < 0:
-            raise ConfigError("router lookahead", f"top must be 0 (every replica) or an integer >= 2, not {top!r}")
+            raise ConfigError(where, f"top must be 0 (every replica) or an integer >= 2, not {top!r}")
+        self.name = name
         # a teacher decides on forks of the replicas' true state (a ceiling): its base router reads the same
         base = base if "view=" in base else f"{base};view=replica"
         self.policy, self.horizon_s, self.future_s, self.base_spec = policy, horizon_s, future_s, base
@@ -195,9 +198,7 @@ def _teacher(spec: PolicySpec, policy: str, hindsight: bool) -> LookaheadRouter:
         raise ConfigError(f"router {spec}", f"the horizon must be a number of seconds, not {spec.arg!r}") from None
     if not top.isdigit():
         raise ConfigError(f"router {spec}", f"top must be an integer >= 2 (0: every replica), not {top!r}")
-    router = LookaheadRouter(policy, horizon, horizon if hindsight else 0.0, base, int(top))
-    router.name = str(spec)
-    return router
+    return LookaheadRouter(policy, horizon, horizon if hindsight else 0.0, base, int(top), str(spec))
 
 
 def lookahead(spec: PolicySpec, policy: str) -> LookaheadRouter:

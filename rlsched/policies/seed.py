@@ -42,10 +42,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, no_options
 from rlsched.projection import Items, Resources, project
@@ -108,9 +108,7 @@ def load_seed_config(arg: str) -> SeedConfig:
     """Defaults for an empty ``arg``; else the YAML file it names (keys: ``SeedConfig`` fields)."""
     if not arg:
         return SeedConfig()
-    path = Path(arg)
-    if not path.is_file():
-        raise ConfigError(arg, "seed-heuristics preset not found")
+    path = input_file(arg, "seed-heuristics preset")
     data = read_yaml(path) or {}
     known = {f.name for f in fields(SeedConfig)}
     unknown = sorted(set(data) - known) if isinstance(data, dict) else ["<not a mapping>"]

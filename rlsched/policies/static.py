@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, split_options
 from rlsched.policies.projected import ACTION_DIM, ProjectedPolicy, ProjectionConfig, decode_action, with_overrides
@@ -52,9 +53,7 @@ def static_policy(spec: PolicySpec) -> ProjectedPolicy:
 
 def read_tuned(path: str) -> dict[str, Any]:
     """A tuned action file as a JSON object (``path`` as given, else among the shipped data)."""
-    p = shipped_path(path)
-    if not p.is_file():
-        raise ConfigError(path, "tuned action file not found (write one with `rlsched tune`)")
+    p = input_file(shipped_path(path), "tuned action file", path, " (write one with `rlsched tune`)")
     data = read_json(p)  # bounded size and nesting: a tuned file may come from anywhere
     if not isinstance(data, dict):
         raise ConfigError(path, "expected a JSON object")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.resources import data_dir
 from rlsched.sim.request import Request, RequestRecord
@@ -445,8 +446,7 @@ def load_profile(name_or_path: str | Path) -> CostModel:
     path = Path(name_or_path)
     if not path.suffix:
         path = PROFILE_DIR / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ConfigError(str(path), "profile file not found")
+    input_file(path, "profile file")
     data, line_of = read_yaml_lines(path)
     return profile_from_dict(data, str(path), line_of)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceRowsSkipped
 from rlsched.resources import data_dir
 from rlsched.sim import workload as wl
@@ -409,8 +410,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     path = Path(name_or_path)
     if not path.suffix:
         path = ENVS_DIR / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ConfigError(str(name_or_path), f"scenario not found (shipped: {', '.join(scenario_names())})")
+    if not path.is_file():  # the shipped names listed only when nothing is there
+        input_file(path, "scenario", str(name_or_path), f" (shipped: {', '.join(scenario_names())})")
     data, line_of = read_yaml_lines(path)
     return scenario_from_dict(data, str(path), line_of)
 

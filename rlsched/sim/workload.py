@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlsched import bounds
+from rlsched.atomic import input_file
 from rlsched.bounds import MAX_CV, MAX_TRACE_BYTES, MAX_TRACE_ROWS, MIN_CV
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError
 
@@ -192,8 +193,7 @@ def read_text(path: Path) -> str:
     A trace is bounded before it is parsed: at most ``MAX_TRACE_BYTES`` read, at most ``MAX_TRACE_ROWS``
     rows (a header and blank lines aside; counted from its line breaks, in one pass at C speed). A
     10-million-row trace was read and replayed for minutes with no word."""
-    if not path.is_file():
-        raise ConfigError(str(path), "trace file not found")
+    input_file(path, "trace file")
     size = path.stat().st_size
     if size > MAX_TRACE_BYTES:
         raise ConfigError(str(path), f"trace of {size:,} bytes; at most {MAX_TRACE_BYTES:,} are read "
@@ -305,8 +305,7 @@ def azure_arrivals(path: str | Path) -> np.ndarray:
 
 
 def _mtime(path: Path) -> float:
-    if not path.is_file():
-        raise ConfigError(str(path), "trace file not found")
+    input_file(path, "trace file")
     return path.stat().st_mtime
 
 

@@ -292,3 +292,19 @@ def test_plan_writes_its_files_whole_and_says_which_it_replaces(tmp_path: Path, 
     assert f"rlsched: note: --out {out} holds " in err and "plan.json, stage.yaml, deploy.sh" in err
     assert (out / "stage.yaml").read_bytes() == first["stage.yaml"] and (out / "NOTES.md").read_text() == "kept"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_study_that_is_a_pipe_is_refused_before_the_first_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    import rlsched.agents.tune as tune
+
+    def trial(*args: object, **kwargs: object) -> list[float]:
+        raise AssertionError("a trial ran before the --storage check")
+
+    monkeypatch.setattr(tune, "score_vectors", trial)
+    os.mkfifo(tmp_path / "t.optuna.db")
+    assert main(["tune", "--trials", "2", "--out", str(tmp_path / "t.json")]) == 2
+    assert f"--storage: {tmp_path / 't.optuna.db'} is a named pipe (FIFO), not a regular file" in \
+        capsys.readouterr().err
