@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from vllm_omni.engine.stage_pool import StagePool  # noqa: E402
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
 
+from rlsched.errors import ConfigError  # noqa: E402
 from rlsched.integrations.vllm_omni import router as router_mod  # noqa: E402
 from rlsched.integrations.vllm_omni import routing  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
@@ -298,6 +300,11 @@ def test_router_config_checks_its_fields() -> None:
                 {"router": "rlsched", "seed": True}):
         with pytest.raises(ValueError):
             RouterConfig.from_extras({"rlsched_router": bad}, environ={})
+    # every numeric setting from the one table of bounds, named; the decision thread one of three
+    for key, value in (("deadline_ms", 0), ("deadline_ms", 1e300), ("stall_ms", math.nan), ("silence_s", -1),
+                       ("lead_ms", math.inf), ("seed", 2**70), ("budget_ms", True), ("decision_thread", "gpu")):
+        with pytest.raises(ConfigError, match=f"extras.rlsched_router.{key}: must be"):
+            RouterConfig.from_extras({"rlsched_router": {"router": "rlsched", key: value}}, environ={})
     cfg = RouterConfig.from_extras({"rlsched_router": {"router": "central", "silence_s": 5, "lead_ms": 0}},
                                    environ={})
     assert (cfg.silence_s, cfg.lead_ms) == (5, 0) and RouterConfig().lead_ms == 50.0

@@ -36,12 +36,12 @@ router decided), ``no_request`` (nothing to route on: the request's parameters w
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlsched import bounds
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
@@ -135,14 +135,8 @@ class RouterConfig:
         if self.decision_thread not in DECISION_THREADS:
             raise ConfigError(f"extras.{EXTRAS_KEY}.decision_thread",
                               f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
-        for name in ("budget_ms", "deadline_ms", "stall_ms", "silence_s", "lead_ms"):
-            b, zero = getattr(self, name), name == "lead_ms"  # a lead of 0: a batch only once idle
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0 \
-                    or (b == 0 and not zero):
-                raise ConfigError(f"extras.{EXTRAS_KEY}.{name}",
-                                  f"must be a finite number {'>= 0' if zero else '> 0'}, not {b!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"extras.{EXTRAS_KEY}.seed", f"must be an integer >= 0, not {self.seed!r}")
+        for name, bound in _BOUNDS.items():  # the one table's ranges (rlsched.bounds), as extras.rlsched's
+            bound.check(getattr(self, name), f"extras.{EXTRAS_KEY}.{name}")
 
     @classmethod
     def from_extras(cls, extras: Any, environ: Mapping[str, str] | None = None) -> RouterConfig | None:
@@ -161,6 +155,11 @@ class RouterConfig:
         if unknown:
             raise ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {unknown} (known: {sorted(known)})")
         return cls(**values)
+
+
+_BOUNDS = {"budget_ms": bounds.DECISION_MS, "deadline_ms": bounds.DECISION_MS, "stall_ms": bounds.DECISION_MS,
+           "silence_s": bounds.DURATION_S, "lead_ms": bounds.MILLIS, "seed": bounds.SEED}
+"""``RouterConfig``'s numeric settings and their ranges (``lead_ms`` 0: a batch only once idle)."""
 
 
 # ------------------------------------------------------------------------------ metrics
