@@ -16,7 +16,8 @@ user who meant the link one retyped path (the message names the target); writing
 would cost nothing only when every link is trusted. A symbolic link to a *folder* above the
 file is followed as usual (``results -> /big/disk/results``): only the last name is checked.
 
-``atomic_open`` writes whole files (a temporary file beside the target, ``os.replace``);
+``atomic_open`` writes whole files (a temporary file beside the target, ``os.replace``), and
+``replace_folder`` whole folders (checkpoints: a folder, or nothing, at the path; never a link);
 ``stream_open`` writes a file row by row for outputs that must keep what they have on Ctrl-C
 (loadgen's records) or that append (logs). Both run the same check; ``stream_open`` also opens
 with ``O_NOFOLLOW`` and checks what it opened, so nothing put there in between is written to.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -138,6 +140,51 @@ def stream_open(path: str | Path, mode: str = "w", flag: str | None = None, **kw
         raise
 
 
+def check_output_folder(path: str | Path, flag: str | None = None) -> Path:
+    """``path`` as a folder rlsched may replace whole (``replace_folder``): absent, or a folder
+    that is not a symbolic link (a link would be swapped for a folder, its target left as it
+    was); else ``OutputPathError``."""
+    out = Path(path)
+    try:
+        mode = os.lstat(out).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    if stat.S_ISDIR(mode):
+        return out
+    if stat.S_ISLNK(mode):
+        raise OutputPathError(flag, out, f"is a symbolic link (to {os.readlink(out)}); rlsched replaces this folder "
+                                         "whole and does not replace links: name the folder itself")
+    raise OutputPathError(flag, out, f"is {'a file' if stat.S_ISREG(mode) else kind(mode)}; name a folder")
+
+
+def replace_folder(src: Path, dst: Path, copy: bool = False, flag: str | None = None) -> None:
+    """Put folder ``src`` at ``dst`` (``copy``: a copy of it), replacing what was there
+    (``check_output_folder``: a folder or nothing).
+
+    ``os.replace`` cannot replace a non-empty folder, so the old one is first renamed aside:
+    at every instant ``dst`` is the old folder, the new one, or (between two renames) absent,
+    never a half-written mix."""
+    check_output_folder(dst, flag)
+    if copy:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+        tmp.rmdir()
+        try:
+            shutil.copytree(src, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        src = tmp
+    old = None
+    if dst.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old.", dir=dst.parent))
+        old.rmdir()
+        os.replace(dst, old)
+    os.replace(src, dst)
+    if old is not None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(old)
+
+
 def file_mode(path: Path) -> int:
     """The mode a new file gets (the existing file's, else 0o666 less the umask): ``mkstemp``
     creates its files 0o600, which a plain ``open`` would not."""
@@ -148,5 +195,5 @@ def file_mode(path: Path) -> int:
     return 0o666 & ~umask
 
 
-__all__ = ["atomic_open", "check_output", "file_mode", "input_file", "kind", "stream_open",
-           "write_atomic"]
+__all__ = ["atomic_open", "check_output", "check_output_folder", "file_mode", "input_file", "kind", "replace_folder",
+           "stream_open", "write_atomic"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -12,6 +11,7 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlsched.agents import train as _train
+from rlsched.atomic import replace_folder  # noqa: F401 (its home was here: rlsched.atomic holds every writer)
 
 
 class PeriodicCheckpoint(BaseCallback):
@@ -64,29 +64,3 @@ def _umask() -> int:
 def next_multiple(done: int, every: int) -> int:
     """The first multiple of ``every`` above ``done``."""
     return (done // every + 1) * every
-
-
-def replace_folder(src: Path, dst: Path, copy: bool = False) -> None:
-    """Put folder ``src`` at ``dst`` (``copy``: a copy of it), replacing what was there.
-
-    ``os.replace`` cannot replace a non-empty folder, so the old one is first renamed aside:
-    at every instant ``dst`` is the old folder, the new one, or (between two renames) absent,
-    never a half-written mix."""
-    if copy:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-        tmp.rmdir()
-        try:
-            shutil.copytree(src, tmp)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        src = tmp
-    old = None
-    if dst.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old.", dir=dst.parent))
-        old.rmdir()
-        os.replace(dst, old)
-    os.replace(src, dst)
-    if old is not None:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(old)

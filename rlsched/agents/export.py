@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
@@ -17,6 +16,7 @@ import numpy as np
 import yaml
 
 from rlsched.agents.reproducible import PROVENANCE
+from rlsched.atomic import check_output_folder, replace_folder
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.learned.checkpoint import META, WEIGHTS, save_checkpoint
 from rlsched.policies.projected import ACTION_DIM, ProjectionConfig
@@ -98,18 +98,12 @@ def _save_atomic(out: Path, tensors: dict[str, np.ndarray], meta: dict[str, Any]
         os.umask(mask)
         os.chmod(tmp, 0o777 & ~mask)
         save_checkpoint(tmp, tensors, meta)
+        check_output_folder(out, "--out")
         if out.is_dir():
             for entry in out.iterdir():
                 if entry.name not in (WEIGHTS, META) and not (tmp / entry.name).exists():
                     (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, tmp / entry.name)
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            old.rmdir()
-            os.replace(out, old)
-            os.replace(tmp, out)
-            with contextlib.suppress(OSError):
-                shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        replace_folder(tmp, out, flag="--out")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

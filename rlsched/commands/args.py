@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlsched.atomic import atomic_open, check_output, file_mode, kind, stream_open, write_atomic  # noqa: F401 (re-exported)
+from rlsched.atomic import atomic_open, check_output, check_output_folder, file_mode, kind, stream_open, write_atomic  # noqa: F401 (re-exported)
 from rlsched.errors import ConfigError, OutputPathError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -84,11 +84,12 @@ def check_out_file(path: str | Path, flag: str, make_parents: bool = False) -> P
     return out
 
 
-def check_out_dir(path: str | Path, flag: str, files: tuple[str, ...] = ()) -> Path:
+def check_out_dir(path: str | Path, flag: str, files: tuple[str, ...] = (), whole: bool = False) -> Path:
     """``path`` as a folder rlsched may create or write into: a folder (a symbolic link to one
-    too) or absent, writable (or creatable under a writable folder), and each of ``files`` in
-    it absent or a regular file (``check_output``). Nothing is created here."""
-    out = Path(path)
+    too, unless ``whole``: a folder replaced whole, ``rlsched.atomic.replace_folder``) or absent,
+    writable (or creatable under a writable folder), and each of ``files`` in it absent or a
+    regular file (``check_output``). Nothing is created here."""
+    out = check_output_folder(path, flag) if whole else Path(path)
     if out.exists() and not out.is_dir():
         what = "a file" if out.is_file() else kind(out.stat().st_mode)
         raise OutputPathError(flag, out, f"is {what}; name a folder")

@@ -57,6 +57,6 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     from rlsched.agents.export import export_run
 
-    out = export_run(Path(args.run_dir), check_out_dir(args.out, "--out"), args.source)
+    out = export_run(Path(args.run_dir), check_out_dir(args.out, "--out", whole=True), args.source)
     print(f"wrote {out}/policy.safetensors and {out}/policy.json; use --policy rl:{out}")
     return 0

@@ -308,3 +308,38 @@ def test_a_study_that_is_a_pipe_is_refused_before_the_first_trial(tmp_path: Path
     assert main(["tune", "--trials", "2", "--out", str(tmp_path / "t.json")]) == 2
     assert f"--storage: {tmp_path / 't.optuna.db'} is a named pipe (FIFO), not a regular file" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-folder"])
+def test_a_folder_replaced_whole_must_be_a_folder_not_a_link(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``os.replace`` of a checkpoint folder swapped a link for a folder (its target left as it was)
+    and moved a pipe aside."""
+    import os
+
+    import rlsched.agents.export as export
+    from rlsched.atomic import replace_folder
+    from rlsched.errors import OutputPathError
+
+    out = tmp_path / "ck"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        (tmp_path / "real").mkdir()
+        out.symlink_to(tmp_path / "real")
+    why = "is a named pipe (FIFO); name a folder" if kind == "fifo" else "is a symbolic link (to "
+    (tmp_path / "new").mkdir()
+    with pytest.raises(OutputPathError, match="ck " + why.replace("(", r"\(").replace(")", r"\)")):
+        replace_folder(tmp_path / "new", out)
+
+    def work(*args: Any) -> Any:
+        raise AssertionError("the export ran before the --out check")
+
+    monkeypatch.setattr(export, "actor_tensors", work)
+    assert main(["export", str(_fake_run(tmp_path)), "--out", str(out), "--source", "last"]) == 2
+    assert f"--out: {out} {why}" in capsys.readouterr().err
+    assert out.is_symlink() if kind != "fifo" else not out.is_dir()
+    run_dir = tmp_path / "rd"
+    os.mkfifo(run_dir)
+    assert main(["train", "--run-dir", str(run_dir), "--timesteps", "8"]) == 2
+    assert f"--run-dir: {run_dir} is a named pipe (FIFO); name a folder" in capsys.readouterr().err
