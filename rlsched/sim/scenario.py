@@ -411,7 +411,9 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if not path.suffix:
         path = ENVS_DIR / f"{name_or_path}.yaml"
     if not path.is_file():  # the shipped names listed only when nothing is there
-        input_file(path, "scenario", str(name_or_path), f" (shipped: {', '.join(scenario_names())})")
+        here = (f"; {name_or_path} here is read as a scenario name: give a scenario file with its .yaml"
+                if path.parent == ENVS_DIR and Path(name_or_path).exists() else "")
+        input_file(path, "scenario", str(name_or_path), f" (shipped: {', '.join(scenario_names())}{here})")
     data, line_of = read_yaml_lines(path)
     return scenario_from_dict(data, str(path), line_of)
 

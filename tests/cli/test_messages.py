@@ -89,3 +89,12 @@ def test_deploy_checks_the_layout_against_the_profile(tmp_path: Path, capsys: py
                  "--profile", "omni-h200", "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith("rlsched: error: --sp: 2 (--replicas 2 x --sp 2): profile "
                                               "'omni-h200' cannot model this layout") and not out.exists()
+
+
+def test_a_scenario_name_that_is_a_file_here_says_how_it_was_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--scenario p`` with a file ``p`` here was "not found" with no word of why."""
+    monkeypatch.chdir(tmp_path)
+    Path("p").write_text("name: p\n")
+    assert main(["simulate", "--scenario", "p"]) == 2
+    assert "p here is read as a scenario name: give a scenario file with its .yaml)" in capsys.readouterr().err
