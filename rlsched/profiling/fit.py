@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.profiling.measurements import Measurement, read_measurements
 from rlsched.sim.cost import SP_KEYS, CostModel, profile_from_dict
@@ -92,8 +93,7 @@ def measurement_set(path: Path) -> tuple[Path, Path]:
     folder = path if path.is_dir() else path.parent
     csv_path, spec_path = folder / "measurements.csv", folder / "fit.yaml"
     for p in (csv_path, spec_path):
-        if not p.is_file():
-            raise ConfigError(str(p), "not found (a measurement set is a folder with measurements.csv and fit.yaml)")
+        input_file(p, "measurement set file", hint=" (a measurement set: a folder with measurements.csv and fit.yaml)")
     return csv_path, spec_path
 
 

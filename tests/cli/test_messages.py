@@ -15,6 +15,7 @@ INPUTS = {  # argv with {path}, what the message calls the file
     "tuned": (["simulate", "--duration", "60", "--policy", "static:{path}"], "tuned action file"),
     "profile": (["profile", "predict", "{path}", "--height", "512", "--width", "512", "--steps", "4"], "profile file"),
     "seed preset": (["simulate", "--duration", "60", "--policy", "seed-composite:{path}"], "seed-heuristics preset"),
+    "measurements": (["profile", "fit", "{dir}"], "measurement set file"),
 }
 
 
@@ -23,10 +24,10 @@ INPUTS = {  # argv with {path}, what the message calls the file
 def test_an_input_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path: Path, name: str, kind: str,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Bug: a trace, scenario or tuned file that exists but is a named pipe was reported "not found"."""
-    path = tmp_path / "input.yaml"
+    path = tmp_path / ("measurements.csv" if name == "measurements" else "input.yaml")
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
     argv, what = INPUTS[name]
-    assert main([a.replace("{path}", str(path)) for a in argv]) == 2
+    assert main([a.replace("{path}", str(path)).replace("{dir}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     shown = "a named pipe (FIFO)" if kind == "fifo" else "a folder"
     assert f"{what} is {shown}, not a regular file" in err and "not found" not in err, err
