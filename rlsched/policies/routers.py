@@ -300,6 +300,27 @@ TEACHERS: dict[str, str] = {
 """Routers that simulate the stage's replica policy on forks (``POLICY@lookahead``): name ->
 ``"module:factory"`` (``f(PolicySpec, policy spec) -> Router``), lazily imported. Offline only."""
 
+ROUTER_KINDS: dict[str, str] = {
+    "round-robin": "heuristic",
+    "random": "heuristic",
+    "least-queue": "heuristic",
+    "least-work": "heuristic",
+    "affinity": "heuristic",
+    "rlsched": "predictive",
+    "router": "learned",
+    "lookahead": "teacher",
+    "hindsight": "teacher",
+}
+"""Each router's kind, which reports ask instead of matching names: ``heuristic`` (vLLM-Omni's and the
+plain routers a user could switch on), ``predictive`` (rlsched's, on the cost model), ``learned``,
+``teacher`` (simulates forks of the true state: a ceiling, offline only)."""
+
+
+def router_kind(name: str) -> str:
+    """The kind of the router named ``name`` (``ROUTER_KINDS``); ``central`` (late binding) is
+    ``central``, a router registered without a kind ``heuristic``."""
+    return "central" if name == "central" else ROUTER_KINDS.get(name, "heuristic")
+
 
 round_robin = without_arguments(RoundRobin, "router")
 least_queue = without_arguments(LeastQueue, "router")
@@ -411,6 +432,6 @@ def run_spec(stage: Stage, spec: str) -> Stage:
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["ROUTERS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec", "LeastQueue", "LeastWork", "QueueWork",
-           "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin", "make_router", "run_spec", "split_pair",
-           "split_view"]
+__all__ = ["ROUTERS", "ROUTER_KINDS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec", "LeastQueue",
+           "LeastWork", "QueueWork", "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin", "make_router",
+           "router_kind", "run_spec", "split_pair", "split_view"]
