@@ -101,12 +101,39 @@ ENTRY_POINTS: dict[str, str] = {
 }
 """Built-in policies: name → ``"module:factory"``, each factory ``f(PolicySpec) -> policy``."""
 
+POLICY_KINDS: dict[str, str] = {
+    "fifo": "heuristic",
+    "sjf": "heuristic",
+    "edf": "heuristic",
+    "priority": "heuristic",
+    "drr": "heuristic",
+    "seed-memory": "seed",
+    "seed-priority": "seed",
+    "seed-composite": "seed",
+    "static": "tuned",
+    "lookahead": "teacher",
+    "hindsight": "teacher",
+    "pick": "learned",
+    "rl": "learned",
+}
+"""Each policy's kind, which reports ask instead of matching names: ``heuristic`` (the plain ones a
+user could switch on without rlsched), ``seed`` (the seed design's heuristics), ``tuned`` (a fixed
+action tuned offline), ``teacher`` (simulates forks: a ceiling, offline only), ``learned``. Within a
+kind, earlier entries come first in a report's headline (the candidate ``pick`` before the knob ``rl``)."""
+
 _REGISTRY: dict[str, str | Factory] = dict(ENTRY_POINTS)
 
 
-def register(name: str, factory: str | Factory) -> None:
-    """Add a policy under ``name``: an entry point ``"module:factory"`` or a factory ``f(PolicySpec)``."""
+def register(name: str, factory: str | Factory, kind: str = "other") -> None:
+    """Add a policy under ``name``: an entry point ``"module:factory"`` or a factory ``f(PolicySpec)``,
+    of ``kind`` (``POLICY_KINDS``; ``other``: none the reports single out)."""
     _REGISTRY[name] = factory
+    POLICY_KINDS[name] = kind
+
+
+def policy_kind(name: str) -> str:
+    """The kind of the policy named ``name`` (``POLICY_KINDS``); ``other`` for a name it lacks."""
+    return POLICY_KINDS.get(name, "other")
 
 
 def policy_names() -> list[str]:
