@@ -27,7 +27,7 @@ import numpy as np
 
 from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError
-from rlsched.evaluation import EVAL_SEED_BASE
+from rlsched.evaluation.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.parallel import run_tasks
 from rlsched.policies.routers import check_spec, run_spec, split_pair
 from rlsched.sim import load_scenario
@@ -37,7 +37,7 @@ from rlsched.sim.metrics import summarize_stage
 from rlsched.sim.stage import Stage
 
 DEGREES = (1, 2, 4, 8)
-TRAINING_SEED_LIMIT = 900
+TRAINING_SEED_LIMIT = TRAIN_SEEDS.stop
 """Planning seeds must stay below the validation (900) and evaluation (1000) seeds."""
 
 

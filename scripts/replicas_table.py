@@ -17,13 +17,16 @@ import argparse
 import json
 from pathlib import Path
 
+from rlsched.evaluation import StageSpec
+
 SCENARIOS = ("qwen-image-8gpu", "qwen-image-hetero", "video-8gpu", "azure-8gpu")
 
 
 def short(spec: str) -> str:
     """``static:agents/tuned/X.json@R`` -> ``static@R``."""
-    policy, _, router = spec.rpartition("@")
-    return f"{policy.split(':')[0]}@{router}" if policy.startswith("static:") else spec
+    stage = StageSpec.parse(spec)
+    tuned = stage.routed and stage.policy_kind == "tuned" and bool(stage.policy_spec.arg)
+    return f"{stage.policy_spec.name}@{stage.router}" if tuned else spec
 
 
 def _pm(row: dict) -> str:

@@ -28,13 +28,14 @@ def test_two_specs_of_one_name_and_unknown_names_stay_distinct() -> None:
 
 def test_the_results_plot_for_twelve_policies_has_distinct_series(tmp_path) -> None:
     """Caught: matplotlib's default 10-colour cycle drew fifo and pick in the same blue."""
-    from rlsched.evaluation import Cell, Grid, _plots
+    from rlsched.evaluation import Cell, Grid
+    from rlsched.evaluation.plots import draw
 
     cells = [Cell(sc, pol, rs, 3, {"weighted_slo_attainment": 0.9 - 0.1 * rs - 0.01 * i},
                   {"weighted_slo_attainment": 0.01})
              for sc in ("default", "bursty") for i, pol in enumerate(TWELVE) for rs in (0.5, 1.0, 1.5)]
     grid = Grid([], {}, {pol: [1, 2, 2] for pol in TWELVE}, 1.0)
-    figures = _plots(grid, cells, tmp_path, {p: p for p in TWELVE})
+    figures = draw(grid, cells, tmp_path, {p: p for p in TWELVE})
     for name, fig in figures.items():
         for ax in fig.axes:
             lines = [ln for ln in ax.get_lines() if ln.get_label() in TWELVE]

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
+from rlsched.evaluation.seeds import TRAIN_SEEDS, VALIDATION_SEEDS
 from rlsched.sim.yamlio import read_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -40,7 +41,7 @@ class Strict(BaseModel):
 
 class LabelConfig(Strict):
     episodes_per_scenario: int = Field(default=24, ge=1)
-    seed0: int = Field(default=0, ge=0, lt=900)
+    seed0: int = Field(default=0, ge=0, lt=TRAIN_SEEDS.stop)
     future_s: float = Field(default=600.0, ge=0)
     """Hindsight horizon of the teacher (0: realizable, present requests only)."""
     every: int = Field(default=2, ge=1)
@@ -75,14 +76,14 @@ class PPOStage(Strict):
 
 
 class ValidationConfig(Strict):
-    seeds: tuple[int, ...] = tuple(range(900, 910))
+    seeds: tuple[int, ...] = tuple(VALIDATION_SEEDS[:10])
     rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
     duration_s: float = Field(default=7200.0, gt=0)
 
     @field_validator("seeds")
     @classmethod
     def _validation_seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or not all(900 <= s < 1000 for s in v):
+        if not v or not all(s in VALIDATION_SEEDS for s in v):
             raise ValueError("validation seeds must be in [900, 1000) (evaluation uses >= 1000)")
         return v
 

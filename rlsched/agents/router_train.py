@@ -35,11 +35,12 @@ from pydantic import Field, field_validator
 from rlsched.agents.pick_train import ImitationConfig, PPOStage, Strict, ValidationConfig, load_config
 from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
+from rlsched.evaluation.seeds import TRAIN_SEEDS
 
 
 class RouteLabelConfig(Strict):
     episodes_per_pool: int = Field(default=12, ge=1)
-    seed0: int = Field(default=0, ge=0, lt=900)
+    seed0: int = Field(default=0, ge=0, lt=TRAIN_SEEDS.stop)
     horizon_s: float = Field(default=180.0, gt=0)
     """How far each teacher fork runs (the ceiling's H)."""
     every: int = Field(default=1, ge=1)
@@ -106,7 +107,7 @@ class RouteLabelTask:
     """A ``Scorer`` (DAgger: the learned router routes) or None (rlsched's router does)."""
 
     def __post_init__(self) -> None:
-        from rlsched.evaluation import VALIDATION_SEED_BASE
+        from rlsched.evaluation.seeds import VALIDATION_SEED_BASE
 
         if not 0 <= self.seed < VALIDATION_SEED_BASE:
             raise ConfigError("router.labels.seeds", f"labels use training seeds [0, {VALIDATION_SEED_BASE}), "

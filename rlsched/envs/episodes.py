@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError
+from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.sim import Request, Scenario, load_scenario
 from rlsched.sim.cost import CostModel
 from rlsched.sim.serving import MODES
 
-TRAIN_SEEDS = 900
-"""Training workloads use seeds [0, 900); validation (checkpoint choice) 900-999; evaluation >= 1000."""
 _EMPTY_RETRIES = 20
 
 
@@ -32,7 +31,7 @@ class EpisodeOptions:
     """Arrival-window length, uniform in [low, high] seconds, placed at a uniform start
     inside the scenario; None: the whole scenario."""
     workload_seed: int | None = None
-    """Fixed workload seed (e.g. >= 1000 to evaluate); None: drawn from [0, TRAIN_SEEDS)."""
+    """Fixed workload seed (e.g. >= 1000 to evaluate); None: drawn from TRAIN_SEEDS (0-899)."""
 
     def __post_init__(self) -> None:
         if not self.scenarios:
@@ -107,7 +106,7 @@ class EpisodeSampler:
         scale = float(rng.uniform(*opts.rate_scale))
         window = sc.duration_s if opts.window_s is None else min(float(rng.uniform(*opts.window_s)), sc.duration_s)
         start = float(rng.uniform(0.0, sc.duration_s - window))
-        seed = opts.workload_seed if opts.workload_seed is not None else int(rng.integers(TRAIN_SEEDS))
+        seed = opts.workload_seed if opts.workload_seed is not None else int(rng.integers(TRAIN_SEEDS.stop))
         reqs = sc.requests(seed, scale, duration_s=start + window, cost=cost)
         if start > 0:
             reqs = [r for r in reqs if r.arrival_s >= start]

@@ -30,9 +30,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.envs.episodes import TRAIN_SEEDS
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
+from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
 from rlsched.policies.routers import RlschedRouter
@@ -74,7 +74,7 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
             scale = float(rng.uniform(*self.rate_scale))
             window = min(float(rng.uniform(*self.window_s)), sc.duration_s)
             start = float(rng.uniform(0.0, sc.duration_s - window))
-            wseed = self.workload_seed if self.workload_seed is not None else int(rng.integers(TRAIN_SEEDS))
+            wseed = self.workload_seed if self.workload_seed is not None else int(rng.integers(TRAIN_SEEDS.stop))
             reqs = [r for r in sc.requests(wseed, scale, duration_s=start + window, cost=cost) if r.arrival_s >= start]
             if reqs and self._start(pool, reqs, specs, wseed, start):
                 break

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import rlsched.evaluation as evaluation
 from rlsched.cli import main
+from rlsched.evaluation import runs as evaluation
 from rlsched.resources import data_dir
 
 FAST = ["--seeds", "1000", "--rate-scales", "1.0", "--duration", "60", "--json"]

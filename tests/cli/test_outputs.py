@@ -246,14 +246,14 @@ def test_a_pipe_among_the_files_a_folder_output_gets_is_refused_before_simulatin
     """Bug: ``plan --out`` was checked after every layout had been simulated (a traceback after minutes)."""
     import os
 
-    import rlsched.evaluation
+    import rlsched.evaluation.runs
     import rlsched.planning
 
     def work(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("simulated before the --out check")
 
     monkeypatch.setattr(rlsched.planning, "plan", work)
-    monkeypatch.setattr(rlsched.evaluation, "run_tasks", work)
+    monkeypatch.setattr(rlsched.evaluation.runs, "run_tasks", work)
     out = tmp_path / "res"
     out.mkdir()
     name = "plan.json" if command == "plan" else "results.json"

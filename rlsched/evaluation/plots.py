@@ -1,0 +1,108 @@
+"""The report's plots: SLO attainment against load, latency CDFs, batch sizes (``write_report``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlsched.atomic import atomic_open
+from rlsched.evaluation.runs import Grid
+from rlsched.evaluation.stats import Cell
+
+
+def draw(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep: bool = False) -> dict[str, Any]:
+    """slo_vs_load.png, latency_cdf.png and batch_sizes.png, every policy in its fixed style
+    (``rlsched.plotstyle``); returns the figures when ``keep`` (else they are closed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rlsched.plotstyle import styles_for
+
+    scenarios = sorted({c.scenario for c in cells})
+    policies = list(dict.fromkeys(c.policy for c in cells))
+    styles = styles_for(policies)
+    cols = min(3, len(scenarios))
+    rows = -(-len(scenarios) // cols)
+    alone = len(scenarios) == 1  # one panel: the legend goes beside it, not over the curves
+    size = (8.4, 4.2) if alone else (4.6 * cols, 3.6 * rows + 0.4)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
+    for ax in axes.flat[len(scenarios):]:
+        ax.axis("off")
+    curves: dict[str, list[float]] = {pol: [] for pol in policies}
+    for ax, sc in zip(axes.flat, scenarios):
+        for pol in policies:
+            pts = sorted((c.rate_scale, c.mean["weighted_slo_attainment"], c.ci95["weighted_slo_attainment"])
+                         for c in cells if c.scenario == sc and c.policy == pol)
+            x, y, e = (np.array(v, dtype=float) for v in zip(*pts))
+            curves[pol] += list(y)
+            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), capsize=3, label=shown[pol], markersize=5,
+                        **styles[pol].line())
+        ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
+        ax.grid(alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    if alone:
+        fig.legend(handles, names, loc="center right", fontsize=8, ncol=1)
+    else:
+        fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
+    same = _coinciding(curves, shown)
+    if same:
+        fig.text(0.01, 0.005, "Lines that coincide (within 1.5 points at every scenario and load): " + "; ".join(same),
+                 fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03 if same else 0, 0.62 if alone else 1, 1))
+    _savefig(fig, out / "slo_vs_load.png", dpi=100)
+    figures = {"slo_vs_load": fig, "latency_cdf": _cdf_plot(grid, scenarios, policies, shown, styles, out, plt, np)}
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    top = max((max(v) for v in grid.batch_sizes.values() if v), default=1)
+    for pol in policies:
+        sizes = grid.batch_sizes.get(pol)
+        if sizes:
+            share = np.bincount(np.asarray(sizes), minlength=top + 1)[1:] / len(sizes)
+            ax.plot(np.arange(1, top + 1), share, drawstyle="steps-mid", label=shown[pol], **styles[pol].line())
+    ax.set(title=f"batch sizes at load ×{grid.reference_load:g}, all scenarios", xlabel="batch size",
+           ylabel="fraction of batches")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _savefig(fig, out / "batch_sizes.png", dpi=110)
+    figures["batch_sizes"] = fig
+    if not keep:
+        for f in figures.values():
+            plt.close(f)
+    return figures
+
+
+def _coinciding(curves: dict[str, list[float]], shown: dict[str, str], points: float = 1.5) -> list[str]:
+    """Pairs of policies whose curves never differ by more than ``points``: a reader must be told
+    one line hides another rather than see it vanish."""
+    names = list(curves)
+    return [f"{shown[a]} and {shown[b]}" for i, a in enumerate(names) for b in names[i + 1:]
+            if curves[a] and len(curves[a]) == len(curves[b])
+            and max(abs(x - y) for x, y in zip(curves[a], curves[b])) * 100 <= points]
+
+
+def _savefig(fig: Any, path: Path, dpi: int) -> None:
+    with atomic_open(path, "wb", "--out") as fh:
+        fig.savefig(fh, format="png", dpi=dpi)
+
+
+def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict[str, str], styles: dict[str, Any],
+              out: Path, plt: Any, np: Any) -> Any:
+    classes = ("realtime", "batch", "background")
+    fig, axes = plt.subplots(len(scenarios), 3, figsize=(12, 2.8 * len(scenarios)), squeeze=False)
+    for row, sc in zip(axes, scenarios):
+        for ax, cls in zip(row, classes):
+            for pol in policies:
+                vals = np.sort(np.asarray(grid.latency_ratio.get((sc, pol, cls), []), dtype=float))
+                if vals.size:
+                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=shown[pol],
+                            markevery=max(1, vals.size // 6), markersize=4, **styles[pol].line())
+            ax.axvline(1.0, color="grey", linestyle=":")
+            ax.set(xscale="log", xlim=(0.3, 30), ylim=(0, 1), title=f"{sc} — {cls}",
+                   xlabel="latency / SLO", ylabel="CDF")
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    _savefig(fig, out / "latency_cdf.png", dpi=100)
+    return fig

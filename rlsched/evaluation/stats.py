@@ -1,0 +1,67 @@
+"""Statistics over seeds: a grid's rows aggregated into cells (mean, 95 % t-interval)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Aggregate of one (scenario, policy, rate_scale) over seeds."""
+
+    scenario: str
+    policy: str
+    rate_scale: float
+    n: int
+    mean: dict[str, float]
+    ci95: dict[str, float]
+
+
+SUMMARY_KEYS = ("weighted_slo_attainment", "slo_attainment", "goodput_rps", "latency_p99_s",
+                "gpu_compute_util", "batch_size_mean", "requests_failed",
+                "per_class.realtime.slo_attainment", "per_class.batch.slo_attainment",
+                "per_class.background.slo_attainment")
+
+
+def flat(metrics: dict[str, Any], key: str) -> float:
+    value: Any = metrics
+    for part in key.split("."):
+        value = value[part]
+    return float(value)
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[Cell]:
+    """Mean and 95 % t-interval half-width over seeds, per (scenario, policy, load)."""
+    import numpy as np
+
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["scenario"], row["policy"], row["rate_scale"]), []).append(row)
+    cells = []
+    for (sc, pol, rs), group in groups.items():
+        mean, ci = {}, {}
+        for key in SUMMARY_KEYS:
+            vals = np.array([flat(r, key) for r in group])
+            vals = vals[~np.isnan(vals)]
+            mean[key] = float(vals.mean()) if vals.size else math.nan
+            ci[key] = ci95_half_width(vals)
+        cells.append(Cell(sc, pol, rs, len(group), mean, ci))
+    return cells
+
+
+def ci95_half_width(values: Any) -> float:
+    """Half-width of the two-sided 95 % t-interval of the mean of ``values`` (NaN below 2)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    import numpy as np
+
+    return _t95(n) * float(np.std(values, ddof=1)) / math.sqrt(n)
+
+
+def _t95(n: int) -> float:
+    """Two-sided 95 % Student-t quantile for n samples (n−1 dof)."""
+    table = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
+    return table.get(n, 1.96 + 2.5 / max(n - 1, 1))
