@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "rlsched"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rlsched", "errors", "resources", "argtypes", "plotstyle", "atomic"),
+    ("rlsched", "errors", "resources", "bounds", "argtypes", "plotstyle", "atomic"),
     ("sim", "projection"),
     ("telemetry", "profiling", "parallel", "loadgen", "policies"),
     ("learned", "evaluation", "planning"),
@@ -67,9 +67,10 @@ def climbing_arrows() -> list[str]:
 
 
 def circles() -> list[list[str]]:
-    """Strongly connected components (> 1 module) of the import-time graph (Tarjan)."""
+    """Strongly connected components (> 1 module) of the graph of every import: deferred ones and those
+    under ``TYPE_CHECKING`` included (Tarjan). A circle is a definition in the wrong room, whenever it runs."""
     mods = modules()
-    graph = {m: sorted(t for t in imports(p, top_level_only=True) if t in mods and t != m) for m, p in mods.items()}
+    graph = {m: sorted(t for t in imports(p, top_level_only=False) if t in mods and t != m) for m, p in mods.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -8,10 +8,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlsched.agents import train as _train
-from rlsched.atomic import replace_folder  # noqa: F401 (its home was here: rlsched.atomic holds every writer)
+from rlsched.atomic import atomic_open, replace_folder
+
+LAST, BEST = "last", "best"
+"""Sub-folders of the run dir: the newest checkpoint, and the best on the validation seeds."""
 
 
 class PeriodicCheckpoint(BaseCallback):
@@ -33,7 +36,7 @@ class PeriodicCheckpoint(BaseCallback):
         if self.num_timesteps >= self._next:
             self._next = next_multiple(self.num_timesteps, self.every)
             folder = self.save(self.model, self.venv, self.run_dir / f"steps_{self.num_timesteps}")
-            replace_folder(folder, self.run_dir / _train.LAST, copy=True)
+            replace_folder(folder, self.run_dir / LAST, copy=True)
         return True
 
     @staticmethod
@@ -45,7 +48,7 @@ class PeriodicCheckpoint(BaseCallback):
         try:
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0o700 is not what mkdir gives
             model.save(tmp / "model.zip")
-            _train.save_obs_norm(venv, tmp / "obs_norm.npz")
+            save_obs_norm(venv, tmp / "obs_norm.npz")
             for name, text in (files or {}).items():
                 (tmp / name).write_text(text)
         except BaseException:
@@ -64,3 +67,17 @@ def _umask() -> int:
 def next_multiple(done: int, every: int) -> int:
     """The first multiple of ``every`` above ``done``."""
     return (done // every + 1) * every
+
+
+def save_obs_norm(venv: Any, path: Path) -> None:
+    """Observation statistics as .npz (no pickle), for resume and export."""
+    rms = venv.obs_rms
+    with atomic_open(path, "wb") as fh:
+        np.savez(fh, mean=rms.mean, var=rms.var, count=np.asarray(rms.count),
+                 clip=np.asarray(venv.clip_obs), epsilon=np.asarray(venv.epsilon),
+                 enabled=np.asarray(bool(venv.norm_obs)))
+
+
+def load_obs_norm(venv: Any, path: Path) -> None:
+    data = np.load(path, allow_pickle=False)
+    venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = data["mean"], data["var"], float(data["count"])

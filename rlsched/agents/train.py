@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rlsched.agents.checkpointing import BEST, LAST, PeriodicCheckpoint, load_obs_norm
 from rlsched.agents.config import AgentConfig
-from rlsched.atomic import atomic_open, write_atomic
+from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
 
-LAST, BEST = "last", "best"
-"""Sub-folders of the run dir: the newest checkpoint, and the best on the validation seeds."""
 PROVENANCE_FILE = "provenance.json"
 """In the run dir: one ``rlsched.agents.reproducible.provenance`` entry per ``train`` (a resume adds one);
 ``rlsched export`` copies them into the checkpoint."""
@@ -83,20 +82,6 @@ def initial_action(paths: tuple[str, ...]) -> np.ndarray:
     return np.mean(list(read_tuned_actions(paths).values()), axis=0).astype(np.float32)
 
 
-def save_obs_norm(venv: Any, path: Path) -> None:
-    """Observation statistics as .npz (no pickle), for resume and export."""
-    rms = venv.obs_rms
-    with atomic_open(path, "wb") as fh:
-        np.savez(fh, mean=rms.mean, var=rms.var, count=np.asarray(rms.count),
-                 clip=np.asarray(venv.clip_obs), epsilon=np.asarray(venv.epsilon),
-                 enabled=np.asarray(bool(venv.norm_obs)))
-
-
-def load_obs_norm(venv: Any, path: Path) -> None:
-    data = np.load(path, allow_pickle=False)
-    venv.obs_rms.mean, venv.obs_rms.var, venv.obs_rms.count = data["mean"], data["var"], float(data["count"])
-
-
 def check_config(cfg: AgentConfig) -> None:
     """The step counts a run relies on, before anything is built: ``timesteps: -5`` used to
     "train" nothing and leave an untrained network to export, ``checkpoint_every: 0`` to fail
@@ -117,7 +102,6 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     from stable_baselines3.common.callbacks import CallbackList
 
     from rlsched.agents.callbacks import BaselineEval, HyperparamText, SchedulerMetrics
-    from rlsched.agents.checkpointing import PeriodicCheckpoint
     from rlsched.agents.reproducible import seed_everything
     from rlsched.agents.validation import validation_eval
 
@@ -168,7 +152,6 @@ def _record_provenance(run_dir: Path, resume: bool) -> None:
 
 
 def _save_best(model: Any, venv: Any, run_dir: Path, score: float) -> None:
-    from rlsched.agents.checkpointing import PeriodicCheckpoint
 
     # validation.json travels with the weights: a crash never leaves one without the other
     PeriodicCheckpoint.save(model, venv, run_dir / BEST, {"validation.json": json.dumps(

@@ -140,7 +140,8 @@ def test_workers_are_capped_at_the_cpus_and_the_tasks(monkeypatch: pytest.Monkey
 def test_workers_flag_refuses_zero_and_says_it_is_capped(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--workers", "0"])
-    assert exc.value.code == 2 and "argument --workers: must be an integer >= 1 and <= 4096, not 0" in capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "argument --workers: must be an integer >= 1 and <= 4096, not 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "capped at this machine's CPUs" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
