@@ -53,46 +53,84 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Minimal safetensors reader: every tensor's dtype, shape and offsets are checked (in bounds,
     sized to the shape, disjoint), so a tampered file is a ``CheckpointError``, never garbage weights."""
-    header, body = _header(path, path.read_bytes())
-    out, spans = {}, []
-    for name, spec in header.items():
-        if name == "__metadata__":
-            continue
-        out[name], span = _tensor(f"{path}: tensor {name!r}", spec, body)
-        spans.append((*span, name))
-    _check_disjoint(path, spans)
-    return out
+    return _arrays(*read_weights(path))
 
 
-def _header(path: Path, data: bytes) -> tuple[dict[str, Any], memoryview]:
-    if len(data) < 8:
-        raise CheckpointError(f"{path}: not a valid safetensors file (shorter than the 8-byte header length)")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} past the end of the file)")
-    if n > MAX_HEADER_BYTES:
-        raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} over "
-                              f"{MAX_HEADER_BYTES >> 20} MiB)")
-    header = parse_json(bytes(data[8:8 + n]), f"{path}: not a valid safetensors file (header)", CheckpointError)
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a valid safetensors file (header is not a JSON object)")
-    return header, memoryview(data)[8 + n:]
+MAX_WEIGHTS_BYTES = 256 << 20
+"""Largest weights file read (a shipped policy is under 64 KiB): a larger one is refused before it is read."""
+MAX_RANK = 8
+"""Most dimensions a tensor may have (an actor MLP's are 1 or 2; numpy stops at 64)."""
 
 
-def _tensor(where: str, spec: Any, body: memoryview) -> tuple[np.ndarray, tuple[int, int]]:
+@dataclass(frozen=True)
+class _Spec:
+    """A tensor's dtype and shape, and where its bytes lie in the file (offsets from the file's start)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+def read_weights(path: Path) -> tuple[bytes, dict[str, _Spec]]:
+    """The weights file's bytes and its tensors' specs. The file's size, then its header (length,
+    JSON, every tensor's dtype, shape and offsets) are checked against the file's length before the
+    body is read, so no size written in the file makes the reader allocate more than the file."""
+    size = path.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise CheckpointError(f"{path}: {size} bytes, over the {MAX_WEIGHTS_BYTES >> 20} MiB a policy's "
+                              f"weights may take (not read)")
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: not a valid safetensors file (shorter than the 8-byte header length)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} past the end of the file)")
+        if n > MAX_HEADER_BYTES:
+            raise CheckpointError(f"{path}: not a valid safetensors file (header length {n} over "
+                                  f"{MAX_HEADER_BYTES >> 20} MiB)")
+        header = parse_json(fh.read(n), f"{path}: not a valid safetensors file (header)", CheckpointError)
+        if not isinstance(header, dict):
+            raise CheckpointError(f"{path}: not a valid safetensors file (header is not a JSON object)")
+        body = size - 8 - n
+        specs = {name: _spec(f"{path}: tensor {name!r}", spec, body, 8 + n)
+                 for name, spec in header.items() if name != "__metadata__"}
+        _check_disjoint(path, [(s.start, s.end, name) for name, s in specs.items()])
+        fh.seek(0)
+        data = fh.read(size + 1)
+    if len(data) != size:
+        raise CheckpointError(f"{path}: changed while it was read ({size} bytes, then {len(data)})")
+    return data, specs
+
+
+def _spec(where: str, spec: Any, body: int, base: int) -> _Spec:
     if not isinstance(spec, dict) or spec.get("dtype") not in _DTYPES:
         raise CheckpointError(f"{where}: dtype must be one of {sorted(_DTYPES)}")
     shape, offsets = spec.get("shape"), spec.get("data_offsets")
-    if not _counts(shape):
-        raise CheckpointError(f"{where}: shape must be a list of integers >= 0, not {shape!r}")
-    if not _counts(offsets) or len(offsets) != 2 or not offsets[0] <= offsets[1] <= len(body):
-        raise CheckpointError(f"{where}: data_offsets {offsets!r} outside the {len(body)}-byte data section")
+    if not _counts(shape) or len(shape) > MAX_RANK or any(d > body for d in shape):
+        raise CheckpointError(f"{where}: shape must be a list of at most {MAX_RANK} integers in [0, {body}] "
+                              f"(the data section's bytes), not {_short(shape)}")
+    if not _counts(offsets) or len(offsets) != 2 or not offsets[0] <= offsets[1] <= body:
+        raise CheckpointError(f"{where}: data_offsets {_short(offsets)} outside the {body}-byte data section")
     dtype = np.dtype(_DTYPES[spec["dtype"]]).newbyteorder("<")
     start, end = offsets
     if end - start != math.prod(shape) * dtype.itemsize:
         raise CheckpointError(f"{where}: data_offsets span {end - start} bytes, shape {shape} needs "
                               f"{math.prod(shape) * dtype.itemsize}")
-    return np.frombuffer(body[start:end], dtype=dtype).reshape(shape).astype(np.float32), (start, end)
+    return _Spec(dtype, tuple(shape), base + start, base + end)
+
+
+def _arrays(data: bytes, specs: dict[str, _Spec]) -> dict[str, np.ndarray]:
+    view = memoryview(data)
+    return {name: np.frombuffer(view[s.start:s.end], dtype=s.dtype).reshape(s.shape).astype(np.float32)
+            for name, s in specs.items()}
+
+
+def _short(value: Any) -> str:
+    """A value for a message, cut at 80 characters (a hostile header's list can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _counts(value: Any) -> TypeGuard[list[int]]:
@@ -306,9 +344,9 @@ def read_checkpoint(folder: str | Path) -> tuple[Path, dict[str, Any], dict[str,
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
         raise CheckpointError(f"{folder}: expected {WEIGHTS} and {META}")
     meta = _read_meta(folder / META)
-    weights = (folder / WEIGHTS).read_bytes()
+    weights, specs = read_weights(folder / WEIGHTS)
     if meta.get("content_sha256") != content_hash(weights, meta):
         raise CheckpointError(f"{folder}: content hash mismatch — the files were modified or mixed up")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{folder}: format version {meta.get('format_version')} != {FORMAT_VERSION}")
-    return folder, meta, read_safetensors(folder / WEIGHTS)
+    return folder, meta, _arrays(weights, specs)

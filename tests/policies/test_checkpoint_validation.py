@@ -96,7 +96,10 @@ def _raw_safetensors(path: Path, header: dict, body: bytes) -> Path:
       "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, r"tensors 'a' and 'b' overlap"),
     ({"a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}, r"tensor 'a': data_offsets \[0, 32\] outside"),
     ({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}, r"span 16 bytes, shape \[3\] needs 12"),
-    ({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}}, r"shape must be a list of integers"),
+    ({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}}, r"shape must be a list of at most 8 integers"),
+    ({"a": {"dtype": "F32", "shape": [1] * 65, "data_offsets": [0, 4]}}, r"at most 8 integers in \[0, 16\]"),
+    ({"a": {"dtype": "F32", "shape": [2**70, 0], "data_offsets": [0, 0]}}, r"at most 8 integers in \[0, 16\]"),
+    ({"a": {"dtype": "F32", "shape": [2**70], "data_offsets": [0, 16]}}, r"at most 8 integers in \[0, 16\]"),
     ({"a": {"dtype": "I8", "shape": [16], "data_offsets": [0, 16]}}, r"dtype must be one of"),
     ({"a": [1, 2]}, r"dtype must be one of"),
 ])
@@ -110,6 +113,45 @@ def test_header_length_past_the_end(tmp_path: Path) -> None:
     (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", 10**9) + b"{}")
     with pytest.raises(CheckpointError, match="past the end"):
         read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_a_weights_file_over_the_bound_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "x.safetensors"
+    ck.write_safetensors(path, {"w": np.ones((4, 4), np.float32)})
+    monkeypatch.setattr(ck, "MAX_WEIGHTS_BYTES", path.stat().st_size - 1)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("the body was read"))
+    with pytest.raises(CheckpointError, match=r"bytes, over the 0 MiB a policy's weights may take \(not read\)"):
+        read_safetensors(path)
+
+
+def test_the_header_is_checked_before_the_body_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header that promises more than the file holds fails on the header alone: no read past it."""
+    path = _raw_safetensors(tmp_path / "x.safetensors", {"a": {"dtype": "F32", "shape": [8],
+                                                               "data_offsets": [0, 32]}}, bytes(16))
+    reads: list[int] = []
+    real_open = Path.open
+
+    class Spy:
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> "Spy":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()
+
+        def read(self, n: int = -1) -> bytes:
+            reads.append(n)
+            return self.fh.read(n)
+
+        def seek(self, at: int) -> int:
+            return self.fh.seek(at)
+
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: Spy(real_open(self, *a, **k)))
+    with pytest.raises(CheckpointError, match="outside the 16-byte data section"):
+        read_safetensors(path)
+    assert len(reads) == 2  # the length, then the header: never the file whole
 
 
 def test_settings_added_to_projection_config_later_are_range_checked_generically(monkeypatch) -> None:
