@@ -77,7 +77,7 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 	$(VLLM_UV) --no-deps vllm==0.30.0 vllm-omni==0.30.0
 	$(VLLM_UV) -r requirements/vllm-omni-cpu.txt
 	$(VLLM_UV) --no-deps -e .
-	$(VLLM_UV) pyyaml rich pydantic numpy prometheus_client pytest hypothesis
+	$(VLLM_UV) pyyaml rich pydantic numpy prometheus_client pytest pytest-timeout hypothesis
 	@$(VLLM_PY) -c "import torch; assert not torch.version.cuda, 'CUDA torch on a CPU machine'"
 	touch $@
 
@@ -133,6 +133,6 @@ $(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.
 
 .PHONY: test-e2e
 test-e2e: $(VLLM_VENV)/.e2e-installed
-	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider
+	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider --timeout 600
 	@! pgrep -f "[v]llm serve .*e2e-model|$(abspath $(VLLM_VENV))/bin/python -B -c from [m]ultiprocessing" >/dev/null \
 	  || { echo "orphan vllm serve processes (API server or replica stage processes)"; exit 1; }

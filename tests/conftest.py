@@ -11,6 +11,14 @@ import pytest  # noqa: E402
 from rlsched.sim import Request, ServingConfig, Simulator, load_profile  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every tier (main, vllm, ray, e2e) runs under a per-test limit: without pytest-timeout a watchdog
+    that never fires hangs the tier until CI's own limit, so its absence stops the run here."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("pytest-timeout is not installed: every test tier runs with a per-test limit "
+                                "(pyproject.toml [tool.pytest.ini_options] timeout)")
+
+
 def make_request(rid: int = 0, t: float = 0.0, size: int = 512, priority: str = "batch",
                  steps: int = 50, slo: float = 1e9, model: str = "qwen-image", **kw) -> Request:
     """A Qwen-Image request; ``size`` sets height = width."""

@@ -70,3 +70,8 @@ def test_deploy_docs_list_every_core_dependency() -> None:
     doc = (ROOT / "docs" / "deploy.md").read_text()
     install = next(line for line in doc.splitlines() if "pip install --no-deps" in line)
     assert all(dep in install for dep in SERVE_DEPS), install
+
+
+def test_every_test_runs_under_a_per_test_limit(pytestconfig: pytest.Config) -> None:
+    assert pytestconfig.pluginmanager.hasplugin("timeout")
+    assert 0 < float(pytestconfig.getini("timeout")) <= 300
