@@ -41,7 +41,7 @@ from rlsched.learned.pick import FrozenScorer, read_scorer
 from rlsched.policies.base import PolicySpec, no_options
 from rlsched.policies.routers import Prediction, RlschedRouter
 from rlsched.sim.request import CLASS_INDEX, Request
-from rlsched.sim.stage import Stage
+from rlsched.sim.view import StageView
 
 ROUTE_FIELDS = ("valid", "proposal", "meets", "slack", "finish", "busy", "due", "pushed_back", "made_late",
                 "own_work", "fit", "gpus", "affinity", "queue")
@@ -65,7 +65,7 @@ class RouteFeatures(RlschedRouter):
 
     name = "route-features"
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, stage: StageView) -> None:
         super().reset(stage)
         self._history: list[deque[tuple[float, float]]] = [deque() for _ in HISTORY_S]
         """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
@@ -74,14 +74,14 @@ class RouteFeatures(RlschedRouter):
         self._fits: dict[tuple[int, Hashable], bool] = {}
         """(replica, key) -> the request fits there alone (its memory depends on the key only)."""
 
-    def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
+    def describe(self, request: Request, stage: StageView) -> tuple[int, np.ndarray, np.ndarray]:
         """(the proposal's replica, global features (RG,), candidate features (R, RF))."""
         self._sync(stage)
         preds = self.predict(request, stage)
         proposal = self.choose(request, preds)
         return proposal, *self._features(request, stage, preds, proposal)
 
-    def _features(self, request: Request, stage: Stage, preds: list[Prediction],
+    def _features(self, request: Request, stage: StageView, preds: list[Prediction],
                   proposal: int) -> tuple[np.ndarray, np.ndarray]:
         now, slo = stage.now, max(request.slo_s, 1e-9)
         deadline = request.arrival_s + request.slo_s
@@ -123,7 +123,7 @@ class LearnedRouter(RouteFeatures):
     def __init__(self, scorer: Any, name: str = "router") -> None:
         self.scorer, self.name = scorer, name
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         proposal, glob, cand = self.describe(request, stage)
         scores = np.where(cand[:, 0] > 0, self.scorer(glob, cand), -np.inf)
         best = int(np.argmax(scores))

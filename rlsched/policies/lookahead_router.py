@@ -41,7 +41,8 @@ from rlsched.policies.projected import ProjectedPolicy
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
 from rlsched.sim.simulator import PolicyLike, Simulator
-from rlsched.sim.stage import Router, Stage
+from rlsched.sim.stage import Router, Stage, simulated
+from rlsched.sim.view import StageView
 
 DEFAULT_HORIZON_S = 300.0
 """How far each fork is run (and, for ``hindsight``, how far ahead it sees arrivals)."""
@@ -82,13 +83,15 @@ class LookaheadRouter:
         self.forks = 0
         """Forks run (one per replica tried)."""
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, view: StageView) -> None:
+        stage = simulated(view, self.name)
         self.base = self._make_router(self.base_spec)
         self.base.reset(stage)
         self._kind = [(id(s.cost), s.serving) for s in stage.specs]
         self.looked = self.changed = self.forks = 0
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, view: StageView) -> int:
+        stage = simulated(view, self.name)
         choice = self.base.route(request, stage)
         tries = self.candidates(request, stage, choice)
         if len(tries) < 2:

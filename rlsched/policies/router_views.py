@@ -3,7 +3,7 @@
 A router in the API process never sees a replica's scheduler. It knows the requests it bound there that
 have not finished (its **ledger**), and — when the replica runs rlsched's engine — what that engine
 **published** of its state: which of them run, how far each is, and the running batch's predicted end.
-``ReplicaView`` is one replica as such a router sees it (a ``QueueView``), ``Ledger`` the views of a
+``LedgerReplica`` is one replica as such a router sees it (a ``QueueView``), ``Ledger`` the views of a
 stage's replicas (the ``LedgerStage`` a router decides on). The engine's ``RouterStagePool`` feeds it
 the replicas' published states as they reach the orchestrator; the simulator's ``view=engine`` feeds it
 the same messages, built by the same ``replica_state`` and delayed as the engine's path delays them —
@@ -48,7 +48,8 @@ from typing import Any
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
+from rlsched.sim.stage import simulated
+from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal, StageView
 
 INF = math.inf
 STATE_KEY = "rlsched_state"
@@ -143,7 +144,7 @@ def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int
             "preempted": [[str(rid), int(done)] for rid, done in preempted]}
 
 
-class ReplicaView:
+class LedgerReplica:
     """One replica as a router in the orchestrator sees it: a ``QueueView`` (module docstring)."""
 
     can_reject = False
@@ -197,6 +198,10 @@ class ReplicaView:
         self.journal.append(ENQUEUED, rec)
         return rec
 
+    def _bound(self, iid: int | None) -> RequestRecord | None:
+        """The followed record of a view id (None: a published id the ledger did not bind here)."""
+        return None if iid is None else self._followed.get(iid)
+
     def remove(self, iid: int) -> None:
         rec = self._followed.pop(iid, None)
         if rec is None:
@@ -228,12 +233,12 @@ class ReplicaView:
             if iid is not None:
                 self.remove(iid)
         for rid, done in state.preempted:
-            rec = self._followed.get(iid_of(rid))  # type: ignore[arg-type]
+            rec = self._bound(iid_of(rid))
             if rec is not None:
                 rec.steps_done = min(done, rec.request.num_inference_steps - 1)
         running = []
         for rid, done in state.running:
-            rec = self._followed.get(iid_of(rid))  # type: ignore[arg-type]
+            rec = self._bound(iid_of(rid))
             if rec is None:
                 continue
             rec.steps_done = min(done, rec.request.num_inference_steps - 1)
@@ -279,7 +284,7 @@ class LedgerStage:
     """What a router reads of a ``Stage``: the live replicas' views (index = position, not slot), the clock
     and the seed."""
 
-    replicas: list[ReplicaView]
+    replicas: list[LedgerReplica]
     seed: int = 0
     now: float = 0.0
     fallbacks: dict[str, int] = field(default_factory=dict)
@@ -298,13 +303,13 @@ class LedgerStage:
 
 
 class Ledger:
-    """The requests a router bound that have not finished, per replica slot (``ReplicaView``s), with the
+    """The requests a router bound that have not finished, per replica slot (``LedgerReplica``s), with the
     published states, and the ``LedgerStage`` a router decides on. Not thread-safe: the pool holds its lock."""
 
     def __init__(self, cost_of: Callable[[int], CostModel], config: ServingConfig, seed: int = 0,
                  silence_s: float = SILENCE_S) -> None:
         self._cost_of, self.config, self.silence_s = cost_of, config, silence_s
-        self.views: dict[int, ReplicaView] = {}
+        self.views: dict[int, LedgerReplica] = {}
         self.stage = LedgerStage([], seed)
         self.bound: dict[str, tuple[int, int]] = {}
         """vLLM request id -> (slot, the ledger's int id)."""
@@ -327,7 +332,7 @@ class Ledger:
             del self.views[slot]
         for slot in live:
             if slot not in self.views:
-                self.views[slot] = ReplicaView(slot, self._cost_of(slot), self.config, self.silence_s)
+                self.views[slot] = LedgerReplica(slot, self._cost_of(slot), self.config, self.silence_s)
         self.stage.replicas = [self.views[s] for s in live]
         return lost
 
@@ -381,7 +386,7 @@ class Ledger:
 
 
 __all__ = ["CARRIER_KEY", "DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerStage", "MAX_LISTED", "PUBLISH_DELAY_S",
-           "ReplicaState", "ReplicaView", "SILENCE_S", "STATE_KEY", "STATE_VERSION", "StateError", "VIEWS",
+           "ReplicaState", "LedgerReplica", "SILENCE_S", "STATE_KEY", "STATE_VERSION", "StateError", "VIEWS",
            "ViewRouter", "replica_state"]
 
 
@@ -400,7 +405,8 @@ class ViewRouter:
         self.router, self.view, self.delay_s = router, view, delay_s
         self.name = getattr(router, "name", "router")
 
-    def reset(self, stage: Any) -> None:
+    def reset(self, view: StageView) -> None:
+        stage = simulated(view, self.name)
         sims = stage.replicas
         self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed, silence_s=INF)
         self.ledger.follow(list(range(len(sims))))
@@ -456,7 +462,7 @@ class ViewRouter:
         self._finished[slot] = []
         return state
 
-    def route(self, request: Request, stage: Any) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         now, heard, ledger = stage.now, self._heard, self.ledger
         while heard and heard[0][0] <= now:
             t, slot, what = heard.popleft()

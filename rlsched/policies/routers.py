@@ -37,9 +37,8 @@ from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spe
 from rlsched.policies.router_views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.simulator import Simulator
 from rlsched.sim.stage import INF, Router, Stage
-from rlsched.sim.view import ENQUEUED, QueueView
+from rlsched.sim.view import ENQUEUED, QueueView, ReplicaView, StageView
 
 
 class QueueWork:
@@ -130,7 +129,7 @@ _LAST = 1 << 62
 """An id above every request id: ``(deadline, _LAST)`` sorts after every entry of that deadline."""
 
 
-def backlog_s(sim: Simulator, work: QueueWork, now: float) -> float:
+def backlog_s(sim: ReplicaView, work: QueueWork, now: float) -> float:
     """Seconds of work ahead on a replica: the running batch's remaining time plus what waits."""
     busy = sim.gpu_end_s
     return (busy - now if busy != INF else 0.0) + max(work.work_s, 0.0)
@@ -141,11 +140,11 @@ class _Followed:
 
     name = "followed"
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, stage: StageView) -> None:
         self.work = [QueueWork() for _ in stage.replicas]
         self.rng = np.random.default_rng(stage.seed)
 
-    def _sync(self, stage: Stage) -> None:
+    def _sync(self, stage: StageView) -> None:
         for sim, work in zip(stage.replicas, self.work):
             work.sync(sim)
 
@@ -155,10 +154,10 @@ class RoundRobin:
     reads_state = False
     """Decides on nothing a replica holds: every view routes it alike (``make_router`` does not wrap it)."""
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, stage: StageView) -> None:
         self._next = 0
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         r = self._next % len(stage.replicas)
         self._next = (self._next + 1) % len(stage.replicas)
         return r
@@ -171,17 +170,17 @@ class RandomRouter:
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, stage: StageView) -> None:
         self.rng = np.random.default_rng(stage.seed if self.seed is None else self.seed)
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         return int(self.rng.integers(len(stage.replicas)))
 
 
 class LeastQueue(_Followed):
     name = "least-queue"
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         lengths = [len(s.waiting) + len(s.running) for s in stage.replicas]
         low = min(lengths)
         ties = [i for i, n in enumerate(lengths) if n == low]
@@ -191,7 +190,7 @@ class LeastQueue(_Followed):
 class LeastWork(_Followed):
     name = "least-work"
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         self._sync(stage)
         now = stage.now
         loads = [backlog_s(s, w, now) for s, w in zip(stage.replicas, self.work)]
@@ -201,7 +200,7 @@ class LeastWork(_Followed):
 class Affinity(_Followed):
     name = "affinity"
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         self._sync(stage)
         now = stage.now
         holding = [i for i, (s, w) in enumerate(zip(stage.replicas, self.work))
@@ -224,7 +223,7 @@ class RlschedRouter(_Followed):
 
     name = "rlsched"
 
-    def reset(self, stage: Stage) -> None:
+    def reset(self, stage: StageView) -> None:
         super().reset(stage)
         self._records: dict[tuple[int, Hashable], RequestRecord] = {}
 
@@ -235,7 +234,7 @@ class RlschedRouter(_Followed):
             rec = self._records[(i, key)] = sim.cost.record(request)
         return rec
 
-    def route(self, request: Request, stage: Stage) -> int:
+    def route(self, request: Request, stage: StageView) -> int:
         # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
         # a third of ``bench stage``'s time went to building them); the learned router needs them all
         self._sync(stage)
@@ -250,7 +249,7 @@ class RlschedRouter(_Followed):
                 best, best_score = i, score
         return best
 
-    def predict(self, request: Request, stage: Stage) -> list[Prediction]:
+    def predict(self, request: Request, stage: StageView) -> list[Prediction]:
         """The request's predicted finish on every replica (the queues synced by the caller)."""
         now, deadline = stage.now, request.arrival_s + request.slo_s
         out = []

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from rlsched.sim.request import CLASS_INDEX, COMPLETED, FAILED_OOM, PRIORITY_CLASSES, REJECTED, RUNNING, WAITING
-from rlsched.sim.simulator import Simulator
+from rlsched.sim.request import (
+    CLASS_INDEX,
+    COMPLETED,
+    FAILED_OOM,
+    PRIORITY_CLASSES,
+    REJECTED,
+    RUNNING,
+    WAITING,
+    RequestRecord,
+)
 
 CLASS_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
 """Relative value of meeting one SLO per class (realtime counts 3× background)."""
@@ -23,7 +32,46 @@ CLASS_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
 _STATUS = {s: i for i, s in enumerate((WAITING, RUNNING, COMPLETED, FAILED_OOM, REJECTED))}
 
 
-def summarize(sim: Simulator) -> dict[str, Any]:
+class Gpu(Protocol):
+    @property
+    def weights_gb(self) -> float: ...
+
+    @property
+    def gpu_memory_gb(self) -> float: ...
+
+
+class Run(Protocol):
+    """What ``summarize`` reads of a run: a ``Simulator``, or a stage's replicas pooled (``_Pooled``)."""
+
+    @property
+    def records(self) -> Mapping[int, RequestRecord]: ...
+
+    @property
+    def arrivals_left(self) -> int: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def oom_batches(self) -> int: ...
+
+    @property
+    def busy_s(self) -> float: ...
+
+    @property
+    def mem_gb_s(self) -> float: ...
+
+    @property
+    def batch_sizes(self) -> Sequence[int]: ...
+
+    @property
+    def batches(self) -> int: ...
+
+    @property
+    def cost(self) -> Gpu: ...
+
+
+def summarize(sim: Run) -> dict[str, Any]:
     """One flat-ish dict of every metric for a finished (or horizon-cut) run.
 
     Per-request columns are small numpy arrays (a status code, not its string; no tuple or
@@ -155,7 +203,7 @@ class _MeanGpu:
 def summarize_stage(stage: Any) -> dict[str, Any]:
     """``summarize`` of the whole stage, plus ``per_replica``: each replica's name, requests it
     served (routed to it), utilisation, batches and SLO attainment."""
-    out = summarize(_Pooled(stage))  # type: ignore[arg-type]
+    out = summarize(_Pooled(stage))
     out["per_replica"] = []
     for spec, sim in zip(stage.specs, stage.replicas):
         one = summarize(sim)

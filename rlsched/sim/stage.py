@@ -39,6 +39,7 @@ from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
+from rlsched.sim.view import StageView
 
 INF = math.inf
 CENTRAL_LEAD_S = 0.05
@@ -81,13 +82,20 @@ class ReplicaSpec:
 
 
 class Router(Protocol):
-    """Picks the replica of an arriving request (early binding)."""
+    """Picks the replica of an arriving request (early binding). It decides on a ``StageView``: the simulator's
+    ``Stage``, or in vLLM-Omni's orchestrator the router plugin's ``LedgerStage`` (docs/router_seam.md)."""
 
     name: str
 
-    def reset(self, stage: Stage) -> None: ...
+    def reset(self, stage: StageView) -> None:
+        """Called once before the first request of a run (and again when the orchestrator's replicas change):
+        drop every per-run structure and read the stage's replicas afresh."""
+        ...
 
-    def route(self, request: Request, stage: Stage) -> int: ...
+    def route(self, request: Request, stage: StageView) -> int:
+        """Called at each request's arrival, with the stage's clock at that instant: the index (into
+        ``stage.replicas``) of the replica it joins. The request is not in any replica's queue yet."""
+        ...
 
 
 class Stage:
@@ -360,8 +368,17 @@ class Stage:
         return len(self._arrivals)
 
 
+def simulated(stage: StageView, router: str) -> Stage:
+    """``stage`` as the simulator's ``Stage``, for a router that reads more than a ``StageView`` (a teacher's
+    forks, the deployed-view wrapper's hooks on each replica); a typed refusal anywhere else."""
+    if not isinstance(stage, Stage):
+        raise ConfigError("router", f"{router} runs on the simulator's stage only (it reads the replicas' "
+                                    f"true state), not on {type(stage).__name__}")
+    return stage
+
+
 def _arrival(req: Request) -> float:
     return req.arrival_s
 
 
-__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "next_batch_s", "takes_next_batch"]
+__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "next_batch_s", "simulated", "takes_next_batch"]

@@ -100,26 +100,53 @@ class QueueView(Protocol):
     """The read-only state a ``SchedulingPolicy`` decides on (``Simulator``, ``PluginState``).
 
     Policies read, never write; the hooks are the one exception (a policy may append its
-    own callbacks at ``reset``).
+    own callbacks at ``reset``). Every member is read-only here (a property), so a state may
+    hold a narrower type (a ``dict`` for ``waiting``, a ``list`` for ``running``).
     """
 
-    now: float
-    """Seconds on the state's clock."""
-    waiting: Mapping[int, RequestRecord]
-    """Waiting records by id, in queue order (preempted ones first)."""
-    running: Sequence[RequestRecord]
-    """The batch on the GPU (request mode: the wave; step mode: the last step's batch)."""
-    config: ServingConfig
-    cost: CostModel
-    step_mode: bool
-    journal: Journal
-    """Every change of ``waiting``, in order (see ``Journal``)."""
-    can_reject: bool
-    """Whether ``Decision.reject`` (load shedding) can be carried out."""
-    on_arrival: list[Hook]
-    """Callbacks ``f(record)`` when a request arrives."""
-    on_finish: list[Hook]
-    """Callbacks ``f(record)`` when a request completes or fails (not on a client's abort)."""
+    @property
+    def now(self) -> float:
+        """Seconds on the state's clock."""
+        ...
+
+    @property
+    def waiting(self) -> Mapping[int, RequestRecord]:
+        """Waiting records by id, in queue order (preempted ones first)."""
+        ...
+
+    @property
+    def running(self) -> Sequence[RequestRecord]:
+        """The batch on the GPU (request mode: the wave; step mode: the last step's batch)."""
+        ...
+
+    @property
+    def config(self) -> ServingConfig: ...
+
+    @property
+    def cost(self) -> CostModel: ...
+
+    @property
+    def step_mode(self) -> bool: ...
+
+    @property
+    def journal(self) -> Journal:
+        """Every change of ``waiting``, in order (see ``Journal``)."""
+        ...
+
+    @property
+    def can_reject(self) -> bool:
+        """Whether ``Decision.reject`` (load shedding) can be carried out."""
+        ...
+
+    @property
+    def on_arrival(self) -> list[Hook]:
+        """Callbacks ``f(record)`` when a request arrives."""
+        ...
+
+    @property
+    def on_finish(self) -> list[Hook]:
+        """Callbacks ``f(record)`` when a request completes or fails (not on a client's abort)."""
+        ...
 
     @property
     def memory_used_gb(self) -> float: ...
@@ -130,6 +157,29 @@ class QueueView(Protocol):
         ...
 
 
+class ReplicaView(QueueView, Protocol):
+    """One replica of a stage as a router reads it: its queue (``QueueView``) and when its running batch
+    ends. Two implement it: a ``Simulator`` (the replica's true state) and, in the orchestrator, the
+    router's ``LedgerReplica`` (the requests it bound, corrected by what the replica last published)."""
+
+    @property
+    def gpu_end_s(self) -> float:
+        """When the running batch is predicted to end, on the view's clock; INF when nothing runs."""
+        ...
+
+
+class StageView(Protocol):
+    """What a ``Router`` decides on: the live replicas (index = the router's answer), the clock and the seed.
+    Two implement it: the simulator's ``Stage`` and the router plugin's ``LedgerStage``."""
+
+    @property
+    def replicas(self) -> Sequence[ReplicaView]: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def seed(self) -> int: ...
 
 
 def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
@@ -158,4 +208,4 @@ def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
     return None
 
 
-__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "QueueView", "batch_problem"]
+__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "QueueView", "ReplicaView", "StageView", "batch_problem"]

@@ -10,7 +10,7 @@ vLLM-Omni's own pool.
 
 The pool routes with any router of ``rlsched.policies.routers`` (``round-robin``, ``least-work``,
 ``rlsched``, ...) unchanged: it keeps a ledger of the requests it bound that have not finished and
-shows each replica's part to the router as a ``ReplicaView`` (a ``QueueView``), inside a
+shows each replica's part to the router as a ``LedgerReplica`` (a ``QueueView``), inside a
 ``LedgerStage`` (what a router reads of a ``Stage``; ``rlsched.policies.router_views``). The ledger
 sees every exit: vLLM-Omni ends every request (finish, abort, error, dead replica) in
 ``release_binding``. A replica that runs rlsched's engine with ``extras.rlsched.publish_state``

@@ -66,7 +66,7 @@ class RouterStagePool(LedgerStagePool):
 
     def _route(self, job: tuple[Request, LedgerStage]) -> Any:
         """On the decision thread: the router's answer (checked by ``_ask`` on the orchestrator's)."""
-        return self.router.route(*job)  # type: ignore[arg-type]
+        return self.router.route(*job)
 
 
     def _replicas_changed(self) -> None:
@@ -81,7 +81,7 @@ class RouterStagePool(LedgerStagePool):
 
     def _reset_router(self) -> None:
         try:
-            self.router.reset(self._ledger.stage)  # type: ignore[arg-type]
+            self.router.reset(self._ledger.stage)
         except Exception:
             self._log_once("exception", "resetting the router")
 
