@@ -1,4 +1,4 @@
-"""The README's fidelity table: every measurement row of every shipped profile's set,
+"""The fidelity table of docs/simulator.md: every measurement row of every shipped profile's set,
 fitted (pinned) and held-out (check) points side by side with the model's error.
 
     python scripts/fidelity_table.py > /tmp/fidelity.md

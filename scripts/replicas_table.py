@@ -1,7 +1,7 @@
-"""The README's multi-replica tables from ``make results-replicas`` (``results/replicas/*/results.json``).
+"""The multi-replica tables (docs/replicas.md) from ``make results-replicas`` (``results/replicas/*/results.json``).
 
     python scripts/replicas_table.py            # prints markdown: targets, tables, plan re-checks
-    python scripts/replicas_table.py --readme README.md   # fills the README's <!-- replicas-* --> blocks
+    python scripts/replicas_table.py --doc docs/replicas.md   # fills the page's <!-- replicas-* --> blocks
 
 Per scenario: every router × replica policy at every load (class-weighted SLO attainment %,
 mean over the evaluation seeds); for rlsched's tuned policy behind each router, the paired
@@ -135,7 +135,7 @@ def learned_table(ds: dict[str, dict]) -> list[str]:
         mean = sum(r["ratio"] for _, r in band) / len(band)
         low = min((r for _, _, r in rows), key=lambda r: r["ratio"])
         out += ["", f"Over the {len(band)} cells where `fifo@round-robin` meets 40–80 %: mean ratio ×{mean:.3f} "
-                f"(issue 20's target ×1.05); the paired interval above zero in {len(wins)} "
+                f"(target ×1.05); the paired interval above zero in {len(wins)} "
                 f"of them, on {len(above)} scenarios ({', '.join(above) or 'none'}); lowest ratio in any cell "
                 f"×{low['ratio']:.3f}."]
     return out + [""]
@@ -180,7 +180,8 @@ def fill(readme: Path, blocks: dict[str, list[str]], prefix: str = "replicas") -
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", type=Path, default=Path("results/replicas"))
-    p.add_argument("--readme", type=Path, help="fill this file's <!-- replicas-* --> blocks instead of printing")
+    p.add_argument("--doc", "--readme", dest="doc", type=Path,
+                   help="fill this file's <!-- replicas-* --> blocks instead of printing")
     args = p.parse_args()
     ds = {n: json.loads((args.root / n / "results.json").read_text()) for n in SCENARIOS
           if (args.root / n / "results.json").exists()}
@@ -191,8 +192,8 @@ def main() -> None:
     learned = learned_table(ds)
     if learned:
         blocks["learned"] = learned
-    if args.readme:
-        fill(args.readme, blocks)
+    if args.doc:
+        fill(args.doc, blocks)
     else:
         print("\n".join(line for lines in blocks.values() for line in lines))
 

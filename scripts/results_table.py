@@ -1,7 +1,7 @@
-"""The README's one-GPU results table from ``make results`` (``results/default/results.json``).
+"""The one-GPU results table (docs/results.md) from ``make results`` (``results/default/results.json``).
 
     python scripts/results_table.py                     # prints the markdown table
-    python scripts/results_table.py --readme README.md  # fills the README's <!-- results-table --> block
+    python scripts/results_table.py --doc docs/results.md  # fills the page's <!-- results-table --> block
 
 Per scenario and load (class-weighted SLO attainment %, mean over the evaluation seeds): FIFO,
 the best plain heuristic, tuned ``static``, the knob policy, ``pick``; ``pick`` over the best of
@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from replicas_table import fill  # the README's block writer, shared by both table scripts
+from replicas_table import fill  # the docs' block writer, shared by both table scripts
 
 from rlsched.evaluation import PLAIN_HEURISTICS
 
@@ -43,11 +43,12 @@ def table(d: dict) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("results/default/results.json"))
-    p.add_argument("--readme", type=Path, help="fill this file's <!-- results-table --> block instead of printing")
+    p.add_argument("--doc", "--readme", dest="doc", type=Path,
+                   help="fill this file's <!-- results-table --> block instead of printing")
     args = p.parse_args()
     lines = table(json.loads(args.results.read_text()))
-    if args.readme:
-        fill(args.readme, {"table": lines}, prefix="results")
+    if args.doc:
+        fill(args.doc, {"table": lines}, prefix="results")
     else:
         print("\n".join(lines))
 

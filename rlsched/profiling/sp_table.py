@@ -1,4 +1,4 @@
-"""The README's multi-GPU residual table: every sequence-parallel and replica row of every
+"""The multi-GPU residual table of docs/multigpu.md: every sequence-parallel and replica row of every
 shipped measurement set, with the degree-1 rows of the same series, next to what the
 re-fitted profile predicts for it.
 

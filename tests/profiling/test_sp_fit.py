@@ -102,9 +102,9 @@ def test_a_derived_sp_block_is_the_source_sets_fit() -> None:
     assert any("derived" in s for s in load_profile("qwen-image-h200-vllm-omni").sources)
 
 
-def test_the_readme_table_is_the_command_output() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert markdown() in readme
+def test_the_docs_table_is_the_command_output() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "multigpu.md").read_text()
+    assert markdown() in page
 
 
 @pytest.mark.parametrize(("edit", "match"), [
