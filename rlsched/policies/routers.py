@@ -38,17 +38,16 @@ from rlsched.policies.router_views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, 
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import INF, Router, Stage
-from rlsched.sim.view import ENQUEUED, QueueView, ReplicaView, StageView
+from rlsched.sim.view import JournalFollower, QueueView, ReplicaView, StageView
 
 
-class QueueWork:
+class QueueWork(JournalFollower):
     """Standalone work and requests per compatibility key waiting in one replica, kept in step
     with its journal; and the work due before a deadline (sorted by deadline)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._clear()
-        self._cursor = 0
-        self._state: QueueView | None = None
 
     def _clear(self) -> None:
         self.work_s = 0.0
@@ -61,22 +60,10 @@ class QueueWork:
         self._weights: list[float] = []
         """Parallel to ``_by_deadline``: each request's class weight."""
 
-    def sync(self, state: QueueView) -> None:
-        # a new state (a fork starts with an empty journal and a full queue), or a journal trimmed
-        # past us: recount from the queue
-        entries = state.journal.since(self._cursor) if state is self._state else None
-        if entries is None:
-            self._state = state
-            self._clear()
-            for rec in state.waiting.values():
-                self._add(rec)
-        else:
-            for op, rec in entries:
-                if op == ENQUEUED:
-                    self._add(rec)
-                else:
-                    self._remove(rec)
-        self._cursor = state.journal.end
+    def _rebuild(self, state: QueueView) -> None:
+        self._clear()
+        for rec in state.waiting.values():
+            self._add(rec)
 
     def due_before(self, deadline_s: float) -> float:
         """Standalone work of the waiting requests whose deadline is not later than ``deadline_s``

@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rlsched.sim.request import RequestRecord
-from rlsched.sim.view import ENQUEUED, QueueView
+from rlsched.sim.view import JournalFollower, QueueView
 
 Rank = tuple[float, ...]
 
@@ -71,7 +71,7 @@ class Group:
         return bisect_left(self.keys, rank)
 
 
-class QueueIndex:
+class QueueIndex(JournalFollower):
     """Waiting records by ``group_of(rec)``, each group sorted by ``(rank_of(rec), id)``.
 
     Ranks, groups and work are read once, when a record joins the queue (arrival or
@@ -85,29 +85,13 @@ class QueueIndex:
         self.groups: dict[Hashable, Group] = {}
         """Non-empty groups, in order of creation."""
         self._where: dict[int, tuple[Hashable, tuple[Any, ...]]] = {}
-        self._state: QueueView | None = None
-        self._cursor = 0
+        super().__init__()
 
     def __len__(self) -> int:
         return len(self._where)
 
-    def sync(self, state: QueueView) -> None:
-        """Bring the index up to ``state.waiting`` (replaying the journal from the last sync)."""
-        entries = state.journal.since(self._cursor) if state is self._state else None
-        if entries is None:
-            self._rebuild(state)
-            return
-        for op, rec in entries:
-            if op == ENQUEUED:
-                self._add(rec)
-            else:
-                self._remove(rec)
-        self._cursor = state.journal.end
-
     def _rebuild(self, state: QueueView) -> None:
         """Index ``state.waiting`` from scratch: one sort per group."""
-        self._state = state
-        self._cursor = state.journal.end
         rank_of, group_of = self.rank_of, self.group_of
         by: dict[Hashable, list[tuple[tuple[Any, ...], RequestRecord]]] = {}
         for rec in state.waiting.values():

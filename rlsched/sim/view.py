@@ -182,6 +182,40 @@ class StageView(Protocol):
     def seed(self) -> int: ...
 
 
+class JournalFollower:
+    """A structure kept in step with one state's ``waiting`` through its ``Journal`` (a policy's
+    ``QueueIndex``, a router's per-replica work): ``sync`` replays the changes since the last sync
+    (``_add``, ``_remove``), or rebuilds from the queue for a new state or a journal trimmed past it
+    (``_rebuild``: a fork starts with an empty journal and a full queue)."""
+
+    def __init__(self) -> None:
+        self._state: QueueView | None = None
+        self._cursor = 0
+
+    def sync(self, state: QueueView) -> None:
+        """Bring the structure up to ``state.waiting``."""
+        entries = state.journal.since(self._cursor) if state is self._state else None
+        if entries is None:
+            self._state = state
+            self._rebuild(state)
+        else:
+            for op, rec in entries:
+                if op == ENQUEUED:
+                    self._add(rec)
+                else:
+                    self._remove(rec)
+        self._cursor = state.journal.end
+
+    def _rebuild(self, state: QueueView) -> None:
+        raise NotImplementedError
+
+    def _add(self, rec: RequestRecord) -> None:
+        raise NotImplementedError
+
+    def _remove(self, rec: RequestRecord) -> None:
+        raise NotImplementedError
+
+
 def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
     """The one validity check of a batch: why ``state`` cannot start ``ids`` now, else None.
 
@@ -208,4 +242,5 @@ def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
     return None
 
 
-__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "QueueView", "ReplicaView", "StageView", "batch_problem"]
+__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "JournalFollower", "QueueView", "ReplicaView",
+           "StageView", "batch_problem"]
