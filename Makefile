@@ -18,7 +18,7 @@ help:
 	@echo "make test-ray - eval grid, tuning and labels on a local Ray instance (adds the ray extra)"
 	@echo "make bench  - speed benchmarks (plus bench-plugin when $(VLLM_VENV) is built)"
 	@echo "make bench-plugin - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv)"
-	@echo "make results - the README results table and plots (results/default)"
+	@echo "make results - the one-GPU results table and plots (results/default; docs/results.md)"
 	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas)"
 	@echo "make results-plan - plan's layout choice on the pools, re-checked on evaluation seeds"
 
@@ -90,14 +90,14 @@ BENCH_PLUGIN_ARGS ?=
 bench-plugin: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 $(BENCH_PLUGIN_ARGS)
 
-# The README's results section: every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
+# The one-GPU results (docs/results.md): every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
 RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/{scenario}.json
 results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \
 	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
 
-# The multi-replica results (README "Beyond one GPU"): every router x replica policy on each
+# The multi-replica results (docs/replicas.md): every router x replica policy on each
 # multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5, every router on the deployed router's
 # information (view=engine, the default); rlsched's router on the replicas' true state (view=replica: a
 # ceiling) and on the ledger alone (view=ledger: the router before replicas published their state) beside it. The tuned action each scenario's
