@@ -1,7 +1,8 @@
 """schedule() cost: the plugin against vLLM-Omni's own scheduler on the same queue.
 
-Prints a table (``pytest -s``) of median / p99 microseconds per call; docs/deploy.md
-quotes it. This is not the acceptance bar: timings on this shared 2-core machine move
+Prints a table (``pytest -s``) of median / p99 microseconds per call (docs/benchmarks.md
+says what it checks; its last quoted run is in CHANGELOG.md). This is not the acceptance bar:
+timings on this shared 2-core machine move
 with whatever else runs, so speed is measured, not asserted, by ``rlsched bench plugin``
 (``make bench-plugin``: every shipped policy against the native scheduler at 16-4,096
 waiting requests, default ``PluginConfig``). The one assertion here is a sanity bound,
