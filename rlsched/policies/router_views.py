@@ -74,7 +74,7 @@ PUBLISH_DELAY_S = 0.01
 """The simulator's delay between a replica's change and the router's knowing it (``view=engine``): the
 median measured over HTTP with two replicas on the 2-core CPU box, from a wave's start in the replica's
 executor log to the router pool's hearing its state (9.4 ms; p90 57 ms, a tail this does not model;
-``scripts/sim_vs_engine.py``'s ``state_delays_ms``, README "Sim vs engine")."""
+``scripts/sim_vs_engine.py``'s ``state_delays_ms``, docs/sim-vs-engine.md)."""
 FALLBACK_REASONS = ("missing", "invalid", "stale")
 
 

@@ -225,15 +225,6 @@ class StackSpec(_Strict):
     notes: str = ""
 
 
-def validate_stack(data: Any, where: str) -> StackSpec:
-    """``data`` checked as a profile's ``stack``; a ``ConfigError`` naming the file and key."""
-    try:
-        return StackSpec.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(x) for x in ("stack", *err["loc"]))
-        raise ConfigError(where, f"{key}: {err['msg']}") from None
-
 # ------------------------------------------------------------------ cost profiles
 
 class StepCoeffs(_Strict):

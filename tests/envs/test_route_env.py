@@ -45,6 +45,13 @@ def test_the_environment_is_registered_and_needs_a_reset() -> None:
         DiTRouteEnv(POOLS, {"qwen-image-8gpu": "agents/tuned/default.json"})
 
 
+def test_gymnasiums_env_checker_passes() -> None:
+    """The third env beside DiTBatch and DiTPick: spaces, seeding, reset/step signatures (Gymnasium's own)."""
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(DiTRouteEnv(POOLS, STATIC), skip_render_check=True)
+
+
 def test_routing_by_hand_is_run_with_a_router() -> None:
     """``Stage.routing`` sends each arrival's replica; driven by a router it is ``run``."""
     reqs = workload(150, seed=2)

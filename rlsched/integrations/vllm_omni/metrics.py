@@ -35,7 +35,6 @@ from rlsched.sim.request import PRIORITY_CLASSES
 
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
-OUTCOMES = ("slo_met", "slo_missed", "aborted")
 
 _prom: Any
 try:
