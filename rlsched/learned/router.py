@@ -89,9 +89,11 @@ class RouteFeatures(RlschedRouter):
         rows = []
         for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
             key = p.record.key
-            fits = self._fits.get((i, key))
+            # the request's own key: ``p.record`` is ``cost.record``'s, whose key is unset (one for every shape)
+            shape = request.key(sim.step_mode)
+            fits = self._fits.get((i, shape))
             if fits is None:
-                fits = self._fits[(i, key)] = sim.cost.fits([p.record])
+                fits = self._fits[(i, shape)] = sim.cost.fits([p.record])
             same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
             rows.append((i == proposal or fits, i == proposal, p.finish_s <= deadline,
                          min(max((deadline - p.finish_s) / slo, -3.0), 3.0), min((p.finish_s - now) / slo, 5.0),

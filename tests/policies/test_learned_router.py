@@ -186,3 +186,48 @@ def test_made_late_counts_the_requests_an_insertion_pushes_past_their_deadline()
                 expected += CLASS_WEIGHTS[rec.request.priority]
         assert work.made_late(deadline, start, extra) == pytest.approx(expected)
     assert work.due_after(-1.0) == len(queue) and work.due_after(float("inf")) == 0
+
+
+def test_a_request_is_never_routed_to_a_replica_it_does_not_fit_on() -> None:
+    """Two one-GPU replicas and one SP2 replica; a 5120x5120 image fits the SP2 replica's memory only. A
+    scorer that prefers the narrowest replica, and any replica to the proposal, still sends every such
+    request to a replica that holds it: the fit mask offers a replica only where the request fits alone.
+    Caught: the fit mask removed (every replica offered)."""
+    from rlsched.sim import ServingConfig
+    from rlsched.sim.cost import load_profile
+    from rlsched.sim.layout import at_layout
+    from rlsched.sim.stage import ReplicaSpec
+
+    base = load_profile("qwen-image-h200-vllm-omni")
+    wide = at_layout(base, 2)
+    specs = [ReplicaSpec("a", base, ServingConfig("request", 2)), ReplicaSpec("b", base, ServingConfig("request", 2)),
+             ReplicaSpec("wide", wide, ServingConfig("request", 2))]
+    # a big one every 300 s (the wide replica runs one in 281 s): it is idle at each, so it is the proposal
+    sizes = [5120 if i % 15 == 7 else (512, 1024)[i % 2] for i in range(60)]
+    reqs = [Request(i, 20.0 * i, "qwen-image", "image", int(s), int(s), 1, 20, True, "batch", 3600.0)
+            for i, s in enumerate(sizes)]
+    big = {q.id for q in reqs if not base.fits([base.record(q)])}
+    assert big and all(wide.fits([wide.record(q)]) for q in reqs)
+    gpus = ROUTE_FIELDS.index("gpus")
+
+    class Watched(LearnedRouter):
+        def describe(self, request: Request, stage: Stage) -> tuple[int, np.ndarray, np.ndarray]:
+            self.proposal, g, c = super().describe(request, stage)
+            return self.proposal, g, c
+
+        def route(self, request: Request, stage: Stage) -> int:
+            choice = super().route(request, stage)
+            self.log.append((request.id, self.proposal, choice))
+            return choice
+
+    router = Watched(lambda g, c: -10.0 * c[:, gpus] - c[:, PROPOSAL])
+    router.log = []
+    stage = Stage(reqs, specs)
+    stage.run([make_policy(STATIC) for _ in specs], router)
+    # the scorer's wish is followed where the mask allows it: the small requests go to the narrow replicas
+    assert {stage.routed[i] for i in stage.routed if i not in big} <= {0, 1}
+    # every big request is routed to the wide replica, though the scorer would rather go elsewhere: the mask
+    # stops it (the proposal is always offered: here it holds the request too)
+    assert [proposal for rid, proposal, _ in router.log if rid in big] == [2] * len(big)
+    assert {rid: stage.routed[rid] for rid in big} == {rid: 2 for rid in big}
+    assert all(r.status == "completed" for r in stage.records.values())
