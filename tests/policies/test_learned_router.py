@@ -164,27 +164,45 @@ def test_labels_hold_the_proposal_in_slot_zero_and_refuse_held_out_seeds() -> No
 
 
 def test_made_late_counts_the_requests_an_insertion_pushes_past_their_deadline() -> None:
+    """Class-weighted: each request made late counts its class's weight. The queue's deadlines trail its
+    cumulative work by a few seconds, so most draws make some requests late, of every class. Caught: the
+    draws of a queue where every request was already late expected 0 every time (the weight replaced by 1
+    passed)."""
     from rlsched.policies.routers import QueueWork
+    from rlsched.sim import ServingConfig
+    from rlsched.sim.cost import load_profile
     from rlsched.sim.metrics import CLASS_WEIGHTS
+    from rlsched.sim.stage import ReplicaSpec
 
-    full = pool("qwen-image-8gpu", seed=5, load=1.0, duration=600.0)
-    stage = Stage([], full.specs)
-    for r in full._arrivals[:40]:
-        stage.bind(dataclasses.replace(r, arrival_s=0.0), 0)
+    cost = load_profile("qwen-image-h200")
+    rng = np.random.default_rng(0)
+    stage = Stage([], [ReplicaSpec("r0", cost, ServingConfig("request", 1))])
+    done = 0.0
+    for i in range(24):
+        size, cls = int(rng.choice([512, 768, 1024])), str(rng.choice(["realtime", "batch", "background"]))
+        probe = Request(i, 0.0, "qwen-image", "image", size, size, 1, 20, True, cls, 1.0)
+        done += cost.record(probe).work_s
+        stage.bind(dataclasses.replace(probe, slo_s=done + float(rng.uniform(0.0, 8.0))), 0)
     sim = stage.replicas[0]
     work = QueueWork()
     work.sync(sim)
     queue = sorted(sim.waiting.values(), key=lambda rec: (rec.deadline_s, rec.request.id))
-    rng = np.random.default_rng(0)
+    weighted, counted = [], []
     for _ in range(30):
         deadline = float(rng.uniform(queue[0].deadline_s, queue[-1].deadline_s))
-        start, extra = float(rng.uniform(0, 50)), float(rng.uniform(1, 200))
-        t, expected = start, 0.0
+        start, extra = float(rng.uniform(0, 4)), float(rng.uniform(1, 30))
+        t, expected, count = start, 0.0, 0
         for rec in queue:
             t += rec.remaining_s
             if rec.deadline_s > deadline and t <= rec.deadline_s < t + extra:
                 expected += CLASS_WEIGHTS[rec.request.priority]
+                count += 1
         assert work.made_late(deadline, start, extra) == pytest.approx(expected)
+        weighted.append(expected)
+        counted.append(count)
+    # the draws check something: most make requests late, and the class weights change the count
+    assert sum(w > 0 for w in weighted) >= 15
+    assert sum(w != c for w, c in zip(weighted, counted)) >= 10
     assert work.due_after(-1.0) == len(queue) and work.due_after(float("inf")) == 0
 
 
