@@ -19,6 +19,8 @@
 Workload seeds: labels and PPO below 900, validation 900-999, evaluation >= 1000.
 Deterministic for its ``seed``: the same config gives the same labels, weights and content
 hash, whichever number of workers ran it (each label task is one seeded episode).
+The stages both learned recipes share live in ``rlsched.agents.recipe``; this module holds what
+the router adds: its config, label task, validation cell, PPO environment and export.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from rlsched.agents.pick_train import ImitationConfig, PPOStage, Strict, ValidationConfig, load_config
+from rlsched.agents import recipe
+from rlsched.agents.recipe import ImitationConfig, MaskablePPOConfig, Strict, ValidationConfig, load_config
 from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
@@ -71,7 +74,7 @@ class RouterConfig(Strict):
     rate_scale: tuple[float, float] = (0.5, 1.5)
     labels: RouteLabelConfig = RouteLabelConfig()
     imitation: RouteImitationConfig = RouteImitationConfig()
-    ppo: PPOStage = PPOStage(timesteps=60_000)
+    ppo: MaskablePPOConfig = MaskablePPOConfig(timesteps=60_000)
     """The candidate policy's PPO settings (``timesteps: 0`` skips PPO)."""
     validation: RouteValidationConfig = RouteValidationConfig()
     workers: int = Field(default=2, ge=1)
@@ -220,31 +223,17 @@ def _cells(cfg: RouterConfig) -> list[tuple[str, int, float]]:
 def validation_differences(cfg: RouterConfig, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
     """Per stage, its paired difference (points) to ``static@rlsched`` in every validation cell
     (pool × load × seed), in task order whichever worker ran a cell."""
-    from rlsched.parallel import run_tasks
-
     v = cfg.validation
-    names: list[str | None] = [None, *scorers]
-    tasks = [(p, cfg.static[p], s, rs, cfg.durations.get(p, v.duration_s), scorers[n] if n else None)
-             for p, s, rs in _cells(cfg) for n in names]
-    res = np.array(list(run_tasks(_validate_one, tasks, cfg.workers, cfg.ray))).reshape(-1, len(names))
-    return {name: 100 * (res[:, i] - res[:, 0]) for i, name in enumerate(scorers, start=1)}
+    cells = [(p, cfg.static[p], s, rs, cfg.durations.get(p, v.duration_s)) for p, s, rs in _cells(cfg)]
+    return recipe.paired_differences(_validate_one, cells, scorers, cfg.workers, cfg.ray)
 
 
 def summarize_validation(cfg: RouterConfig, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
     """Mean and 95 % interval of each stage's paired difference, its mean per pool and load, its worst cell."""
-    from rlsched.evaluation import ci95_half_width
-
-    v, cells = cfg.validation, _cells(cfg)
-    out: dict[str, dict[str, float]] = {}
-    for name, d in diffs.items():
-        row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
-        for p in cfg.pools:
-            for rs in v.rate_scales:
-                sel = np.array([c[0] == p and c[2] == rs for c in cells])
-                row[f"{p} x{rs:g}"] = float(d[sel].mean())
-        row["worst_cell"] = min(row[f"{p} x{rs:g}"] for p in cfg.pools for rs in v.rate_scales)
-        out[name] = row
-    return out
+    cells = _cells(cfg)
+    groups = {f"{p} x{rs:g}": np.array([c[0] == p and c[2] == rs for c in cells])
+              for p in cfg.pools for rs in cfg.validation.rate_scales}
+    return recipe.summarize_differences(diffs, groups, list(groups.values()))
 
 
 SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps closest to rlsched's router), then "
@@ -258,41 +247,23 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     from torch.utils.tensorboard import SummaryWriter
 
     from rlsched.agents.labels import load_labels
-    from rlsched.agents.pick import numpy_scorer
-    from rlsched.agents.pick_train import choose_stage, imitation_rounds, weights_digest, with_margin
-    from rlsched.agents.reproducible import provenance, seed_everything
+    from rlsched.agents.pick import evaluate_labels
     from rlsched.learned.router import RF, RG
 
-    seed_everything(cfg.seed)
-    origin = provenance()
-    run.mkdir(parents=True, exist_ok=True)
-    write_atomic(run / "config.json", cfg.model_dump_json(indent=1), "--run-dir")
+    origin = recipe.start(cfg, cfg.seed, run)
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     log = SummaryWriter(str(run / "tb" / "router"))
     lc, ic = cfg.labels, cfg.imitation
-    net, stats, files = imitation_rounds(
+    net, stats, files = recipe.imitation_rounds(
         cfg.seed, ic, lc.dagger_rounds, lc.episodes_per_pool, lc.dagger_episodes_per_pool, lc.seed0,
         lambda name, n, seed0, scorer: _label(cfg, run, name, n, seed0, scorer, progress), timing, log,
         g_dim=RG, f_dim=RF)
-    t = time.perf_counter()
-    nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(ic.margins, reverse=True)}
-    diffs = validation_differences(cfg, {n: numpy_scorer(v) for n, v in nets.items()})
-    timing["validation_s"] = time.perf_counter() - t
-    chosen, comparisons = choose_stage(list(nets), diffs)
-    if cfg.ppo.timesteps:
-        t = time.perf_counter()
-        nets["ppo"] = _ppo(cfg, nets[chosen], run, progress)
-        timing["ppo_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        diffs.update(validation_differences(cfg, {"ppo": numpy_scorer(nets["ppo"])}))
-        timing["validation_ppo_s"] = time.perf_counter() - t
-        chosen, more = choose_stage([chosen, "ppo"], diffs)
-        comparisons += more
+    fine_tune = (lambda net: _ppo(cfg, net, run, progress)) if cfg.ppo.timesteps else None
+    nets, diffs, chosen, comparisons = recipe.select_stage(
+        net, ic.margins, lambda scorers: validation_differences(cfg, scorers), fine_tune, timing)
     validation = summarize_validation(cfg, diffs)
     # every stage against the teacher on the states the imitated router visited (the last round's)
-    from rlsched.agents.pick import evaluate_labels
-
     rounds = [load_labels([f]) for f in files]
     visited = rounds[-1]
     teacher = {name: evaluate_labels(net, visited, np.arange(len(visited["q"]))) for name, net in nets.items()}
@@ -305,7 +276,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     log.close()
     report = {"imitation": stats, "validation": validation, "teacher": teacher, "chosen": chosen,
               "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
-              "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
+              "weights_sha256": {n: recipe.weights_digest(v) for n, v in nets.items()}, "timing": timing,
               "labels": [f.name for f in files], "states": sum(len(r["q"]) for r in rounds),
               "total_s": time.perf_counter() - t0}
     write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
@@ -318,21 +289,19 @@ def _ppo(cfg: RouterConfig, net: Any, run: Path, progress: bool) -> Any:
     """MaskablePPO on ``rlsched/DiTRoute-v0`` from the chosen imitation stage (paired reward against
     rlsched's router on an identical copy of each episode's workload)."""
     from rlsched.agents.pick import policy_class
-    from rlsched.agents.pick_train import maskable_ppo
     from rlsched.envs.route import DiTRouteEnv
     from rlsched.learned.router import MAX_REPLICAS, RF, RG
 
     p = cfg.ppo
     pools, static = list(cfg.pools), dict(cfg.static)
-    return maskable_ppo(p, cfg.seed, net, lambda: DiTRouteEnv(pools, static, cfg.rate_scale, p.window_s, p.burn_in_s),
-                        policy_class(RG, MAX_REPLICAS, RF), run, progress, tag="router",
-                        shadow="rlsched's router (static@rlsched)")
+    return recipe.maskable_ppo(p, cfg.seed, net,
+                               lambda: DiTRouteEnv(pools, static, cfg.rate_scale, p.window_s, p.burn_in_s),
+                               policy_class(RG, MAX_REPLICAS, RF), run, progress, tag="router",
+                               shadow="rlsched's router (static@rlsched)")
 
 
 def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
     """``policy.safetensors`` + ``policy.json`` (kind ``router``), read back by ``load_router``."""
-    from rlsched.agents.pick_train import EXECUTION_FIELDS
-    from rlsched.agents.reproducible import PROVENANCE
     from rlsched.learned.checkpoint import save_checkpoint
     from rlsched.learned.router import MAX_REPLICAS, RG, ROUTE_FIELDS, ROUTE_SCHEMA, load_router
 
@@ -344,9 +313,7 @@ def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any]
         "max_labelled_replicas": MAX_REPLICAS, "layers": ["glob", "hidden.0", "hidden.1", "out"],
         "pools": list(cfg.pools), "replica_policies": dict(cfg.static), "stage": chosen,
         "validation": report["validation"][chosen], "selection": report["selection"],
-        "training_config": cfg.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)),
-        PROVENANCE: {**origin, "execution": cfg.model_dump(mode="json", include=set(EXECUTION_FIELDS)),
-                     "train_seconds": report["total_s"]}})
+        **recipe.recorded(cfg, report, origin)})
     load_router(out)  # what serving will read, checked now
     return out
 

@@ -75,14 +75,16 @@ Fraction = number(bounds.FRACTION)
 Side = number(bounds.SIDE_PX)
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A declared file's block, or a recipe config block: unknown keys refused, frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_M = TypeVar("_M", bound=_Strict)
+_M = TypeVar("_M", bound=Strict)
 
 
-class ServingSpec(_Strict):
+class ServingSpec(Strict):
     mode: Literal["request", "step"] = "request"
     max_num_seqs: number(bounds.NUM_SEQS) = 1  # type: ignore[valid-type]
     request_batch_max_wait_ms: Millis = 0.0
@@ -90,18 +92,18 @@ class ServingSpec(_Strict):
     engine_overhead_ms_per_mpx: Millis = 0.0
 
 
-class PoissonSpec(_Strict):
+class PoissonSpec(Strict):
     process: Literal["poisson"]
     rate_rps: Positive
 
 
-class RenewalSpec(_Strict):
+class RenewalSpec(Strict):
     process: Literal["gamma", "weibull"]
     rate_rps: Positive
     cv: Cv = 1.0
 
 
-class OnOffSpec(_Strict):
+class OnOffSpec(Strict):
     process: Literal["onoff"]
     rate_rps: Positive
     on_s: Period = 60.0
@@ -109,7 +111,7 @@ class OnOffSpec(_Strict):
     burst_factor: number(bounds.BURST_FACTOR) = 4.0  # type: ignore[valid-type]
 
 
-class DiurnalSpec(_Strict):
+class DiurnalSpec(Strict):
     process: Literal["diurnal"]
     rate_rps: Positive
     period_s: Period = 86400.0
@@ -117,13 +119,13 @@ class DiurnalSpec(_Strict):
     phase_s: number(bounds.PHASE_S) = 0.0  # type: ignore[valid-type]
 
 
-class ServeGenSpec(_Strict):
+class ServeGenSpec(Strict):
     process: Literal["servegen"]
     path: str
     rate_scale: Scale = 1.0
 
 
-class TraceArrivalSpec(_Strict):
+class TraceArrivalSpec(Strict):
     process: Literal["trace"]
     path: str
     time_scale: Scale = 1.0
@@ -135,13 +137,13 @@ LineOf = Callable[[tuple[Any, ...]], "int | None"]
 ARRIVAL_TAGS = ("poisson", "gamma", "weibull", "onoff", "diurnal", "servegen", "trace")
 
 
-class ClassSpecModel(_Strict):
+class ClassSpecModel(Strict):
     share: Positive
     """Relative (normalised by the largest share first, so any finite positive numbers work)."""
     slo_scale: number(bounds.SLO_SCALE)  # type: ignore[valid-type]
 
 
-class ShapeSpecModel(_Strict):
+class ShapeSpecModel(Strict):
     model: str
     modality: Modality
     height: Side
@@ -153,14 +155,14 @@ class ShapeSpecModel(_Strict):
     prefix_groups: number(bounds.PREFIX_GROUPS) = 0  # type: ignore[valid-type]
 
 
-class ShapesFromSpec(_Strict):
+class ShapesFromSpec(Strict):
     path: str
     model: str
     modality: Modality = "image"
     cfg: bool = False
 
 
-class ReplicaGroupSpec(_Strict):
+class ReplicaGroupSpec(Strict):
     """``count`` replicas of ``sp_degree`` × ``cfg_parallel`` GPUs each, on ``profile`` (default: the
     scenario's)."""
 
@@ -175,7 +177,7 @@ class ReplicaGroupSpec(_Strict):
     """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
 
 
-class ScenarioFile(_Strict):
+class ScenarioFile(Strict):
     """A whole scenario file; see ``rlsched.sim.scenario.Scenario`` for what each key means."""
 
     name: str
@@ -206,7 +208,7 @@ class ScenarioFile(_Strict):
 
 
 
-class StackSpec(_Strict):
+class StackSpec(Strict):
     """The software stack a cost profile was measured on (``stack:`` in ``envs/profiles/*.yaml``).
 
     Times for the same model and tokens differ up to 2x across stacks (eager vs
@@ -227,7 +229,7 @@ class StackSpec(_Strict):
 
 # ------------------------------------------------------------------ cost profiles
 
-class StepCoeffs(_Strict):
+class StepCoeffs(Strict):
     """A denoise step costs ``max(k·floor_s, k·a_s + b·Σtokens + c·Σtokens²)`` (``rlsched.sim.cost``)."""
 
     floor_s: number(bounds.STEP_S)  # type: ignore[valid-type]
@@ -242,12 +244,12 @@ class StepCoeffs(_Strict):
         return self
 
 
-class FlopsSpec(_Strict):
+class FlopsSpec(Strict):
     linear_gflop_per_token: number(bounds.LINEAR_GFLOP) = 0.0  # type: ignore[valid-type]
     attn_flop_per_token2: number(bounds.ATTN_FLOP) = 0.0  # type: ignore[valid-type]
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     """One model of a profile; see ``rlsched.sim.cost.ModelCost`` for what each key means (its ``sp``
     and ``cfg_parallel`` blocks are taken out and checked by ``rlsched.sim.cost`` before this schema
     sees the model)."""
@@ -267,13 +269,13 @@ class ModelSpec(_Strict):
     flops: FlopsSpec | None = None
 
 
-class GpuSpec(_Strict):
+class GpuSpec(Strict):
     name: str
     memory_gb: number(bounds.GPU_GB)  # type: ignore[valid-type]
     peak_bf16_tflops: number(bounds.COEFF) = 0.0  # type: ignore[valid-type]
 
 
-class ProfileFile(_Strict):
+class ProfileFile(Strict):
     """A whole cost profile (``envs/profiles/NAME.yaml``, written by ``rlsched profile fit``)."""
 
     name: str

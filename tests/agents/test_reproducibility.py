@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("sb3_contrib")
 
 from rlsched.agents.config import agent_config_from_dict, load_agent_config  # noqa: E402
-from rlsched.agents.pick_train import choose_stage, initial_net, learn, load_pick_config, recipe_config  # noqa: E402
+from rlsched.agents.pick_train import learn, load_pick_config  # noqa: E402
+from rlsched.agents.recipe import choose_stage, initial_net, recipe_config  # noqa: E402
 from rlsched.agents.reproducible import command_line, provenance  # noqa: E402
 from rlsched.learned.checkpoint import META, WEIGHTS, content_hash, read_checkpoint, save_checkpoint  # noqa: E402
 from rlsched.resources import data_dir  # noqa: E402

@@ -1,0 +1,365 @@
+"""The learned recipes' common machinery, as SB3's ``common/`` is to its algorithm folders.
+
+A recipe (``rlsched.agents.pick_train``: the candidate policy; ``rlsched.agents.router_train``:
+the learned router) supplies only what differs: its config, its label task, how one validation
+cell runs, its PPO environment and its export. The stages it runs through this module:
+
+1. ``imitation_rounds``: round-0 labels and fit, then DAgger rounds (labels of the states the
+   imitated network visits), every network a ``CandidateNet`` seeded by ``initial_net``.
+2. ``select_stage``: one network per proposal margin (``with_margin``), each validated paired
+   against the recipe's heuristic (``paired_differences``), one kept by ``choose_stage``; then
+   ``maskable_ppo`` from the stage kept, validated and chosen the same way.
+3. The report's ``summarize_differences`` and ``weights_digest``; the checkpoint's ``recorded``
+   config and provenance.
+
+Config blocks are pydantic models on the one ``Strict`` base (unknown keys refused, frozen),
+read by ``load_config``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from rlsched.atomic import atomic_open, write_atomic
+from rlsched.evaluation.seeds import VALIDATION_SEEDS
+from rlsched.sim.schema import Strict, schema_error
+from rlsched.sim.yamlio import read_yaml
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
+    """A recipe preset (YAML) as ``model``, with ``overrides`` that are not None; an invalid
+    field is a ``ConfigError`` naming the file and the field."""
+    data = read_yaml(Path(path)) or {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return model(**data)
+    except ValidationError as exc:
+        raise schema_error(exc, str(path)) from None
+
+
+# ------------------------------------------------------------------ config blocks
+class ImitationConfig(Strict):
+    epochs: int = Field(default=40, ge=1)
+    learning_rate: float = Field(default=3e-3, gt=0)
+    weight_decay: float = Field(default=1e-4, ge=0)
+    margins: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    """Proposal margins (class-weighted requests) tried on the validation seeds; the best is kept."""
+    dagger_margin: float = Field(default=1.0, ge=0)
+    """Margin of the policy that visits the states of a DAgger round."""
+
+
+class MaskablePPOConfig(Strict):
+    """sb3-contrib ``MaskablePPO`` fine-tuning from the imitation stage kept (``timesteps: 0`` skips it)."""
+
+    timesteps: int = Field(default=100_000, ge=0)
+    learning_rate: float = Field(default=1e-4, gt=0)
+    n_steps: int = Field(default=512, ge=8)
+    batch_size: int = Field(default=256, ge=8)
+    n_epochs: int = Field(default=4, ge=1)
+    gamma: float = Field(default=0.99, gt=0, le=1)
+    gae_lambda: float = Field(default=0.95, ge=0, le=1)
+    clip_range: float = Field(default=0.1, gt=0)
+    ent_coef: float = Field(default=0.001, ge=0)
+    n_envs: int = Field(default=2, ge=1)
+    window_s: tuple[float, float] = (1200.0, 2400.0)
+    burn_in_s: float = Field(default=300.0, ge=0)
+
+
+class ValidationConfig(Strict):
+    seeds: tuple[int, ...] = tuple(VALIDATION_SEEDS[:10])
+    rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
+    duration_s: float = Field(default=7200.0, gt=0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _validation_seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or not all(s in VALIDATION_SEEDS for s in v):
+            raise ValueError("validation seeds must be in [900, 1000) (evaluation uses >= 1000)")
+        return v
+
+
+EXECUTION_FIELDS = frozenset({"workers", "ray"})
+"""Config fields that say where the recipe ran, not what it computes (results are the same for any)."""
+
+
+def recipe_config(cfg: BaseModel) -> dict[str, Any]:
+    """The config a checkpoint records as ``training_config``: everything but ``EXECUTION_FIELDS``
+    (those go to its provenance), so ``--workers 1`` and ``--workers 2`` give one content hash."""
+    return cfg.model_dump(mode="json", exclude=set(EXECUTION_FIELDS))
+
+
+def recorded(cfg: BaseModel, report: dict[str, Any], origin: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``training_config`` and provenance (``origin``: where the recipe started)."""
+    from rlsched.agents.reproducible import PROVENANCE
+
+    return {"training_config": recipe_config(cfg),
+            PROVENANCE: {**origin, "execution": cfg.model_dump(mode="json", include=set(EXECUTION_FIELDS)),
+                         "train_seconds": report["total_s"]}}
+
+
+def start(cfg: BaseModel, seed: int, run: Path) -> dict[str, Any]:
+    """Seed everything, create ``run`` with its ``config.json``; returns the provenance of the
+    commit and tree the recipe starts from (not those it ends at)."""
+    from rlsched.agents.reproducible import provenance, seed_everything
+
+    seed_everything(seed)
+    origin = provenance()
+    run.mkdir(parents=True, exist_ok=True)
+    write_atomic(run / "config.json", cfg.model_dump_json(indent=1), "--run-dir")
+    return origin
+
+
+# ------------------------------------------------------------------ imitation
+def imitation_rounds(seed: int, ic: ImitationConfig, rounds: int, episodes: int, dagger_episodes: int, seed0: int,
+                     label: Any, timing: dict[str, float], log: Any,
+                     **dims: int) -> tuple[Any, dict[str, dict[str, float]], list[Path]]:
+    """Round-0 labels (``label(name, episodes, seed0, None)`` -> labels file) and fit, then each
+    DAgger round (labels of the states the imitated network visits, at ``ic.dagger_margin``, on
+    the next seeds; all rounds' labels refit); returns the last network (``CandidateNet(**dims)``),
+    each round's held-out statistics and the label files."""
+    from rlsched.agents.labels import load_labels
+    from rlsched.agents.pick import imitate, numpy_scorer
+
+    stats: dict[str, dict[str, float]] = {}
+
+    def fit(files: list[Path], name: str) -> Any:
+        net = initial_net(seed, **dims)
+        stats[name] = imitate(net, load_labels(files), ic.epochs, ic.learning_rate, ic.weight_decay, seed, log,
+                              f"imitation_{name}")
+        return net
+
+    t = time.perf_counter()
+    files = [label("round0", episodes, seed0, None)]
+    timing["labels_round0_s"] = time.perf_counter() - t
+    net = fit(files, "round0")
+    seed0 += episodes
+    for r in range(1, rounds + 1):
+        t = time.perf_counter()
+        files.append(label(f"dagger{r}", dagger_episodes, seed0, numpy_scorer(with_margin(net, ic.dagger_margin))))
+        seed0 += dagger_episodes
+        timing[f"labels_dagger{r}_s"] = time.perf_counter() - t
+        net = fit(files, f"dagger{r}")
+    return net, stats, files
+
+
+def initial_net(seed: int, **dims: int) -> Any:
+    """The network an imitation round starts from, seeded here: torch seeds its default generator
+    from the OS at start-up, so a network built before any ``manual_seed`` (as the first round's
+    was) starts from other weights in every run."""
+    import torch
+
+    from rlsched.agents.pick import CandidateNet
+
+    torch.manual_seed(seed)
+    return CandidateNet(**dims)
+
+
+def with_margin(net: Any, margin: float) -> Any:
+    """A copy of ``net`` whose proposal bias is ``margin``."""
+    import torch
+
+    out = copy.deepcopy(net)
+    with torch.no_grad():
+        out.proposal_bias.fill_(margin)
+    return out
+
+
+def weights_digest(net: Any) -> str:
+    """SHA-256 over a network's tensors (name, then little-endian float32 bytes, sorted by name):
+    each stage's weights in the report, so two runs can be compared stage by stage."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, value in sorted(net.tensors().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(value, dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ validation and the stage kept
+def paired_differences(run_cell: Callable[[tuple[Any, ...]], float], cells: Sequence[tuple[Any, ...]],
+                       scorers: dict[str, Any], workers: int, ray: str | None) -> dict[str, np.ndarray]:
+    """Per stage, its paired difference (points) to the recipe's heuristic in every validation cell,
+    in cell order whichever worker ran it. ``run_cell((*cell, scorer))`` is the attainment of one
+    cell, the heuristic's where ``scorer`` is None."""
+    from rlsched.parallel import run_tasks
+
+    names: list[str | None] = [None, *scorers]  # None: the heuristic itself
+    tasks = [(*cell, scorers[n] if n else None) for cell in cells for n in names]
+    res = np.array(list(run_tasks(run_cell, tasks, workers, ray))).reshape(-1, len(names))
+    return {name: 100 * (res[:, i] - res[:, 0]) for i, name in enumerate(scorers, start=1)}
+
+
+def summarize_differences(diffs: dict[str, np.ndarray], groups: dict[str, np.ndarray],
+                          bands: Sequence[np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean and 95 % interval of each stage's paired difference, its mean over each of ``groups``
+    (name -> cell mask) and its worst mean over ``bands`` (cell masks) as ``worst_cell``."""
+    from rlsched.evaluation import ci95_half_width
+
+    out: dict[str, dict[str, float]] = {}
+    for name, d in diffs.items():
+        row = {"mean": float(d.mean()), "ci95": float(ci95_half_width(d))}
+        row.update({key: float(d[sel].mean()) for key, sel in groups.items()})
+        row["worst_cell"] = float(min(d[sel].mean() for sel in bands))
+        out[name] = row
+    return out
+
+
+def choose_stage(order: list[str], diffs: dict[str, np.ndarray]) -> tuple[str, list[dict[str, Any]]]:
+    """The first (simplest) stage of ``order``, unless a later one beats the stage kept so far by
+    more than its paired 95 % interval; returns it and every comparison made.
+
+    Validation differences between stages are mostly inside their intervals (a tenth of a point
+    on ±0.3), so ``max`` of the means let noise pick the stage: a rerun with another network
+    initialisation chose PPO where the shipped report said imitation@1."""
+    from rlsched.evaluation import ci95_half_width
+
+    kept, steps = order[0], []
+    for name in order[1:]:
+        d = diffs[name] - diffs[kept]
+        mean, half = float(d.mean()), float(ci95_half_width(d))
+        won = bool(mean - half > 0)  # a NaN interval (one cell) never wins
+        steps.append({"stage": name, "against": kept, "mean": mean, "ci95": half, "won": won})
+        kept = name if won else kept
+    return kept, steps
+
+
+def select_stage(net: Any, margins: Sequence[float], validate: Callable[[dict[str, Any]], dict[str, np.ndarray]],
+                 fine_tune: Callable[[Any], Any] | None, timing: dict[str, float]
+                 ) -> tuple[dict[str, Any], dict[str, np.ndarray], str, list[dict[str, Any]]]:
+    """``net`` at each proposal margin (largest first) validated (``validate(scorers)`` -> paired
+    differences) and one kept by ``choose_stage``; then, unless ``fine_tune`` is None, the network
+    it trains from the stage kept, validated and chosen the same way. Returns every stage's
+    network, every stage's differences, the stage chosen and the comparisons made."""
+    from rlsched.agents.pick import numpy_scorer
+
+    t = time.perf_counter()
+    nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(margins, reverse=True)}
+    diffs = validate({n: numpy_scorer(v) for n, v in nets.items()})
+    timing["validation_imitation_s"] = time.perf_counter() - t
+    chosen, comparisons = choose_stage(list(nets), diffs)
+    if fine_tune is not None:
+        t = time.perf_counter()
+        nets["ppo"] = fine_tune(nets[chosen])
+        timing["ppo_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        diffs.update(validate({"ppo": numpy_scorer(nets["ppo"])}))
+        timing["validation_ppo_s"] = time.perf_counter() - t
+        chosen, more = choose_stage([chosen, "ppo"], diffs)
+        comparisons += more
+    return nets, diffs, chosen, comparisons
+
+
+# ------------------------------------------------------------------ MaskablePPO
+def maskable_ppo(p: MaskablePPOConfig, seed: int, net: Any, make_env: Any, policy: Any, run: Path, progress: bool,
+                 tag: str, shadow: str) -> Any:
+    """Fine-tune ``net`` (a ``CandidateNet``) with sb3-contrib's ``MaskablePPO`` on ``p.n_envs``
+    copies of ``make_env()`` (paired-reward environments: ``info`` carries deviations, decisions
+    and both credits), TensorBoard in ``RUN/tb`` under ``tag/``, the differential-return curve
+    against ``shadow`` in ``RUN/ppo_curve.*``; returns the trained network (a new one of ``net``'s shape)."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    def make(rank: int) -> Any:
+        def thunk() -> Any:
+            env = Monitor(make_env(), info_keywords=("deviations", "decisions", "agent_credit", "shadow_credit"))
+            env.reset(seed=seed + 7919 * rank)
+            return env
+        return thunk
+
+    venv = VecNormalize(DummyVecEnv([make(i) for i in range(p.n_envs)]), norm_obs=False, norm_reward=True,
+                        gamma=p.gamma)
+    model = MaskablePPO(policy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps,
+                        batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                        clip_range=p.clip_range, ent_coef=p.ent_coef, seed=seed, device="cpu",
+                        tensorboard_log=str(run / "tb"), verbose=0)
+    with torch.no_grad():
+        for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
+            mod.net.load_state_dict(net.state_dict())  # type: ignore[union-attr]
+    metrics = _differential_metrics(tag)
+    model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo", callback=metrics)
+    venv.close()
+    _write_curve(metrics.episodes, run, shadow)
+    trained = copy.deepcopy(net)
+    trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())  # type: ignore[union-attr]
+    return trained
+
+
+def _differential_metrics(tag: str) -> Any:
+    """A callback, its class built here: SB3 imports stay inside training."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class DifferentialMetrics(BaseCallback):
+        """TensorBoard: the differential return (agent − shadow heuristic, SLO credits) and
+        how often the agent leaves the heuristic's proposal, per finished episode."""
+
+        episodes: list[tuple[int, float, float]] = []
+        """(timesteps, differential return, deviation share) per finished episode."""
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", []):
+                ep = info.get("episode")
+                if ep is not None:
+                    self.episodes.append((self.num_timesteps, float(ep["r"]),
+                                          float(info["deviations"]) / max(1.0, float(info["decisions"]))))
+                    self.logger.record_mean(f"{tag}/differential_return", float(ep["r"]))
+                    self.logger.record_mean(f"{tag}/agent_credit", float(info["agent_credit"]))
+                    self.logger.record_mean(f"{tag}/shadow_credit", float(info["shadow_credit"]))
+                    self.logger.record_mean(f"{tag}/deviation_share",
+                                            float(info["deviations"]) / max(1.0, float(info["decisions"])))
+            return True
+
+    return DifferentialMetrics()
+
+
+def _write_curve(episodes: list[tuple[int, float, float]], run: Path, shadow: str) -> None:
+    """``RUN/ppo_curve.csv`` and ``.png``: the differential return against the shadow heuristic
+    (SLO credits, realtime = 1) per training episode, with a rolling mean."""
+    import csv
+
+    with atomic_open(run / "ppo_curve.csv", "w", "--run-dir", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["timesteps", "differential_return", "deviation_share"])
+        w.writerows(episodes)
+    if len(episodes) < 2:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlsched.plotstyle import style_of
+
+    steps, ret, dev = (np.asarray(x) for x in zip(*episodes))
+    k = max(1, len(ret) // 20)
+    roll = np.convolve(ret, np.ones(k) / k, mode="valid")
+    agent, static = style_of("pick"), style_of("static")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.plot(steps, ret, ".", color=agent.color, ms=2, alpha=0.3, label="episode")
+    ax.plot(steps[k - 1:], roll, color=agent.color, lw=2, label=f"rolling mean ({k} episodes)")
+    ax.axhline(0, color=static.color, lw=1.2, linestyle="--", label=shadow)
+    ax.set_xlabel("PPO timesteps")
+    ax.set_ylabel("agent − shadow\n(SLO credits)")
+    ax.set_title(f"deviation from the shadow's choice: {100 * dev[-k:].mean():.0f} % of decisions (last {k})",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_open(run / "ppo_curve.png", "wb", "--run-dir") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["EXECUTION_FIELDS", "ImitationConfig", "MaskablePPOConfig", "Strict", "ValidationConfig", "choose_stage",
+           "imitation_rounds", "initial_net", "load_config", "maskable_ppo", "paired_differences", "recipe_config",
+           "recorded", "select_stage", "start", "summarize_differences", "weights_digest", "with_margin"]
