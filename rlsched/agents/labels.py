@@ -26,7 +26,8 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.learned.observation import GLOBAL_DIM
-from rlsched.learned.pick import F, K, PickPolicy, Scorer
+from rlsched.learned.pick import F, K, PickPolicy
+from rlsched.learned.scorer import Scorer
 from rlsched.policies.candidates import fits
 from rlsched.policies.lookahead import rollout_value
 from rlsched.policies.static import load_static

@@ -124,7 +124,7 @@ SELECTION_RULE = ("stages in order of complexity (imitation at the largest propo
 
 
 def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
-    from rlsched.agents.pick import policy_class
+    from rlsched.agents.scorer_net import policy_class
     from rlsched.envs.pick import DiTPickEnv
 
     p = cfg.ppo
@@ -161,7 +161,6 @@ def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = 
 
 
 def _export(cfg: PickConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> None:
-    from rlsched.agents.pick import export_scorer
     from rlsched.agents.pretrain import read_tuned_actions
 
     statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
@@ -173,4 +172,34 @@ def _export(cfg: PickConfig, net: Any, out: Path, report: dict[str, Any], origin
         **recipe.recorded(cfg, report, origin)})
 
 
-__all__ = ["LabelConfig", "PickConfig", "learn", "load_pick_config", "validate", "validation_differences"]
+def export_scorer(net: Any, out: Path, meta: dict[str, Any]) -> Path:
+    """``net`` (a ``CandidateNet``) as ``policy.safetensors`` + ``policy.json`` (kind ``pick``), read back
+    by ``rlsched.learned.pick.load_scorer``."""
+    from rlsched.learned.checkpoint import save_checkpoint
+    from rlsched.learned.observation import GLOBAL_DIM, SCHEMA_VERSION
+    from rlsched.learned.pick import PICK_SCHEMA, K, load_scorer
+
+    tensors = net.tensors()
+    full = {"kind": "pick", "pick_schema": PICK_SCHEMA, "obs_schema": SCHEMA_VERSION, "global_dim": GLOBAL_DIM,
+            "global_out": int(tensors["glob.weight"].shape[0]), "k": K, "layers": ["glob", "hidden.0", "hidden.1",
+                                                                                   "out"], **meta}
+    save_checkpoint(out, tensors, full)
+    load_scorer(out)  # what serving will read, checked now
+    return out
+
+
+def load_net(folder: Path) -> Any:
+    """A ``CandidateNet`` with the weights of a frozen scorer (to continue training from it)."""
+    import torch
+
+    from rlsched.agents.scorer_net import CandidateNet
+    from rlsched.learned.checkpoint import read_safetensors
+
+    t = read_safetensors(Path(folder) / "policy.safetensors")
+    net = CandidateNet()
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in t.items()})
+    return net
+
+
+__all__ = ["LabelConfig", "PickConfig", "export_scorer", "learn", "load_net", "load_pick_config", "validate",
+           "validation_differences"]

@@ -127,7 +127,7 @@ def imitation_rounds(seed: int, ic: ImitationConfig, rounds: int, episodes: int,
     the next seeds; all rounds' labels refit); returns the last network (``CandidateNet(**dims)``),
     each round's held-out statistics and the label files."""
     from rlsched.agents.labels import load_labels
-    from rlsched.agents.pick import imitate, numpy_scorer
+    from rlsched.agents.scorer_net import imitate, numpy_scorer
 
     stats: dict[str, dict[str, float]] = {}
 
@@ -157,7 +157,7 @@ def initial_net(seed: int, **dims: int) -> Any:
     was) starts from other weights in every run."""
     import torch
 
-    from rlsched.agents.pick import CandidateNet
+    from rlsched.agents.scorer_net import CandidateNet
 
     torch.manual_seed(seed)
     return CandidateNet(**dims)
@@ -240,7 +240,7 @@ def select_stage(net: Any, margins: Sequence[float], validate: Callable[[dict[st
     differences) and one kept by ``choose_stage``; then, unless ``fine_tune`` is None, the network
     it trains from the stage kept, validated and chosen the same way. Returns every stage's
     network, every stage's differences, the stage chosen and the comparisons made."""
-    from rlsched.agents.pick import numpy_scorer
+    from rlsched.agents.scorer_net import numpy_scorer
 
     t = time.perf_counter()
     nets = {f"imitation@{m:g}": with_margin(net, m) for m in sorted(margins, reverse=True)}

@@ -6,7 +6,7 @@
    class-weighted SLOs met). rlsched's router drives the stage (round 0) or, in DAgger
    rounds, the imitated router itself.
 2. Imitate: regress score(replica) − score(proposal) on the label advantage
-   (``rlsched.agents.pick.imitate``, the candidate policy's loss; proposal = rlsched's choice).
+   (``rlsched.agents.scorer_net.imitate``, the candidate policy's loss; proposal = rlsched's choice).
 3. Validate each proposal margin paired against ``static@rlsched`` (the strongest heuristic
    router on every pool: results/router-ceiling) on validation seeds (900+) and keep one by
    ``choose_stage`` (the largest, unless a smaller one wins by more than the paired 95 % interval).
@@ -247,7 +247,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     from torch.utils.tensorboard import SummaryWriter
 
     from rlsched.agents.labels import load_labels
-    from rlsched.agents.pick import evaluate_labels
+    from rlsched.agents.scorer_net import evaluate_labels
     from rlsched.learned.router import RF, RG
 
     origin = recipe.start(cfg, cfg.seed, run)
@@ -288,7 +288,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
 def _ppo(cfg: RouterConfig, net: Any, run: Path, progress: bool) -> Any:
     """MaskablePPO on ``rlsched/DiTRoute-v0`` from the chosen imitation stage (paired reward against
     rlsched's router on an identical copy of each episode's workload)."""
-    from rlsched.agents.pick import policy_class
+    from rlsched.agents.scorer_net import policy_class
     from rlsched.envs.route import DiTRouteEnv
     from rlsched.learned.router import MAX_REPLICAS, RF, RG
 

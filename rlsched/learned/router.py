@@ -17,7 +17,7 @@ share of replicas where it is savable, and the offered load of the recent arriva
 horizons (1, 5 and 20 minutes: bursts and trends of the arrival process).
 
 The same shared per-candidate network as ``pick`` scores every replica
-(permutation-equivariant; ``rlsched.learned.pick.FrozenScorer``), the proposal's score gets
+(permutation-equivariant; ``rlsched.learned.scorer.FrozenScorer``), the proposal's score gets
 the checkpoint's margin, and the highest score wins. A network that learned nothing beyond
 "pick the proposal" is rlsched's router itself.
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from rlsched.errors import CheckpointError
 from rlsched.learned.checkpoint import META, checkpoint_path, read_checkpoint
-from rlsched.learned.pick import FrozenScorer, read_scorer
+from rlsched.learned.scorer import FrozenScorer, read_scorer
 from rlsched.policies.base import PolicySpec, no_options
 from rlsched.policies.routers import Prediction, RlschedRouter
 from rlsched.sim.request import CLASS_INDEX, Request

@@ -100,7 +100,8 @@ def test_step_mode_runs_the_heuristic() -> None:
 @pytest.fixture(scope="module")
 def scorer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch = pytest.importorskip("torch")
-    from rlsched.agents.pick import CandidateNet, export_scorer
+    from rlsched.agents.pick_train import export_scorer
+    from rlsched.agents.scorer_net import CandidateNet
 
     torch.manual_seed(0)
     net = CandidateNet()
@@ -114,7 +115,7 @@ def scorer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_frozen_scorer_computes_the_torch_forward(scorer_dir: Path) -> None:
     import torch
 
-    from rlsched.agents.pick import load_net
+    from rlsched.agents.pick_train import load_net
     from rlsched.learned.observation import GLOBAL_DIM
 
     net = load_net(scorer_dir)

@@ -1,9 +1,11 @@
-"""The candidate scorer in torch: imitation of the look-ahead teacher, then MaskablePPO, then export.
+"""The scorer network both learned recipes train, in torch: imitation of a look-ahead teacher, then MaskablePPO.
 
-``CandidateNet`` is the network ``rlsched.learned.pick.FrozenScorer`` runs in numpy: a
+The candidate policy scores candidate batches (``rlsched.agents.pick_train``), the learned
+router scores replicas (``rlsched.agents.router_train``); the defaults are the candidate
+policy's dimensions. ``CandidateNet`` is the network ``rlsched.learned.scorer.FrozenScorer`` runs in numpy: a
 global embedding g = tanh(Wg · queue features), then per candidate a shared two-layer tanh
 MLP over [candidate features, g] and a linear score — one logit per candidate, so the
-policy is permutation-equivariant and any K works. ``PickActorCritic`` puts it inside
+policy is permutation-equivariant and any K works. ``CandidateActorCritic`` puts it inside
 sb3-contrib's ``MaskableActorCriticPolicy`` (masking invalid candidates is the library's
 job): the action head reads the logits straight from the features; the value head reads
 the pooled per-candidate activations and the queue features.
@@ -11,7 +13,6 @@ the pooled per-candidate activations and the queue features.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ def split(obs: torch.Tensor, g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F
 def _extractor_class(g_dim: int, k: int, f_dim: int) -> Any:
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-    class PickExtractor(BaseFeaturesExtractor):
+    class CandidateExtractor(BaseFeaturesExtractor):
         """Features = [k logits | pooled activations | global features]."""
 
         def __init__(self, observation_space: Any) -> None:
@@ -71,7 +72,7 @@ def _extractor_class(g_dim: int, k: int, f_dim: int) -> Any:
             pooled = (h * valid).sum(1) / valid.sum(1).clamp(min=1.0)
             return torch.cat([logits, pooled, g], dim=1)
 
-    return PickExtractor
+    return CandidateExtractor
 
 
 def policy_class(g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> Any:
@@ -83,7 +84,7 @@ def policy_class(g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> Any:
         def forward(self, latent: torch.Tensor) -> torch.Tensor:
             return latent[:, :k]
 
-    class PickActorCritic(MaskableActorCriticPolicy):
+    class CandidateActorCritic(MaskableActorCriticPolicy):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.update(features_extractor_class=_extractor_class(g_dim, k, f_dim),
                           net_arch={"pi": [], "vf": [64, 64]}, activation_fn=nn.Tanh, ortho_init=False)
@@ -94,7 +95,7 @@ def policy_class(g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> Any:
             self.action_net = Logits()  # the scores are the logits: no dense layer mixing candidates
             self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
-    return PickActorCritic
+    return CandidateActorCritic
 
 
 # ------------------------------------------------------------------ imitation
@@ -166,32 +167,6 @@ def evaluate_labels(net: CandidateNet, labels: dict[str, np.ndarray], idx: np.nd
             "gain_over_proposal": float((q[rows, pick] - q[:, 0]).mean()), "deviate": float((pick != 0).mean())}
 
 
-# ------------------------------------------------------------------ export
-def export_scorer(net: CandidateNet, out: Path, meta: dict[str, Any]) -> Path:
-    """``policy.safetensors`` + ``policy.json`` (kind ``pick``), read back by ``load_scorer``."""
-    from rlsched.learned.checkpoint import save_checkpoint
-    from rlsched.learned.observation import SCHEMA_VERSION
-    from rlsched.learned.pick import PICK_SCHEMA, load_scorer
-
-    tensors = net.tensors()
-    full = {"kind": "pick", "pick_schema": PICK_SCHEMA, "obs_schema": SCHEMA_VERSION, "global_dim": GLOBAL_DIM,
-            "global_out": int(tensors["glob.weight"].shape[0]), "k": K, "layers": ["glob", "hidden.0", "hidden.1",
-                                                                                   "out"], **meta}
-    save_checkpoint(out, tensors, full)
-    load_scorer(out)  # what serving will read, checked now
-    return out
-
-
-def load_net(folder: Path) -> CandidateNet:
-    """A ``CandidateNet`` with the weights of a frozen scorer (to continue training from it)."""
-    from rlsched.learned.checkpoint import read_safetensors
-
-    t = read_safetensors(Path(folder) / "policy.safetensors")
-    net = CandidateNet()
-    net.load_state_dict({k: torch.as_tensor(v) for k, v in t.items()})
-    return net
-
-
 def torch_scorer(net: CandidateNet) -> Any:
     """A ``Scorer`` from a live network (validation during training, DAgger)."""
 
@@ -205,7 +180,7 @@ def torch_scorer(net: CandidateNet) -> Any:
 
 def numpy_scorer(net: CandidateNet) -> Any:
     """The same forward pass as the frozen checkpoint, without a round trip through disk."""
-    from rlsched.learned.pick import FrozenScorer
+    from rlsched.learned.scorer import FrozenScorer
 
     t = net.tensors()
     pair = lambda n: (t[f"{n}.weight"], t[f"{n}.bias"])  # noqa: E731
