@@ -518,3 +518,79 @@ def test_a_request_no_replica_can_hold_is_sent_at_once_and_the_rest_stay_central
         assert rig.pool.parked() == ["a"] and rig.sent() == {"huge": 0}
         assert rig.pool.router_fallbacks == {"cannot_fit": 1}
     run(go())
+
+
+# ------------------------------------------------------------- invariants (issue 34: bugs seeded one at a time)
+def test_the_queue_is_flushed_only_once_stall_ms_has_passed() -> None:
+    """``stall_ms`` is milliseconds of the pool's wall clock: nothing is flushed at 1 ms, 0.5 s or 0.999 s
+    of a 1,000 ms stall; the queue is flushed past 1 s. Caught: the flush after ``stall_ms / 1000`` ms."""
+    async def go() -> None:
+        clock = [0.0]
+        rig = Rig(1, Scripted(*[Decision()] * 100), seqs=1, stall_ms=1_000)  # the policy waits: "a" stays
+        rig.pool._wall = lambda: clock[0]
+        await rig.add("a")
+        await rig.settle()
+        for t in (0.001, 0.002, 0.5, 0.999):
+            clock[0] = t
+            rig.pool._kick()
+            await rig.settle()
+            assert rig.pool.parked() == ["a"] and not rig.sent() and not rig.pool.router_fallbacks, t
+        clock[0] = 1.001
+        rig.pool._kick()
+        await rig.settle()
+        assert rig.sent() == {"a": 0} and rig.pool.router_fallbacks == {"stalled": 1}
+    run(go())
+
+
+def test_a_request_whose_replica_left_between_decision_and_send_goes_to_a_live_one_at_the_next_decision() -> None:
+    """Replica 1 is evicted while the round's send to replica 0 runs: b, decided for replica 1, goes back to
+    the head of the queue and the next decision sends it to replica 2 (free), at once — the wall clock never
+    moves, so no stall flush can have sent it. Caught: a re-parked request never sent until the stall flush."""
+    async def go() -> None:
+        rig = Rig(3, "fifo", seqs=1, stall_ms=60_000)
+        rig.pool._wall = lambda: 0.0
+        first = rig.replicas[0]
+        send = first.add_request_async
+
+        async def send_and_lose_replica_1(*args: Any, **kw: Any) -> None:
+            if rig.pool.clients[1] is not None:
+                rig.pool.evict_replica(1)  # replica 1 leaves after the round decided b for it
+            await send(*args, **kw)
+        first.add_request_async = send_and_lose_replica_1
+        await rig.add("a")
+        await rig.add("b")
+        await rig.settle()
+        assert rig.pool.central_log == [(0, ("a",)), (1, ("b",)), (2, ("b",))]
+        assert rig.sent() == {"a": 0, "b": 2} and not rig.pool.parked()
+        assert not rig.pool.router_fallbacks and not rig.errors()
+        for rid in ("a", "b"):
+            await rig.finish(rid)
+        assert not rig.pool._request_bindings and not rig.orch.request_states
+    run(go())
+
+
+def test_a_replica_seen_through_the_ledger_is_handed_a_batch_only_when_nothing_sent_there_is_unfinished() -> None:
+    """Over a run of 24 requests on 3 replicas (batches of up to 2, finishes in a scrambled order): every
+    batch the central policy hands out goes to a replica holding no unfinished request. Caught (in the
+    simulator): late binding handing batches to busy replicas."""
+    async def go() -> None:
+        rig = Rig(3, "edf", seqs=2)
+        handed: list[tuple[int, list[str]]] = []
+        take = rig.pool._take
+
+        def watched(slot: int, names: Any) -> Any:
+            handed.append((slot, list(rig.pool.outstanding().get(slot, []))))
+            return take(slot, names)
+        rig.pool._take = watched  # type: ignore[method-assign]
+        for i in range(24):
+            await rig.add(f"r{i}")
+        await rig.settle()
+        k = 0
+        while rig.pool.parked() or rig.pool._request_bindings:
+            sent = sorted(set(rig.sent()) & set(rig.pool._request_bindings))
+            await rig.finish(sent[(7 * k) % len(sent)])
+            k += 1
+        assert sorted(rig.sent()) == sorted(f"r{i}" for i in range(24))
+        assert len(handed) >= 12 and [h for h in handed if h[1]] == []
+        assert not rig.pool.router_fallbacks and not rig.errors()
+    run(go())
