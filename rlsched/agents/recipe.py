@@ -19,6 +19,7 @@ read by ``load_config``.
 from __future__ import annotations
 
 import copy
+import importlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rlsched.atomic import atomic_open, write_atomic
+from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import VALIDATION_SEEDS
 from rlsched.sim.schema import Strict, schema_error
 from rlsched.sim.yamlio import read_yaml
@@ -44,6 +46,22 @@ def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
         return model(**data)
     except ValidationError as exc:
         raise schema_error(exc, str(path)) from None
+
+
+RECIPES: dict[str, tuple[str, str]] = {
+    "pick": ("rlsched.agents.pick_train:load_pick_config", "rlsched.agents.pick_train:learn"),
+    "router": ("rlsched.agents.router_train:load_router_config", "rlsched.agents.router_train:learn_router"),
+}
+"""A recipe preset's ``kind`` -> its config loader and its ``learn`` (entry points, imported when asked)."""
+
+
+def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The config loader and ``learn`` of the recipe a preset declares by ``kind`` (none: ``pick``)."""
+    kind = (read_yaml(Path(path)) or {}).get("kind", "pick")
+    if kind not in RECIPES:
+        raise ConfigError(f"{path}: kind", f"{kind!r} is not a recipe (one of {', '.join(RECIPES)})")
+    load, learn = (getattr(importlib.import_module(m), f) for m, f in (e.split(":") for e in RECIPES[kind]))
+    return load, learn
 
 
 # ------------------------------------------------------------------ config blocks
@@ -360,6 +378,7 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path, shadow: st
     plt.close(fig)
 
 
-__all__ = ["EXECUTION_FIELDS", "ImitationConfig", "MaskablePPOConfig", "Strict", "ValidationConfig", "choose_stage",
-           "imitation_rounds", "initial_net", "load_config", "maskable_ppo", "paired_differences", "recipe_config",
-           "recorded", "select_stage", "start", "summarize_differences", "weights_digest", "with_margin"]
+__all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "MaskablePPOConfig", "Strict", "ValidationConfig",
+           "choose_stage", "imitation_rounds", "initial_net", "load_config", "maskable_ppo", "paired_differences",
+           "recipe_config", "recipe_of", "recorded", "select_stage", "start", "summarize_differences", "weights_digest",
+           "with_margin"]

@@ -63,7 +63,7 @@ class RouteValidationConfig(ValidationConfig):
     duration_s: float = Field(default=3600.0, gt=0)
 
 
-class RouterConfig(Strict):
+class LearnedRouterConfig(Strict):
     kind: Literal["router"]
     name: str = "router"
     pools: tuple[str, ...]
@@ -90,8 +90,8 @@ class RouterConfig(Strict):
         return v
 
 
-def load_router_config(path: str | Path, **overrides: Any) -> RouterConfig:
-    return load_config(RouterConfig, path, **overrides)
+def load_router_config(path: str | Path, **overrides: Any) -> LearnedRouterConfig:
+    return load_config(LearnedRouterConfig, path, **overrides)
 
 
 # ------------------------------------------------------------------ labels
@@ -179,7 +179,7 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
                                                                                                           MAX_REPLICAS)}
 
 
-def route_label_tasks(cfg: RouterConfig, episodes: int, seed0: int, scorer: Any = None) -> list[RouteLabelTask]:
+def route_label_tasks(cfg: LearnedRouterConfig, episodes: int, seed0: int, scorer: Any = None) -> list[RouteLabelTask]:
     """``episodes`` per pool on consecutive training seeds from ``seed0``, loads spread evenly over
     ``rate_scale`` (stratified: every load band gets labels)."""
     lc = cfg.labels
@@ -189,7 +189,8 @@ def route_label_tasks(cfg: RouterConfig, episodes: int, seed0: int, scorer: Any 
             for p in cfg.pools for i in range(episodes)]
 
 
-def _label(cfg: RouterConfig, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+def _label(cfg: LearnedRouterConfig, run: Path, name: str, episodes: int, seed0: int, scorer: Any,
+           progress: bool) -> Path:
     from rlsched.agents.labels import generate, save_labels
 
     tasks = route_label_tasks(cfg, episodes, seed0, scorer)
@@ -215,12 +216,12 @@ def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
     return float(summarize_stage(stage)["weighted_slo_attainment"])
 
 
-def _cells(cfg: RouterConfig) -> list[tuple[str, int, float]]:
+def _cells(cfg: LearnedRouterConfig) -> list[tuple[str, int, float]]:
     v = cfg.validation
     return [(p, s, rs) for p in cfg.pools for rs in v.rate_scales for s in v.seeds]
 
 
-def validation_differences(cfg: RouterConfig, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+def validation_differences(cfg: LearnedRouterConfig, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
     """Per stage, its paired difference (points) to ``static@rlsched`` in every validation cell
     (pool × load × seed), in task order whichever worker ran a cell."""
     v = cfg.validation
@@ -228,7 +229,7 @@ def validation_differences(cfg: RouterConfig, scorers: dict[str, Any]) -> dict[s
     return recipe.paired_differences(_validate_one, cells, scorers, cfg.workers, cfg.ray)
 
 
-def summarize_validation(cfg: RouterConfig, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def summarize_validation(cfg: LearnedRouterConfig, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
     """Mean and 95 % interval of each stage's paired difference, its mean per pool and load, its worst cell."""
     cells = _cells(cfg)
     groups = {f"{p} x{rs:g}": np.array([c[0] == p and c[2] == rs for c in cells])
@@ -242,7 +243,7 @@ SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps close
 
 
 # ------------------------------------------------------------------ the recipe
-def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+def learn_router(cfg: LearnedRouterConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
     """The whole recipe (module docstring); returns the report also written to RUN/report.json."""
     from torch.utils.tensorboard import SummaryWriter
 
@@ -285,7 +286,7 @@ def learn_router(cfg: RouterConfig, run: Path, out: Path | None = None, progress
     return report
 
 
-def _ppo(cfg: RouterConfig, net: Any, run: Path, progress: bool) -> Any:
+def _ppo(cfg: LearnedRouterConfig, net: Any, run: Path, progress: bool) -> Any:
     """MaskablePPO on ``rlsched/DiTRoute-v0`` from the chosen imitation stage (paired reward against
     rlsched's router on an identical copy of each episode's workload)."""
     from rlsched.agents.scorer_net import policy_class
@@ -300,7 +301,8 @@ def _ppo(cfg: RouterConfig, net: Any, run: Path, progress: bool) -> Any:
                                shadow="rlsched's router (static@rlsched)")
 
 
-def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
+def export_router(cfg: LearnedRouterConfig, net: Any, out: Path, report: dict[str, Any],
+                  origin: dict[str, Any]) -> Path:
     """``policy.safetensors`` + ``policy.json`` (kind ``router``), read back by ``load_router``."""
     from rlsched.learned.checkpoint import save_checkpoint
     from rlsched.learned.router import MAX_REPLICAS, RG, ROUTE_FIELDS, ROUTE_SCHEMA, load_router
@@ -318,5 +320,5 @@ def export_router(cfg: RouterConfig, net: Any, out: Path, report: dict[str, Any]
     return out
 
 
-__all__ = ["RouteLabelTask", "RouterConfig", "export_router", "label_route_episode", "learn_router",
+__all__ = ["LearnedRouterConfig", "RouteLabelTask", "export_router", "label_route_episode", "learn_router",
            "load_router_config", "route_label_tasks", "validation_differences"]

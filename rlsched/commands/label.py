@@ -88,17 +88,12 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from rlsched.sim.yamlio import read_yaml
+    from rlsched.agents.recipe import recipe_of
 
     check_out_dir(args.run_dir, "--run-dir")
     if args.out:
         check_out_dir(args.out, "--out")
-    if (read_yaml(Path(args.agent)) or {}).get("kind") == "router":  # the learned router's recipe
-        from rlsched.agents.router_train import learn_router as learn
-        from rlsched.agents.router_train import load_router_config as load
-    else:
-        from rlsched.agents.pick_train import learn
-        from rlsched.agents.pick_train import load_pick_config as load
+    load, learn = recipe_of(args.agent)
     cfg = load(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})

@@ -1,0 +1,36 @@
+"""``rlsched learn --agent PRESET`` runs the recipe the preset declares by ``kind``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlsched.agents.pick_train import learn, load_pick_config
+from rlsched.agents.recipe import RECIPES, recipe_of
+from rlsched.agents.router_train import learn_router, load_router_config
+from rlsched.errors import ConfigError
+from rlsched.resources import data_dir
+
+
+def test_each_shipped_preset_reaches_its_own_recipe() -> None:
+    assert recipe_of(data_dir("agents") / "pick.yaml") == (load_pick_config, learn)  # no kind: the candidate policy
+    assert recipe_of(data_dir("agents") / "router.yaml") == (load_router_config, learn_router)
+
+
+def test_an_unknown_kind_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    bad = tmp_path / "knob.yaml"
+    bad.write_text("kind: ppo\n")
+    with pytest.raises(ConfigError, match=f"'ppo' is not a recipe \\(one of {', '.join(RECIPES)}\\)"):
+        recipe_of(bad)
+
+
+def test_the_learn_command_reads_a_router_preset_as_the_router_recipe(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from rlsched.cli import main
+
+    preset = tmp_path / "x.yaml"
+    preset.write_text("kind: router\npools: [default]\n")  # without its replica policies
+    assert main(["learn", "--agent", str(preset), "--run-dir", str(tmp_path / "run")]) != 0
+    # the router's config asks for its pools' replica policies; the candidate policy's would refuse "pools"
+    assert "static: required key is missing" in capsys.readouterr().err
