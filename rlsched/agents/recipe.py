@@ -13,7 +13,8 @@ cell runs, its PPO environment and its export. The stages it runs through this m
    config and provenance.
 
 Config blocks are pydantic models on the one ``Strict`` base (unknown keys refused, frozen),
-read by ``load_config``.
+read by ``load_config``; ``RECIPES`` maps a preset's declared ``kind`` to its recipe, which
+``rlsched learn --agent PRESET`` runs (``recipe_of``).
 """
 
 from __future__ import annotations
