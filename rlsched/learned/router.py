@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +70,6 @@ class RouteFeatures(RlschedRouter):
         """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
         self._sums = [0.0] * len(HISTORY_S)
         self._gpus = [float(getattr(getattr(sim.cost, "layout", None), "gpus", 1)) for sim in stage.replicas]
-        self._fits: dict[tuple[int, Hashable], bool] = {}
-        """(replica, key) -> the request fits there alone (its memory depends on the key only)."""
 
     def describe(self, request: Request, stage: StageView) -> tuple[int, np.ndarray, np.ndarray]:
         """(the proposal's replica, global features (RG,), candidate features (R, RF))."""
@@ -89,13 +86,8 @@ class RouteFeatures(RlschedRouter):
         rows = []
         for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
             key = p.record.key
-            # the request's own key: ``p.record`` is ``cost.record``'s, whose key is unset (one for every shape)
-            shape = request.key(sim.step_mode)
-            fits = self._fits.get((i, shape))
-            if fits is None:
-                fits = self._fits[(i, shape)] = sim.cost.fits([p.record])
             same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
-            rows.append((i == proposal or fits, i == proposal, p.finish_s <= deadline,
+            rows.append((i == proposal or p.fits, i == proposal, p.finish_s <= deadline,
                          min(max((deadline - p.finish_s) / slo, -3.0), 3.0), min((p.finish_s - now) / slo, 5.0),
                          min(p.busy_s / SCALE_S, 10.0), min(p.due_s / SCALE_S, 10.0),
                          min(work.due_after(deadline) / 8.0, 4.0),

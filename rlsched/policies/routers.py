@@ -15,7 +15,8 @@ the running batch's remaining time plus the standalone work queued) and ``affini
 least work). And ``rlsched``: the request's predicted finish on each replica (the queued
 work due before it plus its own standalone time at that replica's layout, so a wide
 replica is preferred for large shapes and a narrow one for small), replicas where it
-still meets its SLO first, then the earliest predicted finish.
+still meets its SLO first, then the earliest predicted finish; a replica whose GPU cannot hold
+the request alone is chosen only when none can.
 
 Outstanding work is followed through each replica's journal (O(changes), not a scan of
 the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
@@ -198,7 +199,7 @@ class Affinity(_Followed):
 
 
 class RlschedRouter(_Followed):
-    """Savable first, then the earliest predicted finish (module docstring).
+    """Where the request fits, savable first, then the earliest predicted finish (module docstring).
 
     A request's predicted finish on a replica: the running batch's remaining time, plus the
     standalone work queued there that is due before it (deadline order, as the deadline-aware
@@ -212,14 +213,16 @@ class RlschedRouter(_Followed):
 
     def reset(self, stage: StageView) -> None:
         super().reset(stage)
-        self._records: dict[tuple[int, Hashable], RequestRecord] = {}
+        self._records: dict[tuple[int, Hashable], tuple[RequestRecord, bool]] = {}
 
-    def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> RequestRecord:
-        """A record of ``request``'s shape at replica ``i`` (cost figures depend on the key only)."""
-        rec = self._records.get((i, key))
-        if rec is None:
-            rec = self._records[(i, key)] = sim.cost.record(request)
-        return rec
+    def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> tuple[RequestRecord, bool]:
+        """A record of ``request``'s shape at replica ``i`` and whether that replica's GPU holds it alone
+        (cost figures and memory depend on the key only)."""
+        shape = self._records.get((i, key))
+        if shape is None:
+            rec = sim.cost.record(request)
+            shape = self._records[(i, key)] = (rec, sim.cost.fits([rec]))
+        return shape
 
     def route(self, request: Request, stage: StageView) -> int:
         # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
@@ -228,10 +231,10 @@ class RlschedRouter(_Followed):
         now, deadline = stage.now, request.arrival_s + request.slo_s
         best, best_score = 0, None
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            rec = self._shape(i, sim, request, request.key(sim.step_mode))
+            rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
             finish = now + busy + work.due_before(deadline) + rec.work_s
-            score = (finish > deadline, finish, i)
+            score = (not fits, finish > deadline, finish, i)
             if best_score is None or score < best_score:
                 best, best_score = i, score
         return best
@@ -241,17 +244,17 @@ class RlschedRouter(_Followed):
         now, deadline = stage.now, request.arrival_s + request.slo_s
         out = []
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            rec = self._shape(i, sim, request, request.key(sim.step_mode))
+            rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
             due = work.due_before(deadline)
-            out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s))
+            out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s, fits))
         return out
 
     @staticmethod
     def choose(request: Request, predictions: list[Prediction]) -> int:
-        """Savable first, then the earliest predicted finish, then the lowest index."""
+        """Where it fits, savable first, then the earliest predicted finish, then the lowest index."""
         deadline = request.arrival_s + request.slo_s
-        return min(range(len(predictions)), key=lambda i: (predictions[i].finish_s > deadline,
+        return min(range(len(predictions)), key=lambda i: (not predictions[i].fits, predictions[i].finish_s > deadline,
                                                            predictions[i].finish_s, i))
 
 
@@ -266,6 +269,8 @@ class Prediction:
     due_s: float
     """Standalone work queued there that is due no later than the request."""
     finish_s: float
+    fits: bool = True
+    """That replica's GPU holds the request alone (memory at its layout)."""
 
 
 ROUTERS: dict[str, str] = {
