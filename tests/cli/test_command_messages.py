@@ -40,6 +40,9 @@ def test_deploy_base_config_chains(tmp_path: Path) -> None:
     b.write_text("base_config: a.yaml\nstages: []\n")
     with pytest.raises(ConfigError, match="base_config loops back to itself"):
         _stage_ids(a, set())
+    a.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="expected a mapping with 'stages', got list"):
+        _stage_ids(a, set())
     a.write_text("stages: 3\n")
     with pytest.raises(ConfigError, match="'stages' must be a list of mappings with an integer stage_id"):
         _stage_ids(a, set())

@@ -32,9 +32,9 @@ def test_a_bad_parallel_layout_names_it(text: str, message: str) -> None:
 
 def test_a_layout_needs_the_profile_blocks_that_model_it() -> None:
     plain = next(iter(load_profile(PLAIN).models.values()))
-    with pytest.raises(ConfigError, match="no 'sp' block in its profile: sequence parallelism"):
+    with pytest.raises(ConfigError, match=r"no 'sp' block in its profile: sequence parallelism \(degree 2\)"):
         plain.sp_layout(2)
-    with pytest.raises(ConfigError, match="no 'cfg_parallel' block in its profile: CFG parallelism"):
+    with pytest.raises(ConfigError, match=r"no 'cfg_parallel' block in its profile: CFG parallelism \(layout"):
         plain.sp_layout("c2")
     omni = next(iter(load_profile(OMNI).models.values()))  # ulysses coefficients only
     with pytest.raises(ConfigError, match="its profile's 'sp' block has no ring coefficients"):
