@@ -4,8 +4,9 @@ thing wrong in its ``fit.yaml`` or rows (``tests/test_errors_doc.py`` checks eve
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -39,7 +40,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("qwen-image-h200", lambda d: _model(d).__setitem__("fit", ["nosuch"]), "fit: unknown coefficients ['nosuch']"),
     ("flux1-dev-h100", lambda d: _model(d)["sp"]["start"].__setitem__("nosuch", 1),
      "start: unknown coefficients ['nosuch']"),
-    ("flux1-dev-h100", lambda d: _model(d)["sp"].__setitem__("fit", ["nosuch"]), "fit: unknown coefficients ['nosuch']"),
+    ("flux1-dev-h100", lambda d: _model(d)["sp"].__setitem__("fit", ["nosuch"]),
+     "fit: unknown coefficients ['nosuch']"),
     ("flux1-dev-h100", lambda d: _model(d)["sp"].__setitem__("fit", ["b_s_per_mtok"]),
      "are already fitted at degree 1"),
     ("flux1-dev-h100", lambda d: _model(d)["sp"]["start"].pop("ring_sync_s_per_degree"),
