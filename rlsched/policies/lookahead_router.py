@@ -68,14 +68,17 @@ class LookaheadRouter:
             raise ConfigError(where, f"top must be 0 (every replica) or an integer >= 2, not {top!r}")
         self.name = name
         # a teacher decides on forks of the replicas' true state (a ceiling): its base router reads the same
-        base = base if "view=" in base else f"{base};view=replica"
+        given, base = base, base if "view=" in base else f"{base};view=replica"
         self.policy, self.horizon_s, self.future_s, self.base_spec = policy, horizon_s, future_s, base
         self.top = top
         """Try at most this many replicas (0: all): the base router's choice and the best others by
         realizable gain (``replica_gain``) — what keeps hindsight affordable on 8 replicas."""
         self._prototype = make_policy(policy)  # fails here on a bad spec, not at the first arrival
         self._make_router = make_router
-        self.base: Router = make_router(base)
+        try:
+            self.base: Router = make_router(base)
+        except ConfigError as exc:  # name the option the user gave, not the spec built from it
+            raise ConfigError(where, f"base={given!r} is not a router the teacher can start from: {exc}") from None
         self.looked = 0
         """Arrivals at which more than one replica was simulated."""
         self.changed = 0

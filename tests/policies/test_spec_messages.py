@@ -33,8 +33,12 @@ def test_a_bad_policy_spec_names_what_is_wrong(spec: str, message: str) -> None:
     ("lookahead;bogus=1", "fifo", "takes only the options base=ROUTER and top=N (got bogus)"),
     ("lookahead:soon", "fifo", "the horizon must be a number of seconds, not 'soon'"),
     ("lookahead;top=x", "fifo", "top must be an integer >= 2 (0: every replica), not 'x'"),
+    ("hindsight;base=", "fifo", "base='' is not a router the teacher can start from: "),
+    ("lookahead;base=lookahead", "fifo", "base='lookahead' is not a router the teacher can start from: "),
 ])
 def test_a_bad_router_spec_names_what_is_wrong(spec: str, policy: str | None, message: str) -> None:
+    """Caught by tests/property/test_spec_surface.py: ``hindsight;base=`` was refused as "policy: empty
+    policy name in ';view=replica'", a spec the user never typed, naming neither the router nor base."""
     with pytest.raises(ConfigError) as err:
         make_router(spec, policy)
     assert message in str(err.value)
