@@ -54,6 +54,8 @@ def input_file(path: str | Path, what: str, where: str | None = None, hint: str 
     p = Path(path)
     where = str(path) if where is None else where
     subject = what if where == str(p) else f"{what} {p}"
+    if "\0" in str(p):  # os.stat raises ValueError on it: a path no file system holds (a YAML "\0" escape)
+        raise ConfigError(where.replace("\0", "\\0"), f"{what} name holds a NUL character (\\0)")
     try:
         mode = p.stat().st_mode
     except OSError:

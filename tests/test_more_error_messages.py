@@ -161,3 +161,16 @@ def test_planning_refuses_a_heterogeneous_pool() -> None:
         plan("qwen-image-hetero", None, "fifo", [0], [1.0])
     assert ("declares a heterogeneous pool; plan enumerates layouts of one profile (evaluate the pool as it is "
             "with rlsched eval") in str(err.value)
+
+
+@pytest.mark.parametrize("load", ["policy", "scenario", "trace"])
+def test_an_input_name_with_a_nul_is_refused_not_a_traceback(load: str) -> None:
+    """Caught by tests/property/test_spec_surface.py: ``hindsight:\\x00`` (a YAML ``"\\0"`` escape in
+    ``extras.rlsched.policy``) ended in ``ValueError: embedded null byte`` from ``os.stat``."""
+    from rlsched.policies import make_policy
+
+    calls = {"policy": lambda: make_policy("static:a\x00b.json"), "scenario": lambda: load_scenario("a\x00.yaml"),
+             "trace": lambda: load_scenario("default").requests(seed=0, trace="t\x00.csv")}
+    with pytest.raises(ConfigError) as err:
+        calls[load]()
+    assert "name holds a NUL character (\\0)" in str(err.value) and "\x00" not in str(err.value)

@@ -57,6 +57,7 @@ def specs(draw: st.DrawFn, names: list[str]) -> str:
 def _refused(exc: RlschedError, spec: str) -> None:
     """A refusal names what it refuses: the spec's name, argument or one of its option keys."""
     parts = [p.strip() for p in spec.replace(":", ";").replace("=", ";").split(";") if p.strip()]
+    parts += [p.replace("\0", "\\0") for p in parts]  # a NUL is shown escaped
     assert any(p in str(exc) for p in parts), (spec, exc)
     event(f"refused: {type(exc).__name__}")
 
