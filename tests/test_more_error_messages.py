@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -174,3 +175,38 @@ def test_an_input_name_with_a_nul_is_refused_not_a_traceback(load: str) -> None:
     with pytest.raises(ConfigError) as err:
         calls[load]()
     assert "name holds a NUL character (\\0)" in str(err.value) and "\x00" not in str(err.value)
+
+
+# ------------------------------------------------------------------ bench plugin and episodes
+def test_bench_plugin_flags_name_unknown_values() -> None:
+    import argparse
+
+    from rlsched.bench.plugin import parse
+
+    base = dict(policies="", queues="", modes="", calls=None, rounds=1, decision_threads="")
+    with pytest.raises(ConfigError, match=r"--modes: unknown modes \['sideways'\]"):
+        parse(argparse.Namespace(**base | {"modes": "sideways"}))
+    with pytest.raises(ConfigError, match=r"--decision-threads: unknown values \['gpu'\]"):
+        parse(argparse.Namespace(**base | {"decision_threads": "gpu"}))
+
+
+def test_episodes_with_no_arrivals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from rlsched.envs import episodes
+
+    sampler = episodes.EpisodeSampler()
+    monkeypatch.setattr(sampler, "_draw", lambda opts, rng: SimpleNamespace(requests=[]))  # every window empty
+    with pytest.raises(ConfigError, match="env: no arrivals in") as err:
+        sampler.sample(episodes.EpisodeOptions(), np.random.default_rng(0))
+    assert "drawn windows of ['default']" in str(err.value)
+
+
+def test_training_names_a_file_where_its_run_dir_belongs(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    from rlsched.agents.config import load_agent_config
+    from rlsched.agents.train import train
+
+    (tmp_path / "run").write_text("x")
+    with pytest.raises(ConfigError, match="--run-dir: .* is a file; name a folder"):
+        train(load_agent_config("agents/ppo.yaml"), tmp_path / "run")
