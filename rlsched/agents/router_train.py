@@ -138,11 +138,15 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
     kinds = [(id(s.cost), s.serving) for s in stage.specs]
     glob, cand, qs = [], [], []
 
-    class Labeller(RouteFeatures):
-        seen = 0
+    class Labeller:
+        name, seen = "labeller", 0
+
+        def reset(self, st: Any) -> None:
+            self.features = RouteFeatures()
+            self.features.reset(st)
 
         def route(self, request: Any, st: Any) -> int:
-            proposal, g, c = self.describe(request, st)
+            proposal, g, c = self.features.describe(request, st)
             valid = np.flatnonzero(c[:, 0] > 0)
             choice = proposal
             if task.scorer is not None:

@@ -58,24 +58,28 @@ SCALE_S = 30.0
 DEFAULT_CHECKPOINT = "checkpoints/router"
 
 
-class RouteFeatures(RlschedRouter):
-    """rlsched's router plus the features of every replica at each arrival (the learned router
-    routes with them; the label generator records them)."""
+class RouteFeatures:
+    """The features of every replica at each arrival, beside the proposal of the rlsched router it holds
+    (``proposer``). Not a router: the learned router routes with it, the label generator and the route
+    environment record with it."""
 
-    name = "route-features"
+    def __init__(self) -> None:
+        self.proposer = RlschedRouter()
 
     def reset(self, stage: StageView) -> None:
-        super().reset(stage)
+        """Before a run's first arrival: the proposer's per-replica work and the load history afresh."""
+        self.proposer.reset(stage)
         self._history: list[deque[tuple[float, float]]] = [deque() for _ in HISTORY_S]
         """Per horizon h: (arrival time, fastest standalone work) of the arrivals of the last h s."""
         self._sums = [0.0] * len(HISTORY_S)
         self._gpus = [float(getattr(getattr(sim.cost, "layout", None), "gpus", 1)) for sim in stage.replicas]
 
     def describe(self, request: Request, stage: StageView) -> tuple[int, np.ndarray, np.ndarray]:
-        """(the proposal's replica, global features (RG,), candidate features (R, RF))."""
-        self._sync(stage)
-        preds = self.predict(request, stage)
-        proposal = self.choose(request, preds)
+        """At ``request``'s arrival: (the proposal's replica, global features (RG,), candidate features (R, RF))."""
+        proposer = self.proposer
+        proposer.sync(stage)
+        preds = proposer.predict(request, stage)
+        proposal = proposer.choose(request, preds)
         return proposal, *self._features(request, stage, preds, proposal)
 
     def _features(self, request: Request, stage: StageView, preds: list[Prediction],
@@ -84,7 +88,7 @@ class RouteFeatures(RlschedRouter):
         deadline = request.arrival_s + request.slo_s
         fastest = min(p.record.work_s for p in preds)
         rows = []
-        for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.work)):
+        for i, (p, sim, work) in enumerate(zip(preds, stage.replicas, self.proposer.work)):
             key = p.record.key
             same = work.keys.get(key, 0) + sum(r.key == key for r in sim.running)
             rows.append((i == proposal or p.fits, i == proposal, p.finish_s <= deadline,
@@ -96,7 +100,7 @@ class RouteFeatures(RlschedRouter):
                          math.log(max(p.record.work_s, 1e-9) / max(fastest, 1e-9)), self._gpus[i] / 8.0,
                          min(same, 4) / 4.0, min((len(sim.waiting) + len(sim.running)) / 8.0, 4.0)))
         cand = np.array(rows, np.float32)
-        backlog = sum(p.busy_s for p in preds) + sum(max(w.work_s, 0.0) for w in self.work)
+        backlog = sum(p.busy_s for p in preds) + sum(max(w.work_s, 0.0) for w in self.proposer.work)
         loads = []
         for j, (h, seen) in enumerate(zip(HISTORY_S, self._history)):
             seen.append((now, fastest))
@@ -111,11 +115,19 @@ class RouteFeatures(RlschedRouter):
         return glob, cand
 
 
-class LearnedRouter(RouteFeatures):
-    """Routes each arrival to the replica the frozen scorer ranks highest (module docstring)."""
+class LearnedRouter:
+    """Routes each arrival to the replica the frozen scorer ranks highest (module docstring); it holds
+    the features (and through them rlsched's router, whose choice is the proposal)."""
 
     def __init__(self, scorer: Any, name: str = "router") -> None:
         self.scorer, self.name = scorer, name
+        self.features = RouteFeatures()
+
+    def reset(self, stage: StageView) -> None:
+        self.features.reset(stage)
+
+    def describe(self, request: Request, stage: StageView) -> tuple[int, np.ndarray, np.ndarray]:
+        return self.features.describe(request, stage)
 
     def route(self, request: Request, stage: StageView) -> int:
         proposal, glob, cand = self.describe(request, stage)

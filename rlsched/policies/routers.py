@@ -132,7 +132,8 @@ class _Followed:
         self.work = [QueueWork() for _ in stage.replicas]
         self.rng = np.random.default_rng(stage.seed)
 
-    def _sync(self, stage: StageView) -> None:
+    def sync(self, stage: StageView) -> None:
+        """Bring each replica's ``QueueWork`` up to its queue (before reading ``self.work``)."""
         for sim, work in zip(stage.replicas, self.work):
             work.sync(sim)
 
@@ -179,7 +180,7 @@ class LeastWork(_Followed):
     name = "least-work"
 
     def route(self, request: Request, stage: StageView) -> int:
-        self._sync(stage)
+        self.sync(stage)
         now = stage.now
         loads = [backlog_s(s, w, now) for s, w in zip(stage.replicas, self.work)]
         return int(np.argmin(loads))
@@ -189,7 +190,7 @@ class Affinity(_Followed):
     name = "affinity"
 
     def route(self, request: Request, stage: StageView) -> int:
-        self._sync(stage)
+        self.sync(stage)
         now = stage.now
         holding = [i for i, (s, w) in enumerate(zip(stage.replicas, self.work))
                    if w.keys.get(request.key(s.step_mode), 0) or any(r.key == request.key(s.step_mode)
@@ -227,7 +228,7 @@ class RlschedRouter(_Followed):
     def route(self, request: Request, stage: StageView) -> int:
         # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
         # a third of ``bench stage``'s time went to building them); the learned router needs them all
-        self._sync(stage)
+        self.sync(stage)
         now, deadline = stage.now, request.arrival_s + request.slo_s
         best, best_score = 0, None
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):

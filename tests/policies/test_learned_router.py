@@ -40,13 +40,16 @@ def test_a_router_that_keeps_the_proposal_is_rlscheds_router() -> None:
     assert run(pool(), LearnedRouter(proposal_only)) == run(pool(), RlschedRouter())
 
 
-class Recorder(RouteFeatures):
+class Recorder:
+    name = "recorder"
+
     def reset(self, stage: Stage) -> None:
-        super().reset(stage)
+        self.features = RouteFeatures()
+        self.features.reset(stage)
         self.rows: list[tuple[int, np.ndarray, np.ndarray]] = []
 
     def route(self, request: Request, stage: Stage) -> int:
-        proposal, g, c = self.describe(request, stage)
+        proposal, g, c = self.features.describe(request, stage)
         self.rows.append((proposal, g, c))
         return proposal
 
