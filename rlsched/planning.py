@@ -29,7 +29,7 @@ from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.parallel import run_tasks
-from rlsched.policies.routers import check_spec, run_spec, split_pair
+from rlsched.routing.routers import check_spec, run_spec, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile
 from rlsched.sim.layout import at_layout

@@ -8,7 +8,7 @@ On each multi-replica pool, on the same seeded workloads, runs:
 * late binding, ``static@central`` (one central queue), shown beside the teachers;
 * the realizable look-ahead teacher ``static@lookahead:H`` (each replica the arrival fits on
   tried on a fork holding the requests already known, ``static@rlsched`` finishing it over
-  ``H`` seconds; ``rlsched.policies.lookahead_router``);
+  ``H`` seconds; ``rlsched.routing.teachers``);
 * the hindsight teacher ``static@hindsight:H;top=K`` (the same, the fork also receiving the
   next ``H`` seconds of real arrivals; at most ``K`` replicas tried: rlsched's choice and the
   ``K-1`` best by realizable gain).
@@ -40,7 +40,7 @@ from rlsched.evaluation import BASELINE_STAGED, RunSpec, ci95_half_width, prepar
 from rlsched.parallel import run_tasks
 from rlsched.plotstyle import TABLE, style_of
 from rlsched.policies import make_policy
-from rlsched.policies.routers import make_router, run_spec, split_pair
+from rlsched.routing.routers import make_router, run_spec, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import json_safe, summarize_stage
 

@@ -19,7 +19,7 @@ of R replicas behind that router, and the server runs ``num_replicas`` R on devi
 that policy in every replica and the router in the API process (``round-robin``: vLLM-Omni's own
 pool, no rlsched router; ``central``: late binding, the policy deciding from the API process's
 central queue and FIFO replicas, on both sides). The simulated router runs on three views
-(``rlsched.policies.router_views``): the default, what the ``RouterStagePool`` in the orchestrator sees
+(``rlsched.routing.views``): the default, what the ``RouterStagePool`` in the orchestrator sees
 (its ledger plus each replica's published state, heard 10 ms of wall time late), the replicas' true state
 (a ceiling) and the ledger alone (the router before replicas published their state); each with the
 engine's wave overhead fitted from the run. Each row of ``rows.json`` carries ``engine_attainment`` (the
@@ -51,8 +51,8 @@ sys.path.insert(0, str(REPO))
 
 from rlsched import loadgen  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
-from rlsched.policies.router_views import PUBLISH_DELAY_S  # noqa: E402
-from rlsched.policies.routers import make_router, split_pair  # noqa: E402
+from rlsched.routing.routers import make_router, split_pair  # noqa: E402
+from rlsched.routing.views import PUBLISH_DELAY_S  # noqa: E402
 from rlsched.sim import Simulator, load_scenario  # noqa: E402
 from rlsched.sim.request import PRIORITY_CLASSES, Request  # noqa: E402
 from rlsched.sim.stage import CENTRAL_LEAD_S, Stage  # noqa: E402

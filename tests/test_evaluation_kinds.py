@@ -19,7 +19,7 @@ from rlsched.evaluation import (
 )
 from rlsched.policies import base
 from rlsched.policies.base import ENTRY_POINTS, POLICY_KINDS, register
-from rlsched.policies.routers import ROUTER_KINDS, ROUTERS, TEACHERS
+from rlsched.routing.routers import ROUTER_KINDS, ROUTERS, TEACHERS
 
 
 def test_every_registered_policy_and_router_has_a_kind() -> None:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "rlsched"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlsched", "errors", "resources", "bounds", "argtypes", "plotstyle", "atomic"),
     ("sim", "projection"),
-    ("telemetry", "profiling", "parallel", "loadgen", "policies"),
+    ("telemetry", "profiling", "parallel", "loadgen", "policies", "routing"),
     ("learned", "evaluation", "planning"),
     ("envs", "integrations"),
     ("agents",),

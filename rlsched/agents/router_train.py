@@ -126,7 +126,7 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
     from rlsched.evaluation import RunSpec, prepare_stage
     from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
     from rlsched.policies import make_policy
-    from rlsched.policies.lookahead_router import LookaheadRouter, is_idle
+    from rlsched.routing.teachers import LookaheadRouter, is_idle
     from rlsched.sim import load_scenario
 
     sc = load_scenario(task.pool)
@@ -209,7 +209,7 @@ def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
     from rlsched.evaluation import RunSpec, prepare_stage
     from rlsched.learned.router import LearnedRouter
     from rlsched.policies import make_policy
-    from rlsched.policies.routers import RlschedRouter
+    from rlsched.routing.routers import RlschedRouter
     from rlsched.sim import load_scenario
     from rlsched.sim.metrics import summarize_stage
 

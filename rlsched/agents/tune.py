@@ -148,7 +148,7 @@ STAGE_ROUTER = "rlsched"
 
 def _attainment(spec: TuneSpec, scenario: Scenario, vector: np.ndarray, seed: int, rate_scale: float) -> float:
     if scenario.replicas:
-        from rlsched.policies.routers import make_router
+        from rlsched.routing.routers import make_router
         from rlsched.sim.metrics import summarize_stage
 
         stage = prepare_stage(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)

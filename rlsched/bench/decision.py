@@ -90,7 +90,7 @@ def route_speed(args: argparse.Namespace) -> dict[str, Any]:
     requests waiting across the replicas: the learned router (``router:checkpoints/router``, or
     ``--policies`` router specs) beside rlsched's and vLLM-Omni's round-robin; wall and CPU time
     per call after 200 warm-up calls (the per-shape caches fill once). Target: p99 <= 1 ms."""
-    from rlsched.policies.routers import make_router
+    from rlsched.routing.routers import make_router
     from rlsched.sim.stage import Stage
 
     pool = load_scenario("qwen-image-8gpu")

@@ -56,7 +56,7 @@ def stage_speed(args: argparse.Namespace) -> dict[str, Any]:
     """Simulated requests per second of the shipped 8-replica scenario (``qwen-image-8gpu``: eight
     one-GPU replicas), fifo under three routers, one core; the single simulator (``default``) at
     its nominal rate in the same run. Target: >= 20,000 requests/s."""
-    from rlsched.policies.routers import run_spec
+    from rlsched.routing.routers import run_spec
     from rlsched.sim.stage import Stage
 
     pool = load_scenario("qwen-image-8gpu")

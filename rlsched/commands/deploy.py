@@ -20,7 +20,7 @@ from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, 
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
-from rlsched.policies.routers import split_pair
+from rlsched.routing.routers import split_pair
 from rlsched.sim.cost import load_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 

@@ -35,7 +35,7 @@ from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
-from rlsched.policies.routers import RlschedRouter
+from rlsched.routing.routers import RlschedRouter
 from rlsched.sim import load_scenario
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import Stage

@@ -19,7 +19,7 @@ from rlsched.atomic import write_atomic
 from rlsched.evaluation.runs import Grid, StageSpec
 from rlsched.evaluation.stats import Cell, aggregate, ci95_half_width, flat
 from rlsched.policies.base import POLICY_KINDS
-from rlsched.policies.routers import ROUTER_KINDS
+from rlsched.routing.routers import ROUTER_KINDS
 from rlsched.sim.metrics import json_safe
 
 

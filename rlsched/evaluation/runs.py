@@ -18,7 +18,7 @@ from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
 from rlsched.policies.base import PolicySpec, parse_spec, policy_kind
-from rlsched.policies.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
+from rlsched.routing.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import summarize
 
@@ -59,7 +59,7 @@ class StageSpec:
 
     @property
     def router_kind(self) -> str:
-        """The router's kind (``rlsched.policies.routers.ROUTER_KINDS``; ``central``)."""
+        """The router's kind (``rlsched.routing.routers.ROUTER_KINDS``; ``central``)."""
         return "central" if self.late else router_kind(parse_spec(self.router).name)
 
     @property
@@ -179,7 +179,7 @@ def sp_cost(sc: Scenario, cost: Any, sp_degree: int) -> Any:
 def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
     """``prepare_stage`` run under ``POLICY@ROUTER`` (bare: round-robin, as vLLM-Omni routes;
     ``@central``: late binding)."""
-    from rlsched.policies.routers import run_spec
+    from rlsched.routing.routers import run_spec
     from rlsched.sim.metrics import summarize_stage
 
     stage = run_spec(prepare_stage(spec, sc), spec.policy)

@@ -38,7 +38,7 @@ from rlsched.errors import CheckpointError
 from rlsched.learned.checkpoint import META, checkpoint_path, read_checkpoint
 from rlsched.learned.scorer import FrozenScorer, read_scorer
 from rlsched.policies.base import PolicySpec, no_options
-from rlsched.policies.routers import Prediction, RlschedRouter
+from rlsched.routing.routers import Prediction, RlschedRouter
 from rlsched.sim.request import CLASS_INDEX, Request
 from rlsched.sim.view import StageView
 

@@ -126,7 +126,7 @@ class Simulator:
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
         self.on_change: list[Callable[[Simulator], None]] = []
         """Callbacks ``f(self)`` run after the running batch changed (a batch started, ended, failed or was
-        preempted): what a replica publishes to a router (``policies.router_views``)."""
+        preempted): what a replica publishes to a router (``routing.views``)."""
         self.journal = Journal()
         """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
         their own per-key structures in step by replaying it from where they last read, so a

@@ -9,7 +9,7 @@ import pytest
 from rlsched.envs import ROUTE_ENV_ID
 from rlsched.envs.route import OBS_SIZE, DiTRouteEnv
 from rlsched.policies import make_policy
-from rlsched.policies.routers import RoundRobin
+from rlsched.routing.routers import RoundRobin
 from rlsched.sim.stage import Stage
 from tests.sim.test_stage import outcome, replicas, workload
 

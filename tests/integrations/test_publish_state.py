@@ -8,7 +8,7 @@ import pytest
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.publish import CARRIER_KEY, StatePublisher
-from rlsched.policies.router_views import MAX_LISTED, ReplicaState
+from rlsched.routing.views import MAX_LISTED, ReplicaState
 
 
 class Clock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlsched.policies.routers import QueueWork, RlschedRouter
+from rlsched.routing.routers import QueueWork, RlschedRouter
 from rlsched.sim import Request, ServingConfig, load_profile
 from rlsched.sim.stage import ReplicaSpec, Stage
 

@@ -14,7 +14,7 @@ from rlsched.errors import CheckpointError, ConfigError
 from rlsched.evaluation import RunSpec, prepare_stage
 from rlsched.learned.router import RF, RG, ROUTE_FIELDS, LearnedRouter, RouteFeatures, load_router
 from rlsched.policies import make_policy
-from rlsched.policies.routers import RlschedRouter, check_spec, make_router
+from rlsched.routing.routers import RlschedRouter, check_spec, make_router
 from rlsched.sim import load_scenario
 from rlsched.sim.request import Request
 from rlsched.sim.stage import Stage
@@ -171,7 +171,7 @@ def test_made_late_counts_the_requests_an_insertion_pushes_past_their_deadline()
     cumulative work by a few seconds, so most draws make some requests late, of every class. Caught: the
     draws of a queue where every request was already late expected 0 every time (the weight replaced by 1
     passed)."""
-    from rlsched.policies.routers import QueueWork
+    from rlsched.routing.routers import QueueWork
     from rlsched.sim import ServingConfig
     from rlsched.sim.cost import load_profile
     from rlsched.sim.metrics import CLASS_WEIGHTS

@@ -10,8 +10,8 @@ import pytest
 from rlsched.errors import ConfigError
 from rlsched.evaluation import RunSpec, simulate
 from rlsched.policies import make_policy
-from rlsched.policies.lookahead_router import LookaheadRouter, outcome_value
-from rlsched.policies.routers import check_spec, make_router
+from rlsched.routing.routers import check_spec, make_router
+from rlsched.routing.teachers import LookaheadRouter, outcome_value
 from rlsched.sim import Request, ServingConfig, load_profile
 from rlsched.sim.stage import ReplicaSpec, Stage
 from tests.sim.test_stage import outcome, replicas, workload

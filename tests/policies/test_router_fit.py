@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlsched.policies import make_policy
-from rlsched.policies.routers import RlschedRouter
+from rlsched.routing.routers import RlschedRouter
 from rlsched.sim import Request, ServingConfig
 from rlsched.sim.cost import load_profile
 from rlsched.sim.layout import at_layout

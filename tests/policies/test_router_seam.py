@@ -8,8 +8,8 @@ import pytest
 
 from rlsched.errors import ConfigError
 from rlsched.policies import make_policy
-from rlsched.policies.router_views import Ledger, ViewRouter
-from rlsched.policies.routers import ROUTERS, TEACHERS, make_router
+from rlsched.routing.routers import ROUTERS, TEACHERS, make_router
+from rlsched.routing.views import Ledger, ViewRouter
 from rlsched.sim import ServingConfig
 from rlsched.sim.stage import Stage
 from tests.sim.test_stage import COST, replicas, workload

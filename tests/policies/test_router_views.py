@@ -10,7 +10,8 @@ import pytest
 
 from rlsched.errors import ConfigError
 from rlsched.policies import make_policy
-from rlsched.policies.router_views import (
+from rlsched.routing.routers import RlschedRouter, make_router, run_spec
+from rlsched.routing.views import (
     MAX_LISTED,
     Ledger,
     ReplicaState,
@@ -18,7 +19,6 @@ from rlsched.policies.router_views import (
     ViewRouter,
     replica_state,
 )
-from rlsched.policies.routers import RlschedRouter, make_router, run_spec
 from rlsched.sim import Request, ServingConfig
 from rlsched.sim.metrics import summarize_stage
 from rlsched.sim.stage import ReplicaSpec, Stage, takes_next_batch

@@ -7,8 +7,8 @@ import pytest
 
 from rlsched.errors import ConfigError
 from rlsched.policies import make_policy
-from rlsched.policies.lookahead_router import LookaheadRouter
-from rlsched.policies.routers import make_router
+from rlsched.routing.routers import make_router
+from rlsched.routing.teachers import LookaheadRouter
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -17,7 +17,7 @@ from rlsched.errors import RlschedError
 from rlsched.evaluation.runs import RunSpec, prepare, simulate
 from rlsched.policies import make_policy, policy_names
 from rlsched.policies.projected import ProjectionConfig
-from rlsched.policies.routers import ROUTERS, TEACHERS
+from rlsched.routing.routers import ROUTERS, TEACHERS
 from tests.outcomes import FinishLog, check_outcomes
 from tests.property.hostile import edges
 

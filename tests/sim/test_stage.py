@@ -9,7 +9,7 @@ import pytest
 
 from rlsched.errors import ConfigError, InvalidDecision
 from rlsched.policies import make_policy
-from rlsched.policies.routers import ROUTERS, make_router, split_pair
+from rlsched.routing.routers import ROUTERS, make_router, split_pair
 from rlsched.sim import Request, ServingConfig, Simulator, load_profile
 from rlsched.sim.metrics import summarize, summarize_stage
 from rlsched.sim.stage import ReplicaSpec, Stage

@@ -13,7 +13,7 @@ import pytest
 
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.policies import make_policy
-from rlsched.policies.routers import make_router
+from rlsched.routing.routers import make_router
 from rlsched.sim import Request
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, RUNNING, WAITING
 from rlsched.sim.stage import Stage

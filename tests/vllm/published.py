@@ -10,7 +10,7 @@ from typing import Any
 from vllm_omni.diffusion.data import DIFFUSION_REQUEST_LIFECYCLE_KEY, DIFFUSION_REQUEST_STARTED
 from vllm_omni.outputs import OmniRequestOutput
 
-from rlsched.policies.router_views import STATE_KEY, replica_state
+from rlsched.routing.views import STATE_KEY, replica_state
 from tests.vllm.fakes import ReplicaClient as Client
 
 

@@ -1,5 +1,5 @@
 """``publish_state``: a replica running RLDiffusionEngine publishes its scheduler state to the router in the
-orchestrator (``rlsched.policies.router_views``), inside vLLM-Omni's real DiffusionEngine busy loop and its
+orchestrator (``rlsched.routing.views``), inside vLLM-Omni's real DiffusionEngine busy loop and its
 ``step_streaming`` (fake executor, no model; the plugin clock frozen, so ``remaining_s`` is exactly the
 batch's predicted time)."""
 
@@ -25,7 +25,7 @@ from vllm_omni.diffusion.diffusion_engine import DiffusionEngine  # noqa: E402
 
 from rlsched.integrations.vllm_omni import RLDiffusionEngine, RLRequestScheduler, RLStepScheduler  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
-from rlsched.policies.router_views import STATE_KEY, ReplicaState  # noqa: E402
+from rlsched.routing.views import STATE_KEY, ReplicaState  # noqa: E402
 from tests.vllm.fakes import Clock, RunNothingExecutor, mk_req, plugin  # noqa: E402
 
 BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"

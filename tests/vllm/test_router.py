@@ -31,7 +31,7 @@ from rlsched.integrations.vllm_omni import routing  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
-from rlsched.policies.routers import RlschedRouter  # noqa: E402
+from rlsched.routing.routers import RlschedRouter  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from rlsched.sim.layout import at_layout  # noqa: E402
 from tests.vllm.fakes import ReplicaClient as Client  # noqa: E402
@@ -131,7 +131,7 @@ def test_deadline_first_not_least_work() -> None:
 
 def router_mod_router(spec: str) -> Any:
     """The bare router (``make_router`` wraps it in the simulator's ``ViewRouter`` by default)."""
-    from rlsched.policies.routers import make_router
+    from rlsched.routing.routers import make_router
 
     return make_router(f"{spec};view=replica")
 

@@ -29,7 +29,7 @@ from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
 from rlsched.integrations.vllm_omni.ledger_pool import LOG_ENV  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
-from rlsched.policies.router_views import MAX_LISTED, STATE_KEY  # noqa: E402
+from rlsched.routing.views import MAX_LISTED, STATE_KEY  # noqa: E402
 from rlsched.sim.cost import load_profile  # noqa: E402
 from tests.vllm.fakes import Clock, Scripted  # noqa: E402
 from tests.vllm.published import Replica  # noqa: E402
@@ -123,7 +123,7 @@ async def _load(rig: Rig) -> None:
 
 
 def _scripted() -> Any:
-    from rlsched.policies.routers import RlschedRouter
+    from rlsched.routing.routers import RlschedRouter
 
     return Scripted(0, 1, 1, then=RlschedRouter())
 
@@ -156,7 +156,7 @@ def test_a_finished_wave_seen_in_a_state_frees_the_replica_before_its_finish_arr
     """Replica 0 holds a large request, replica 1 two small ones: least work on the ledger alone picks
     replica 1. A state that lists replica 0's wave as over (nothing running, r0 finished) leaves it empty
     in the router's view while r0's final output is still on its way: the next request goes there."""
-    from rlsched.policies.routers import LeastWork
+    from rlsched.routing.routers import LeastWork
 
     async def go(publish: bool) -> int | None:
         async with Rig(2, Scripted(0, 1, 1, then=LeastWork())) as rig:

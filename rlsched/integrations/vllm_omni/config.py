@@ -103,7 +103,7 @@ class PluginConfig:
     ahead of the queue: it is ignored and counted in ``invalid``."""
     publish_state: bool = False
     """Publish this replica's scheduler state to the router in the orchestrator (``publish.py``; the wire
-    format: ``rlsched.policies.router_views``): on every output the engine sends, under ``rlsched_state`` in
+    format: ``rlsched.routing.views``): on every output the engine sends, under ``rlsched_state`` in
     its metrics, and on one carrier output whenever the running set changes. Only behind an rlsched router,
     which takes the state off each output (and swallows the carriers) before vLLM-Omni reads them:
     ``rlsched deploy`` sets it whenever it writes a router. Off: the engine's outputs are vLLM-Omni's own."""

@@ -8,7 +8,7 @@ mode, so the scheduler must be a ``StepScheduler`` in step mode and a
 ``RequestScheduler`` otherwise) and hands it to the base class, which initializes it.
 
 With ``extras.rlsched.publish_state`` on, the replica publishes its scheduler state to the router in
-the orchestrator (``rlsched.policies.router_views``; the scheduler builds it: ``publish.py``):
+the orchestrator (``rlsched.routing.views``; the scheduler builds it: ``publish.py``):
 
 - every output ``step_streaming`` yields carries the latest state in its metrics, under
   ``router_views.STATE_KEY`` (``remaining_s`` taken when it is yielded);
@@ -34,7 +34,7 @@ from vllm_omni.diffusion.diffusion_engine import DiffusionEngine
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
-from rlsched.policies.router_views import STATE_KEY
+from rlsched.routing.views import STATE_KEY
 
 CARRIED = "_rlsched_carried"
 """Attribute of a carrier ``DiffusionOutput``: the ``Published`` state it carries."""

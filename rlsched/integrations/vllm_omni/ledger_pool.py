@@ -47,7 +47,7 @@ from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics
 from rlsched.integrations.vllm_omni.state import make_request
-from rlsched.policies.router_views import CARRIER_KEY, STATE_KEY, Ledger, LedgerStage
+from rlsched.routing.views import CARRIER_KEY, STATE_KEY, Ledger, LedgerStage
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.request import Request

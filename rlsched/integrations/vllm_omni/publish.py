@@ -1,6 +1,6 @@
 """A replica's scheduler state, as it publishes it to the router in the orchestrator (``publish_state``).
 
-The wire format and the rule are ``rlsched.policies.router_views``' (its module docstring). The plugin's
+The wire format and the rule are ``rlsched.routing.views``' (its module docstring). The plugin's
 scheduler builds a ``Published`` state on the engine's busy-loop thread — after a ``schedule()`` and an
 ``update_from_output`` whose running set changed or that finished requests — and swaps it in by
 reference; ``RLDiffusionEngine.step_streaming``, on the asyncio thread, reads the latest one and turns it
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.policies.router_views import CARRIER_KEY, MAX_LISTED, replica_state
+from rlsched.routing.views import CARRIER_KEY, MAX_LISTED, replica_state
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ pool's class, so the ``vllm.general_plugins`` entry point ``rlsched_router`` (``
 replica still runs the rlsched engine backend, and a stage that asks for no router keeps
 vLLM-Omni's own pool.
 
-The pool routes with any router of ``rlsched.policies.routers`` (``round-robin``, ``least-work``,
+The pool routes with any router of ``rlsched.routing.routers`` (``round-robin``, ``least-work``,
 ``rlsched``, ...) unchanged: it keeps a ledger of the requests it bound that have not finished and
 shows each replica's part to the router as a ``LedgerReplica`` (a ``QueueView``), inside a
-``LedgerStage`` (what a router reads of a ``Stage``; ``rlsched.policies.router_views``). The ledger
+``LedgerStage`` (what a router reads of a ``Stage``; ``rlsched.routing.views``). The ledger
 sees every exit: vLLM-Omni ends every request (finish, abort, error, dead replica) in
 ``release_binding``. A replica that runs rlsched's engine with ``extras.rlsched.publish_state``
 piggybacks its state (what runs, how far, the running batch's predicted end) on its outputs; the

@@ -24,8 +24,8 @@ from typing import Any
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
 from rlsched.integrations.vllm_omni.routing import RouterConfig
-from rlsched.policies.router_views import LedgerStage, ViewRouter
-from rlsched.policies.routers import make_router
+from rlsched.routing.routers import make_router
+from rlsched.routing.views import LedgerStage, ViewRouter
 from rlsched.sim.request import Request
 from rlsched.sim.stage import Router
 

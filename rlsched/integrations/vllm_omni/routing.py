@@ -46,7 +46,7 @@ from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
-from rlsched.policies.router_views import SILENCE_S
+from rlsched.routing.views import SILENCE_S
 from rlsched.sim.stage import CENTRAL_LEAD_S
 
 EXTRAS_KEY = "rlsched_router"
@@ -67,7 +67,7 @@ class RouterConfig:
     """How a stage routes; ``extras: {rlsched_router: {...}}`` in its deploy config."""
 
     router: str = "rlsched"
-    """Router spec of ``rlsched.policies.routers`` (``rlsched``, ``least-work``, ``random:7`` ...)."""
+    """Router spec of ``rlsched.routing.routers`` (``rlsched``, ``least-work``, ``random:7`` ...)."""
     budget_ms: float = 2.0
     """A routing decision slower than this is discarded and vLLM-Omni's round-robin routes that
     request. It runs on the orchestrator's event loop, which serves every add/abort in turn. On the
@@ -111,7 +111,7 @@ class RouterConfig:
     def __post_init__(self) -> None:
         from rlsched.policies import make_policy
         from rlsched.policies.base import parse_spec
-        from rlsched.policies.routers import make_router, split_view
+        from rlsched.routing.routers import make_router, split_view
 
         if not isinstance(self.router, str) or not self.router:
             raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"must be a router spec, not {self.router!r}")

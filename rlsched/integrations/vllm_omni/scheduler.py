@@ -28,7 +28,7 @@ rewrite its loop. Each call:
    queue, nothing dropped.
 
 With ``publish_state`` on, the scheduler also keeps the replica's state for the router in the
-orchestrator (``publish.StatePublisher``; the wire format: ``rlsched.policies.router_views``): after
+orchestrator (``publish.StatePublisher``; the wire format: ``rlsched.routing.views``): after
 each ``schedule()`` and each ``update_from_output`` where the running set changed, requests finished or
 left the batch unfinished, a new state (O(batch): the running ids with their steps done, the batch's
 predicted end from the cost model, what finished or was preempted since). ``RLDiffusionEngine`` attaches

@@ -35,7 +35,7 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
-from rlsched.policies.router_views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
+from rlsched.routing.views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import INF, Router, Stage
@@ -275,19 +275,19 @@ class Prediction:
 
 
 ROUTERS: dict[str, str] = {
-    "round-robin": "rlsched.policies.routers:round_robin",
-    "random": "rlsched.policies.routers:random_router",
-    "least-queue": "rlsched.policies.routers:least_queue",
-    "least-work": "rlsched.policies.routers:least_work",
-    "affinity": "rlsched.policies.routers:affinity",
-    "rlsched": "rlsched.policies.routers:rlsched_router",
+    "round-robin": "rlsched.routing.routers:round_robin",
+    "random": "rlsched.routing.routers:random_router",
+    "least-queue": "rlsched.routing.routers:least_queue",
+    "least-work": "rlsched.routing.routers:least_work",
+    "affinity": "rlsched.routing.routers:affinity",
+    "rlsched": "rlsched.routing.routers:rlsched_router",
     "router": "rlsched.learned.router:learned_router",
 }
 """Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
 
 TEACHERS: dict[str, str] = {
-    "lookahead": "rlsched.policies.lookahead_router:lookahead",
-    "hindsight": "rlsched.policies.lookahead_router:hindsight",
+    "lookahead": "rlsched.routing.teachers:lookahead",
+    "hindsight": "rlsched.routing.teachers:hindsight",
 }
 """Routers that simulate the stage's replica policy on forks (``POLICY@lookahead``): name ->
 ``"module:factory"`` (``f(PolicySpec, policy spec) -> Router``), lazily imported. Offline only."""

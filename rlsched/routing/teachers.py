@@ -57,7 +57,7 @@ class LookaheadRouter:
     def __init__(self, policy: str, horizon_s: float = DEFAULT_HORIZON_S, future_s: float = 0.0,
                  base: str = "rlsched", top: int = 0, name: str = "lookahead") -> None:
         """``name``: the spec as the user gave it (``hindsight:-5``), which every error names."""
-        from rlsched.policies.routers import make_router
+        from rlsched.routing.routers import make_router
 
         where = f"router {name}"
         if not (math.isfinite(horizon_s) and horizon_s > 0):
