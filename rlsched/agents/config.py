@@ -98,6 +98,9 @@ def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
 
 
 def agent_config_from_dict(data: dict[str, Any], where: str, **overrides: Any) -> AgentConfig:
+    kind = data.pop("kind", "knob")  # what `rlsched learn` reads to choose this recipe (agents/recipe.py)
+    if kind != "knob":
+        raise ConfigError(where, f"kind {kind!r}: a PPO agent preset is the knob policy's (kind: knob)")
     try:
         env = EnvConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.pop("env", {}).items()})
         ppo = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.pop("ppo", {}).items()})

@@ -20,6 +20,7 @@ read by ``load_config``; ``RECIPES`` maps a preset's declared ``kind`` to its re
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import time
 from collections.abc import Callable, Sequence
@@ -52,8 +53,17 @@ def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
 RECIPES: dict[str, tuple[str, str]] = {
     "pick": ("rlsched.agents.pick_train:load_pick_config", "rlsched.agents.pick_train:learn"),
     "router": ("rlsched.agents.router_train:load_router_config", "rlsched.agents.router_train:learn_router"),
+    "knob": ("rlsched.agents.train:load_knob_config", "rlsched.agents.train:learn_knob"),
 }
 """A recipe preset's ``kind`` -> its config loader and its ``learn`` (entry points, imported when asked)."""
+
+
+def with_timesteps(cfg: Any, timesteps: int) -> Any:
+    """``cfg`` with ``timesteps`` PPO steps (``rlsched learn --timesteps``): a recipe's pydantic config keeps
+    them in its ``ppo`` block, the knob's ``AgentConfig`` (a dataclass) at its top."""
+    if isinstance(cfg, BaseModel):
+        return cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": timesteps})})
+    return dataclasses.replace(cfg, timesteps=timesteps)
 
 
 def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:

@@ -169,3 +169,31 @@ def current_policy(model: Any, venv: Any, cfg: AgentConfig) -> Any:
         return action[0]
 
     return LearnedPolicy(act, ProjectionConfig(**cfg.env.projection))
+
+
+def load_knob_config(path: str | Path, workers: int | None = None, ray: Any = None) -> AgentConfig:
+    """``rlsched learn``'s loader for a knob preset (``kind: knob``, e.g. agents/ppo.yaml); the knob recipe
+    steps its environments in this process (``n_envs``), so ``--workers`` and ``--ray`` mean nothing to it."""
+    from rlsched.agents.config import load_agent_config
+
+    if workers is not None or ray is not None:
+        raise ConfigError("--workers/--ray", f"{path}: the knob recipe steps its environments itself (n_envs)")
+    return load_agent_config(path)
+
+
+def learn_knob(cfg: AgentConfig, run_dir: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """The knob policy end to end, as ``rlsched learn`` runs every recipe: ``train`` (behaviour cloning, PPO,
+    the best checkpoint on the validation seeds), then ``export`` of that best to ``out``."""
+    start = time.perf_counter()
+    train(cfg, run_dir, seed=0, progress=progress)
+    best = run_dir / BEST / "validation.json"
+    report = {"chosen": BEST if best.is_file() else LAST,
+              "validation": json.loads(best.read_text()) if best.is_file() else {},
+              "checkpoint": None}
+    if out is not None:
+        from rlsched.agents.export import export_run
+
+        report["checkpoint"] = str(export_run(run_dir, out))
+    report["total_s"] = time.perf_counter() - start
+    write_atomic(run_dir / "learn.json", json.dumps(report, indent=1))
+    return report

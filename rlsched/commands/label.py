@@ -74,10 +74,12 @@ def _check_static(scenarios: list[str], static: str) -> None:
 
 
 @command("learn", "Train a learned policy end to end: the candidate-batch policy (labels, imitation, DAgger, "
-                  "MaskablePPO, validation, export) or, with a `kind: router` preset, the learned router.")
+                  "MaskablePPO, validation, export), with a `kind: router` preset the learned router, with "
+                  "`kind: knob` (agents/ppo.yaml) the knob policy (train + export).")
 def add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default="agents/pick.yaml",
-                   help="recipe preset (YAML): agents/pick.yaml (candidate policy) or agents/router.yaml (router)")
+                   help="recipe preset (YAML): agents/pick.yaml (candidate policy), agents/router.yaml (router) or "
+                        "agents/ppo.yaml (the knob policy: train + export)")
     p.add_argument("--run-dir", required=True, help="folder for labels, TensorBoard logs and the report")
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
     p.add_argument("--timesteps", type=flag(bounds.TIMESTEPS_OR_NONE),
@@ -88,7 +90,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from rlsched.agents.recipe import recipe_of
+    from rlsched.agents.recipe import recipe_of, with_timesteps
 
     check_out_dir(args.run_dir, "--run-dir")
     if args.out:
@@ -96,7 +98,7 @@ def run_learn(args: argparse.Namespace) -> int:
     load, learn = recipe_of(args.agent)
     cfg = load(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
-        cfg = cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": args.timesteps})})
+        cfg = with_timesteps(cfg, args.timesteps)
     report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
     print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
     print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")

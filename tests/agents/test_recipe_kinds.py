@@ -34,3 +34,32 @@ def test_the_learn_command_reads_a_router_preset_as_the_router_recipe(tmp_path: 
     assert main(["learn", "--agent", str(preset), "--run-dir", str(tmp_path / "run")]) != 0
     # the router's config asks for its pools' replica policies; the candidate policy's would refuse "pools"
     assert "static: required key is missing" in capsys.readouterr().err
+
+
+def test_the_knob_preset_reaches_the_knob_recipe() -> None:
+    from rlsched.agents.train import learn_knob, load_knob_config
+
+    assert recipe_of(data_dir("agents") / "ppo.yaml") == (load_knob_config, learn_knob)
+    assert load_knob_config(data_dir("agents") / "ppo.yaml").name == "ppo-default"
+
+
+def test_the_knob_policy_end_to_end_through_learn(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``rlsched learn --agent KNOB_PRESET --out CK``: trained, validated, exported, served as ``rl:CK``."""
+    import yaml
+
+    from rlsched.cli import main
+    from rlsched.policies import make_policy
+    from tests.agents.test_training import TINY
+
+    preset = tmp_path / "knob.yaml"
+    preset.write_text(yaml.safe_dump({"kind": "knob", **TINY}))
+    out = tmp_path / "ck"
+    assert main(["learn", "--agent", str(preset), "--run-dir", str(tmp_path / "run"), "--out", str(out),
+                 "--no-progress"]) == 0
+    assert '"chosen": "best"' in capsys.readouterr().out
+    assert make_policy(f"rl:{out}").name.startswith("rl")
+    with pytest.raises(ConfigError, match="kind 'router': a PPO agent preset is the knob policy's"):
+        from rlsched.agents.config import agent_config_from_dict
+
+        agent_config_from_dict({"kind": "router"}, "x.yaml")
