@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rlsched.agents.reproducible import PROVENANCE
+from rlsched.agents.reproducible import PROVENANCE, PROVENANCE_FILE
 from rlsched.atomic import check_output_folder, replace_folder
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.learned.checkpoint import META, WEIGHTS, save_checkpoint
@@ -80,7 +80,6 @@ def _provenance(run_dir: Path) -> dict[str, Any]:
     """This export's commit and command, and the run's own ``train`` entries (unhashed: the same
     run exported twice, or the same recipe trained twice, gives one content hash)."""
     from rlsched.agents.reproducible import provenance
-    from rlsched.agents.train import PROVENANCE_FILE
 
     path = run_dir / PROVENANCE_FILE
     training = json.loads(path.read_text()) if path.is_file() else "unknown (run dir from before provenance)"

@@ -31,6 +31,9 @@ import numpy as np
 
 PROVENANCE = "provenance"
 """Key of the provenance block in checkpoint metadata and tuned files (never hashed)."""
+PROVENANCE_FILE = "provenance.json"
+"""In the run dir: one ``provenance`` entry per ``train`` (a resume adds one); ``rlsched export`` copies
+them into the checkpoint."""
 RECIPE_PATHS = ("rlsched", "agents", "envs", "setup.py", "pyproject.toml")
 """What a recipe reads: a change here (tracked, uncommitted) marks the tree dirty. Outputs such as
 ``checkpoints/`` and ``results/`` do not (the recipe is writing them)."""
@@ -105,4 +108,4 @@ def _versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["PROVENANCE", "command_line", "provenance", "seed_everything"]
+__all__ = ["PROVENANCE", "PROVENANCE_FILE", "command_line", "provenance", "seed_everything"]

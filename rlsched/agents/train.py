@@ -12,12 +12,9 @@ import yaml
 
 from rlsched.agents.checkpointing import BEST, LAST, PeriodicCheckpoint, load_obs_norm
 from rlsched.agents.config import AgentConfig
+from rlsched.agents.reproducible import PROVENANCE_FILE
 from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
-
-PROVENANCE_FILE = "provenance.json"
-"""In the run dir: one ``rlsched.agents.reproducible.provenance`` entry per ``train`` (a resume adds one);
-``rlsched export`` copies them into the checkpoint."""
 
 
 def make_env_fn(cfg: AgentConfig, rank: int, seed: int) -> Any:

@@ -43,8 +43,7 @@ def test_the_knob_preset_reaches_the_knob_recipe() -> None:
     assert load_knob_config(data_dir("agents") / "ppo.yaml").name == "ppo-default"
 
 
-def test_the_knob_policy_end_to_end_through_learn(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_knob_policy_end_to_end_through_learn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``rlsched learn --agent KNOB_PRESET --out CK``: trained, validated, exported, served as ``rl:CK``."""
     import yaml
 
@@ -59,7 +58,15 @@ def test_the_knob_policy_end_to_end_through_learn(tmp_path: Path,
                  "--no-progress"]) == 0
     assert '"chosen": "best"' in capsys.readouterr().out
     assert make_policy(f"rl:{out}").name.startswith("rl")
-    with pytest.raises(ConfigError, match="kind 'router': a PPO agent preset is the knob policy's"):
-        from rlsched.agents.config import agent_config_from_dict
 
+
+def test_a_knob_preset_refuses_another_kind_and_the_worker_options() -> None:
+    from rlsched.agents.config import agent_config_from_dict
+    from rlsched.agents.train import load_knob_config
+
+    with pytest.raises(ConfigError, match=r"kind 'router': a PPO agent preset is the knob policy's \(kind: knob\)"):
         agent_config_from_dict({"kind": "router"}, "x.yaml")
+    preset = data_dir("agents") / "ppo.yaml"
+    for option in ({"workers": 2}, {"ray": "auto"}):
+        with pytest.raises(ConfigError, match=r"the knob recipe steps its environments itself \(n_envs\)"):
+            load_knob_config(preset, **option)

@@ -32,7 +32,10 @@ def test_measure_writes_a_csv_that_fit_reads(tmp_path: Path, arch: str, shapes: 
                                        "start": {"floor_s": 0, "a_s": 0.01, "b_s_per_mtok": 1, "c_s_per_gtok2": 1,
                                                  "encode_s": 0, "decode_s_per_mpx": 1, "weights_gb": 0,
                                                  "act_gb_per_ktok": 0, "vae_gb_per_mpx": 0},
-                                       "fit": ["a_s", "b_s_per_mtok", "decode_s_per_mpx"]}}}
+                                       # b_s_per_mtok held: a tiny model's step is all overhead, so
+                                       # on a noisy CPU its token slope can fit to ~0 and fit then
+                                       # (rightly) calls it unidentified; the round trip is the point
+                                       "fit": ["a_s", "decode_s_per_mpx"]}}}
     (tmp_path / "fit.yaml").write_text(yaml.safe_dump(spec))
     result = fit_profile(tmp_path)
     assert len(result.residuals) == len(back)
