@@ -37,7 +37,9 @@ def tuned_actions(cfg: AgentConfig) -> dict[str, np.ndarray]:
     out = read_tuned_actions(cfg.ppo.init_action_from)
     missing = [sc for sc in cfg.env.scenarios if Path(sc).stem not in out]
     if missing:
-        raise ConfigError("ppo.init_action_from", f"behaviour cloning needs a tuned action for {missing}")
+        raise ConfigError("ppo.init_action_from", f"behaviour cloning needs a tuned action for {missing}: "
+                          "make one with rlsched tune --scenario SCENARIO --out agents/tuned/NAME.json (NAME: "
+                          "the scenario's file stem) and list it here, or set ppo.bc_steps_per_scenario: 0")
     return out
 
 

@@ -95,6 +95,10 @@ def train(cfg: AgentConfig, run_dir: Path, seed: int = 0, resume: bool = False, 
     check_config(cfg)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError("--run-dir", f"{run_dir} is a file; name a folder")
+    if cfg.ppo.bc_steps_per_scenario and not resume:
+        from rlsched.agents.pretrain import tuned_actions
+
+        tuned_actions(cfg)  # a missing tuned action is said now, not after the environments start
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import CallbackList
 

@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print((out / "results.md").read_text())
-        print(f"wrote {out}/results.md, results.json and plots")
+        from rlsched.evaluation.plots import available
+
+        print(f"wrote {out}/results.md, results.json" + (" and plots" if available() else ""))
     return 0
 
 

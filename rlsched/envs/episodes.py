@@ -75,6 +75,9 @@ class Episode:
     start_s: float
     """Arrivals before this time are dropped (the window starts with an empty GPU)."""
     end_s: float
+    key: str = ""
+    """The scenario as the sampler was given it (a shipped name or a file path; ``scenario.name`` is the
+    YAML's own name, which a file's need not match)."""
 
 
 class EpisodeSampler:
@@ -99,7 +102,8 @@ class EpisodeSampler:
         raise ConfigError("env", f"no arrivals in {_EMPTY_RETRIES} drawn windows of {list(opts.scenarios)}")
 
     def _draw(self, opts: EpisodeOptions, rng: np.random.Generator) -> Episode:
-        sc, cost = self.load(opts.scenarios[int(rng.integers(len(opts.scenarios)))])
+        key = opts.scenarios[int(rng.integers(len(opts.scenarios)))]
+        sc, cost = self.load(key)
         mode = opts.modes[int(rng.integers(len(opts.modes)))]
         if mode is not None and mode != sc.serving.mode:
             sc = sc.with_serving(mode=mode)
@@ -110,7 +114,7 @@ class EpisodeSampler:
         reqs = sc.requests(seed, scale, duration_s=start + window, cost=cost)
         if start > 0:
             reqs = [r for r in reqs if r.arrival_s >= start]
-        return Episode(sc, cost, reqs, seed, scale, start, start + window)
+        return Episode(sc, cost, reqs, seed, scale, start, start + window, key)
 
 
 def _names(value: str | Sequence[str]) -> tuple[str, ...]:

@@ -21,6 +21,8 @@ before its top-K slots) then K × ``CAND_FIELDS`` per-candidate features, in [-5
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -41,13 +43,23 @@ _RETRIES = 20
 
 
 class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
-    """See the module docstring. ``static`` maps scenario → tuned action file (the heuristic)."""
+    """See the module docstring. ``scenario``: one name or file, or several (as ``DiTBatch-v0`` takes it);
+    ``static`` maps each to its tuned action file (the heuristic), by default ``agents/tuned/NAME.json``
+    as ``agents/pick.yaml`` has it (shipped for the shipped request-mode scenarios)."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, scenarios: list[str], static: dict[str, str], rate_scale: tuple[float, float] = (0.5, 1.5),
-                 window_s: tuple[float, float] = (1200.0, 2400.0), burn_in_s: float = 300.0,
-                 workload_seed: int | None = None) -> None:
+    def __init__(self, scenario: str | Sequence[str] = "default", static: dict[str, str] | None = None,
+                 rate_scale: tuple[float, float] = (0.5, 1.5), window_s: tuple[float, float] = (1200.0, 2400.0),
+                 burn_in_s: float = 300.0, workload_seed: int | None = None,
+                 scenarios: Sequence[str] | None = None) -> None:
+        if scenarios is not None:  # this env's first spelling; DiTBatch-v0's is ``scenario``
+            warnings.warn("DiTPick-v0: scenarios= is deprecated, pass scenario= (one name or a list)",
+                          DeprecationWarning, stacklevel=2)
+            scenario = scenarios
+        scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
+        if static is None:
+            static = {s: f"agents/tuned/{s}.json" for s in scenarios}
         missing = [s for s in scenarios if s not in static]
         if missing:
             raise ConfigError("pick.static", f"no tuned action file for {missing}")
@@ -78,13 +90,13 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
         name = ep.scenario.name
         start = ep.start_s + self.burn_in_s
         sim = self.sim = Simulator(ep.requests, ep.cost, ep.scenario.serving)
-        self.policy = PickPolicy(lambda g, c: np.zeros(K), self._base(name))
+        self.policy = PickPolicy(lambda g, c: np.zeros(K), self._base(ep.key))
         self.policy.reset(sim)
         while sim.advance_to_next_decision() and sim.now < start:  # burn-in: the heuristic alone
             sim.apply(self.policy.base.decide(sim))
         # both copies are identical up to here; credits count from the first decision after it
         t0 = sim.now if sim.needs_decision else float("inf")
-        shadow = Simulator(ep.requests, ep.cost, ep.scenario.serving).run(self._base(name))
+        shadow = Simulator(ep.requests, ep.cost, ep.scenario.serving).run(self._base(ep.key))
         self.credit = PairedCredit(shadow.records.values(), t0)
         sim.on_finish.append(self.credit.on_finish)
         self.decisions = self.deviations = 0

@@ -23,7 +23,7 @@ Observation: ``RG`` global features, then ``MAX_REPLICAS`` × ``RF`` replica fea
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -35,22 +35,29 @@ from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
+from rlsched.resources import data_dir
 from rlsched.routing.routers import RlschedRouter
 from rlsched.sim import load_scenario
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import Stage
+from rlsched.sim.yamlio import read_yaml
 
 OBS_SIZE = RG + MAX_REPLICAS * RF
 
 
 class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
-    """See the module docstring. ``static`` maps pool → tuned action file of its replica policy."""
+    """See the module docstring. ``pools``: multi-replica scenarios (names or files); ``static`` maps each
+    to the tuned action file of its replica policy, by default ``agents/router.yaml``'s mapping (the
+    shipped pools)."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, pools: list[str], static: dict[str, str], rate_scale: tuple[float, float] = (0.5, 1.5),
-                 window_s: tuple[float, float] = (1200.0, 2400.0), burn_in_s: float = 300.0,
-                 workload_seed: int | None = None) -> None:
+    def __init__(self, pools: str | Sequence[str] = "qwen-image-8gpu", static: dict[str, str] | None = None,
+                 rate_scale: tuple[float, float] = (0.5, 1.5), window_s: tuple[float, float] = (1200.0, 2400.0),
+                 burn_in_s: float = 300.0, workload_seed: int | None = None) -> None:
+        pools = [pools] if isinstance(pools, str) else list(pools)
+        if static is None:
+            static = dict(read_yaml(data_dir("agents") / "router.yaml")["static"])
         missing = [p for p in pools if p not in static]
         if missing:
             raise ConfigError("router.static", f"no replica policy for {missing}")

@@ -9,6 +9,15 @@ from rlsched.atomic import atomic_open
 from rlsched.evaluation.runs import Grid
 from rlsched.evaluation.stats import Cell
 
+PLOTS_NEED = "matplotlib is not installed (pip install 'rlsched[rl]')"
+
+
+def available() -> bool:
+    """Whether the plots can be drawn: a serving-only install (no ``rl`` extra) gets the tables alone."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
 
 def draw(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep: bool = False) -> dict[str, Any]:
     """slo_vs_load.png, latency_cdf.png and batch_sizes.png, every policy in its fixed style

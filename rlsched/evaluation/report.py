@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,7 @@ REPORT_FILES = ("results.json", "results.md", "slo_vs_load.png", "latency_cdf.pn
 
 def write_report(grid: Grid, out: Path, flag: str | None = "--out") -> dict[str, Any]:
     """results.md, results.json and plots under ``out`` (``REPORT_FILES``); returns the JSON summary."""
-    from rlsched.evaluation.plots import draw
+    from rlsched.evaluation.plots import PLOTS_NEED, available, draw
 
     out.mkdir(parents=True, exist_ok=True)
     cells = aggregate(grid.rows)
@@ -186,7 +187,10 @@ def write_report(grid: Grid, out: Path, flag: str | None = "--out") -> dict[str,
     shown = labels(names)
     write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown, summary.get("worst_vs_any"))
                  + _paired_markdown(summary, shown), flag)
-    draw(grid, cells, out, shown)
+    if available():
+        draw(grid, cells, out, shown)
+    else:
+        print(f"rlsched: note: no plots: {PLOTS_NEED}", file=sys.stderr)
     return summary
 
 

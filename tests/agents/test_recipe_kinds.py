@@ -70,3 +70,19 @@ def test_a_knob_preset_refuses_another_kind_and_the_worker_options() -> None:
     for option in ({"workers": 2}, {"ray": "auto"}):
         with pytest.raises(ConfigError, match=r"the knob recipe steps its environments itself \(n_envs\)"):
             load_knob_config(preset, **option)
+
+
+def test_train_on_a_scenario_without_a_tuned_action_says_how_to_make_one(tmp_path: Path) -> None:
+    """Said before the environments start, with the command that makes the missing file."""
+    from rlsched.agents.config import load_agent_config
+    from rlsched.agents.train import train
+
+    scenario = tmp_path / "my-shop.yaml"
+    scenario.write_text((data_dir("envs") / "default.yaml").read_text().replace("name: default", "name: shop", 1))
+    cfg = load_agent_config(data_dir("agents") / "ppo.yaml", scenarios=[str(scenario)])
+    with pytest.raises(ConfigError, match=r"behaviour cloning needs a tuned action for .*my-shop.yaml") as err:
+        train(cfg, tmp_path / "run", progress=False)
+    assert str(err.value).endswith("make one with rlsched tune --scenario SCENARIO --out agents/tuned/NAME.json "
+                                   "(NAME: the scenario's file stem) and list it here, or set "
+                                   "ppo.bc_steps_per_scenario: 0")
+    assert not (tmp_path / "run").exists()

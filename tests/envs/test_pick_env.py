@@ -97,8 +97,14 @@ def test_registered_with_gymnasium() -> None:
 
     import rlsched.envs  # noqa: F401
 
-    env = gym.make("rlsched/DiTPick-v0", scenarios=["default"], static={"default": "agents/tuned/default.json"},
+    env = gym.make("rlsched/DiTPick-v0", scenario=["default"], static={"default": "agents/tuned/default.json"},
                    window_s=(600.0, 900.0))
     obs, _ = env.reset(seed=0)
     assert obs.shape == (OBS_SIZE,)
     assert env.unwrapped.action_masks()[0]
+
+
+def test_the_old_scenarios_keyword_still_works_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="scenarios= is deprecated, pass scenario="):
+        env = DiTPickEnv(scenarios=["default"])
+    assert env.scenarios == ["default"]
