@@ -51,6 +51,7 @@ from typing import Any
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.profiling.measurements import Measurement, read_measurements
+from rlsched.resources import shipped_path
 from rlsched.sim.cost import SP_KEYS, CostModel, profile_from_dict
 from rlsched.sim.request import Request
 from rlsched.sim.yamlio import read_yaml
@@ -89,7 +90,9 @@ class FitResult:
 
 
 def measurement_set(path: Path) -> tuple[Path, Path]:
-    """(measurements.csv, fit.yaml) of a set given as its folder or either file."""
+    """(measurements.csv, fit.yaml) of a set given as its folder or either file (a relative
+    ``envs/profiles/measurements/…`` path resolves among the shipped sets from any folder)."""
+    path = shipped_path(path)
     folder = path if path.is_dir() else path.parent
     csv_path, spec_path = folder / "measurements.csv", folder / "fit.yaml"
     for p in (csv_path, spec_path):

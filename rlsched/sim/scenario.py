@@ -19,7 +19,7 @@ import numpy as np
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceRowsSkipped
-from rlsched.resources import data_dir
+from rlsched.resources import data_dir, shipped_path
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
@@ -152,7 +152,7 @@ class Scenario:
         rng = np.random.default_rng(seed)
         cost = cost or self.cost()
         if trace is not None:
-            return _trace_requests(self, Path(trace), rng, rate_scale, duration, cost)
+            return _trace_requests(self, shipped_path(trace), rng, rate_scale, duration, cost)
         self._check_shapes(cost)
         times = self._arrival_times(rng, rate_scale, duration)
         shapes = self._sample_shapes(rng, times.size)
