@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from rlsched import __version__
 from rlsched.commands import COMMANDS
+from rlsched.commands.args import HelpFormatter
 from rlsched.errors import MissingExtra, RlschedError
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -36,26 +37,17 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsched", description="Learned batch scheduling for vLLM-Omni's diffusion stage.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog="Start with: rlsched simulate --scenario default --compare fifo,edf. "
                "Each command's --help ends with examples.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (add_args, help_text) in COMMANDS.items():
         examples = "\n".join(f"  {line}" for line in EXAMPLES.get(name, ()))
-        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter,
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter,
                            epilog=f"examples:\n{examples}" if examples else None)
         add_args(p)
     return parser
-
-
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults shown as argparse shows them, and the examples epilog kept one per line."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if text.startswith("examples:"):
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
 
 
 EXTRA_OF = {"torch": "rl", "gymnasium": "rl", "stable_baselines3": "rl", "sb3_contrib": "rl", "tensorboard": "rl",

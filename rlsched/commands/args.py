@@ -29,6 +29,23 @@ def command(name: str, help: str) -> Callable[[Callable[[argparse.ArgumentParser
     return deco
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in the help, each said once: not where the help text already says its
+    default, not for a default of nothing (None, an empty string) or an on/off flag's False; the
+    examples epilog kept one command per line."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, "", argparse.SUPPRESS) or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def print_json(obj: Any) -> None:
     from rlsched.sim.metrics import json_safe
 

@@ -10,7 +10,7 @@ from rlsched.bench import MODULES, TEXT, load
 from rlsched.commands.args import command, print_json
 
 
-@command("bench", "Speed benchmarks: sim, projection, env, decision, backlog, plugin (the vLLM tier).")
+@command("bench", f"Speed benchmarks: {', '.join(MODULES)} (plugin: the vLLM tier).")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=tuple(MODULES),
                    help="what to measure (plugin: schedule() in vLLM-Omni's schedulers; needs .venv-vllm)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlsched import bounds
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_file, command, print_json, write_atomic
+from rlsched.commands.args import HelpFormatter, check_out_file, command, print_json, write_atomic
 from rlsched.errors import ConfigError
 
 
@@ -18,13 +18,13 @@ from rlsched.errors import ConfigError
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
     f = sub.add_parser("fit", help="fit a profile to a measurement set (folder with measurements.csv + fit.yaml)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     f.add_argument("measurements", type=Path, help="measurement set: its folder, measurements.csv or fit.yaml")
     f.add_argument("--out", type=Path, help="write the profile YAML here (default: print it)")
     f.add_argument("--json", action="store_true", help="print the residuals as JSON instead of a table")
     f.set_defaults(handler=run_fit)
     m = sub.add_parser("measure", help="time a diffusers transformer's denoise step and VAE decode on this device",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     m.add_argument("--arch", default="tiny-flux",
                    help="architecture: tiny-flux / tiny-qwen-image / tiny-wan (random tiny configs, CPU CI) or"
                         " flux / qwen-image / wan (full-size configs with random weights; needs a GPU)")
@@ -40,7 +40,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     m.set_defaults(handler=run_measure)
     q = sub.add_parser("predict", help="predicted standalone latency and per-GPU memory of a request,"
                                        " on one GPU or over --sp GPUs (sequence parallelism) x --cfg-parallel",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     q.add_argument("profile", metavar="PROFILE",
                    help="shipped profile name (envs/profiles/NAME.yaml) or a profile file")
     q.add_argument("--height", type=flag(bounds.SIDE_PX), required=True, help="image / frame height, px")

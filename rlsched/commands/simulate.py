@@ -15,13 +15,16 @@ from rlsched.commands.args import check_out_file, command, print_json
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
+from rlsched.policies import policy_names
 from rlsched.sim import Scenario, load_scenario
 
 
 @command("simulate", "Simulate a scenario under one policy (or --compare several) and print metrics.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name (envs/NAME.yaml) or path")
-    p.add_argument("--policy", default="fifo", help="policy: fifo, sjf, edf, priority, drr, seed-*, rl:PATH")
+    p.add_argument("--policy", default="fifo",
+                   help=f"policy spec NAME[:ARG][;KEY=VALUE], NAME one of {', '.join(policy_names())} "
+                        "(e.g. rl:checkpoints/default, static:agents/tuned/default.json, pick:checkpoints/pick)")
     p.add_argument("--compare", metavar="P1,P2,...", help="run these policies on the same workload")
     p.add_argument("--mode", choices=("request", "step"), help="override the scenario's execution mode")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")

@@ -36,3 +36,25 @@ def test_every_subcommand_has_examples_that_parse(name: str, capsys: pytest.Capt
         main([name, "--help"])
     help_text = capsys.readouterr().out
     assert "examples:" in help_text and all(f"  {e}" in help_text for e in EXAMPLES[name])
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_defaults_are_printed_once(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    for option in re.split(r"\n  (?=-)", capsys.readouterr().out):
+        assert not re.search(r"\(default[^)]*\)\s*\(default", option), option  # said, then appended
+        assert "(default: None)" not in option and "(default: )" not in option, option
+
+
+def test_help_lists_what_the_registries_hold(capsys: pytest.CaptureFixture[str]) -> None:
+    from rlsched.bench import MODULES
+    from rlsched.policies import policy_names
+
+    for argv, names in ((["simulate", "--help"], policy_names()), (["bench", "--help"], list(MODULES))):
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(n in text for n in names), (argv, [n for n in names if n not in text])
