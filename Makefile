@@ -95,7 +95,7 @@ RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-comp
 results: $(VENV)/.installed
 	$(VENV)/bin/rlsched eval --scenarios default,video-mix,omni-mix,trace-azure,bursty \
 	  --policies "$(RESULT_POLICIES)" --seeds 1000,1001,1002,1003,1004,1005,1006,1007,1008,1009 \
-	  --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
+	  --loads 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
 
 # The multi-replica results (docs/replicas.md): every router x replica policy on each
 # multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5, every router on the deployed router's
@@ -108,7 +108,7 @@ results-replicas: $(VENV)/.installed
 	  case $$sc in qwen-image-8gpu|qwen-image-hetero) t=default;; video-8gpu) t=video-mix;; azure-8gpu) t=trace-azure;; esac; \
 	  s=static:agents/tuned/$$t.json; \
 	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
-	    --rate-scales 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
+	    --loads 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
 	    --policies "$$s@rlsched,$$s@router,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central,$$s@rlsched;view=replica,$$s@rlsched;view=ledger" || exit 1; \
 	done
 

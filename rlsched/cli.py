@@ -16,7 +16,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "rlsched simulate --scenario my-workload.yaml --policy edf --seed 0 --json",
                  "rlsched simulate --scenario qwen-image-8gpu --replicas 8 --policy edf@rlsched"),
     "eval": ("rlsched eval --scenarios default,bursty --policies fifo,edf,rl:checkpoints/default --out results/mine",),
-    "tune": ("rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --rate-scales 0.5,1,1.5 "
+    "tune": ("rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --loads 0.5,1,1.5 "
              "--out agents/tuned/mine.json",),
     "plan": ("rlsched plan --scenario qwen-image-8gpu --gpus 8 --policy edf@rlsched --out plan",),
     "label": ("rlsched label --episodes 8 --out runs/labels.npz",),

@@ -68,7 +68,7 @@ def test_an_address_nobody_listens_on_fails_fast_naming_the_flag() -> None:
 def test_eval_without_ray_never_imports_it(tmp_path: Path) -> None:
     """The core install has no Ray: the local path must not touch it."""
     code = ("import sys; from rlsched.cli import main; "
-            f"main(['eval', '--scenarios', 'default', '--policies', 'fifo', '--seeds', '1000', '--rate-scales', '1',"
+            f"main(['eval', '--scenarios', 'default', '--policies', 'fifo', '--seeds', '1000', '--loads', '1',"
             f" '--duration', '300', '--workers', '2', '--out', r'{tmp_path}', '--json']); "
             "assert 'ray' not in sys.modules and 'optuna' not in sys.modules, 'imported'")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -19,7 +19,7 @@ trial's seeds × loads simulations fan out through ``rlsched.parallel`` (``--wor
 the simulations ran never changes the result; ``--batch`` does (TPE sees fewer results
 before each proposal).
 
-    rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --rate-scales 0.5,1,1.5
+    rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --loads 0.5,1,1.5
     rlsched simulate --scenario default --policy static:agents/tuned/default.json --seed 1000
 """
 

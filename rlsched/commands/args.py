@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,43 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if text.startswith("examples:"):
             return "".join(indent + line for line in text.splitlines(keepends=True))
         return super()._fill_text(text, width, indent)
+
+
+class _Renamed(argparse.Action):
+    """A flag's old spelling: still accepted (for one release), with a note on stderr naming the new one."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"rlsched: note: {option_string} is renamed {self.new} (the old name goes in the next release)",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def renamed(p: argparse.ArgumentParser, new: argparse.Action, *old: str) -> argparse.Action:
+    """Accept ``old`` spellings of the flag ``new`` (returned by ``add_argument``): one name per concept
+    across the subcommands (docs/cli.md), the old names kept hidden from ``--help`` for one release."""
+    for name in old:
+        p.add_argument(name, dest=new.dest, type=new.type, action=_Renamed, new=new.option_strings[0],
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return new
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """``--json``: every command that reports prints its report as one JSON object when asked, and as
+    lines for a person otherwise (``report``)."""
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def report(args: argparse.Namespace, obj: dict[str, Any], text: str) -> None:
+    """``obj`` as JSON with ``--json``, else ``text``."""
+    if args.json:
+        print_json(obj)
+    else:
+        print(text)
 
 
 def print_json(obj: Any) -> None:

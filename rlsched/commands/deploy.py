@@ -14,7 +14,7 @@ import yaml
 
 from rlsched import bounds
 from rlsched.argtypes import flag
-from rlsched.commands.args import check_out_file, command, write_atomic
+from rlsched.commands.args import add_json, check_out_file, command, report, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
@@ -44,7 +44,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "the one stage of a generic diffusion model, can be checked and is accepted)")
     p.add_argument("--max-num-seqs", type=flag(bounds.NUM_SEQS), default=4,
                    help="largest batch (vLLM-Omni max_num_seqs)")
-    p.add_argument("--max-wait-ms", type=flag(bounds.MILLIS), default=None,
+    p.add_argument("--max-wait-ms", "--request-batch-max-wait-ms", type=flag(bounds.MILLIS), default=None,
                    help=f"request_batch_max_wait_ms: engine admission wait before each wave (default 0; with "
                         f"--router central {CENTRAL_WAIT_MS:g}: a central batch reaches its replica one request "
                         "after another, and the replica starts once none came for a fifth of it; 0: the policy "
@@ -85,6 +85,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
+    add_json(p)
     p.set_defaults(handler=run)
 
 
@@ -131,10 +132,11 @@ def run(args: argparse.Namespace) -> int:
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
     overrides = json.dumps({str(args.stage_id): stage}, separators=(",", ":"))
-    print(f"wrote {args.out}\n\nregistered pipelines (a deploy YAML applies):\n"
-          f"  vllm serve MODEL --omni --deploy-config {args.out}\n"
-          f"generic single-stage diffusion models, e.g. Qwen-Image (vLLM-Omni ignores a deploy YAML there):\n"
-          f"  vllm serve MODEL --omni --stage-overrides '{overrides}'")
+    report(args, {"deploy_config": str(args.out), "stage_overrides": json.loads(overrides)},
+           f"wrote {args.out}\n\nregistered pipelines (a deploy YAML applies):\n"
+           f"  vllm serve MODEL --omni --deploy-config {args.out}\n"
+           f"generic single-stage diffusion models, e.g. Qwen-Image (vLLM-Omni ignores a deploy YAML there):\n"
+           f"  vllm serve MODEL --omni --stage-overrides '{overrides}'")
     return 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlsched import bounds
 from rlsched.argtypes import flag, int_list
-from rlsched.commands.args import check_out_dir, command, print_json, write_atomic
+from rlsched.commands.args import check_out_dir, command, print_json, renamed, write_atomic
 from rlsched.evaluation import EVAL_SEED_BASE, REPORT_FILES, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.metrics import json_safe
@@ -28,7 +28,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "{scenario} in a spec is replaced per scenario, e.g. static:tuned/{scenario}.json")
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
-    p.add_argument("--rate-scales", default="0.5,0.75,1.0,1.25,1.5", help="loads to evaluate")
+    renamed(p, p.add_argument("--loads", dest="rate_scales", default="0.5,0.75,1.0,1.25,1.5",
+                              help="comma-separated loads (x the scenario's rate) to evaluate"), "--rate-scales")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window per run in s (default: each scenario's)")
     p.add_argument("--out", default="results/latest",
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if min(seeds) < EVAL_SEED_BASE and not args.allow_training_seeds:
         raise SystemExit(f"rlsched eval: seeds below {EVAL_SEED_BASE} are training seeds; "
                          "pass --allow-training-seeds to use them anyway")
-    loads = [positive(x, "--rate-scales") for x in args.rate_scales.split(",")]
+    loads = [positive(x, "--loads") for x in args.rate_scales.split(",")]
     out = check_out_dir(args.out, "--out", (*REPORT_FILES, PARTIAL))
     scenarios, policies = args.scenarios.split(","), args.policies.split(",")
     grid = Grid([], {}, {}, 1.0)

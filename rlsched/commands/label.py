@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rlsched import bounds
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_dir, check_out_file, command, print_json
+from rlsched.commands.args import add_json, check_out_dir, check_out_file, command, renamed, report
 from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
 
@@ -20,7 +20,8 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
                    help="tuned action file of the heuristic ({scenario} is replaced)")
     p.add_argument("--episodes", type=flag(bounds.COUNT), default=8, help="labelled episodes per scenario")
     p.add_argument("--seed", type=seed_arg, default=0, help="first training seed (consecutive, < 900)")
-    p.add_argument("--rate-scales", default="0.5,1.5", help="load range LOW,HIGH; episodes spread evenly over it")
+    renamed(p, p.add_argument("--load-range", dest="rate_scales", default="0.5,1.5",
+                              help="load range LOW,HIGH; episodes spread evenly over it"), "--rate-scales")
     p.add_argument("--future", type=flag(bounds.NONNEGATIVE_S), default=600.0,
                    help="hindsight horizon in s (the fork sees the real arrivals this far ahead; 0: realizable)")
     p.add_argument("--every", type=flag(bounds.COUNT), default=2,
@@ -31,6 +32,7 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
     add_parallel_args(p, workers=2)
     p.add_argument("--out", required=True, help="labels file to write (.npz)")
     p.add_argument("--no-progress", action="store_true")
+    add_json(p)
     p.set_defaults(handler=run_label)
 
 
@@ -38,9 +40,9 @@ def run_label(args: argparse.Namespace) -> int:
     from rlsched.agents.labels import generate, label_tasks, save_labels
     from rlsched.sim.workload import positive
 
-    loads = [positive(x, "--rate-scales") for x in args.rate_scales.split(",")]
+    loads = [positive(x, "--load-range") for x in args.rate_scales.split(",")]
     if len(loads) != 2 or loads[0] > loads[1]:
-        raise ConfigError("--rate-scales", f"expected LOW,HIGH with LOW <= HIGH, not {args.rate_scales!r}")
+        raise ConfigError("--load-range", f"expected LOW,HIGH with LOW <= HIGH, not {args.rate_scales!r}")
     low, high = loads
     out = check_out_file(args.out, "--out", make_parents=True)
     if out.suffix != ".npz":  # numpy would add it, and the file written would not be --out
@@ -56,7 +58,8 @@ def run_label(args: argparse.Namespace) -> int:
     parts = generate(tasks, args.workers, not args.no_progress, args.ray)
     save_labels(out, parts, {"scenarios": args.scenarios, "episodes": args.episodes,  # whole or not at all
                              "seed": args.seed, "future_s": args.future}, "--out")
-    print_json({"labels": out, "states": sum(len(p["q"]) for p in parts)})
+    states = sum(len(p["q"]) for p in parts)
+    report(args, {"labels": out, "states": states}, f"wrote {out}: {states} labelled decision points")
     return 0
 
 
@@ -86,6 +89,7 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
                    help="PPO steps (default: the preset's; 0 skips PPO)")
     add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
+    add_json(p)
     p.set_defaults(handler=run_learn)
 
 
@@ -99,7 +103,11 @@ def run_learn(args: argparse.Namespace) -> int:
     cfg = load(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = with_timesteps(cfg, args.timesteps)
-    report = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
-    print_json({"chosen": report["chosen"], "validation": report["validation"], "total_s": report["total_s"]})
-    print(f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
+    result = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
+    summary = {"chosen": result["chosen"], "validation": result["validation"], "total_s": result["total_s"],
+               "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb"}
+    exported = f"\ncheckpoint:  {args.out}" if args.out else ""
+    report(args, summary, f"chosen:      {result['chosen']} ({result['total_s']:.0f} s; the report and its "
+                          f"validation numbers are in {args.run_dir}){exported}\n"
+                          f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
     return 0

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from rlsched import bounds, loadgen
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_file, command, print_json, stream_open
+from rlsched.commands.args import check_out_file, command, print_json, renamed, stream_open
 from rlsched.errors import ConfigError
 from rlsched.sim import load_scenario
 
@@ -28,7 +28,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario (envs/NAME.yaml) or path: arrivals, shapes, SLOs")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV) instead")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
-    p.add_argument("--rate-scale", type=flag(bounds.SCALE), default=1.0, help="multiply the arrival rate by X")
+    renamed(p, p.add_argument("--load", dest="rate_scale", type=flag(bounds.SCALE), default=1.0,
+                              help="multiply the arrival rate by X"), "--rate-scale")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window in the scenario's seconds (default: the scenario's)")
     p.add_argument("--time-scale", type=flag(bounds.SCALE), default=1.0,
@@ -40,8 +41,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-reply-mb", type=flag(bounds.REPLY_MB),
                    default=loadgen.DEFAULT_MAX_REPLY_BYTES / 2**20,
                    help="a larger reply fails its request unread (MiB)")
-    p.add_argument("--workers", type=flag(bounds.WORKERS), default=64,
-                   help=f"concurrent connections at most (1..{MAX_WORKERS})")
+    renamed(p, p.add_argument("--connections", dest="workers", type=flag(bounds.WORKERS), default=64,
+                              help=f"concurrent connections at most (1..{MAX_WORKERS})"), "--workers")
     p.add_argument("--model", help="the `model` field of each request (default: the server's)")
     p.add_argument("--stage-metrics", action="store_true",
                    help="ask the server for per-request stage metrics (queueing vs processing)")

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlsched import bounds
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_file, command, print_json
+from rlsched.commands.args import check_out_file, command, print_json, renamed
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
@@ -30,7 +30,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window in seconds (default: the scenario's)")
-    p.add_argument("--rate-scale", type=flag(bounds.SCALE), default=1.0, help="multiply the arrival rate by X (> 0)")
+    renamed(p, p.add_argument("--load", dest="rate_scale", type=flag(bounds.SCALE), default=1.0,
+                              help="multiply the scenario's arrival rate by X (> 0)"), "--rate-scale")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
     p.add_argument("--replicas", type=flag(bounds.REPLICAS), default=1,
                    help="replicas of the scenario's GPU (a multi-replica stage; arrivals scaled x replicas, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rlsched import bounds
 from rlsched.argtypes import flag, seed_arg
-from rlsched.commands.args import check_out_dir, command
+from rlsched.commands.args import add_json, check_out_dir, command, renamed, report
 
 MAX_ENVS = int(bounds.ENVS.high)
 """--n-envs above this is a typo, not a rollout (each environment holds a whole simulator)."""
@@ -15,7 +15,9 @@ MAX_ENVS = int(bounds.ENVS.high)
 
 @command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")
 def add_train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", help="scenario name(s), comma-separated (default: the agent preset's)")
+    renamed(p, p.add_argument("--scenarios", dest="scenario",
+                              help="scenario names or files, comma-separated (default: the agent preset's)"),
+            "--scenario")
     p.add_argument("--agent", default="agents/ppo.yaml", help="agent preset (YAML)")
     p.add_argument("--timesteps", type=flag(bounds.TIMESTEPS),
                    help="total environment steps, >= 1 (default: the preset's)")
@@ -25,6 +27,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="training seed (workload seeds drawn below 1000)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json(p)
     p.set_defaults(handler=run_train)
 
 
@@ -39,8 +42,9 @@ def run_train(args: argparse.Namespace) -> int:
     check_config(cfg)
     check_out_dir(args.run_dir, "--run-dir")
     last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
-    print(f"trained: {last}\nTensorBoard: tensorboard --logdir {args.run_dir}/tb\n"
-          f"export:   rlsched export {args.run_dir} --out checkpoints/NAME")
+    report(args, {"checkpoint": str(last), "tensorboard": f"{args.run_dir}/tb"},
+           f"trained: {last}\nTensorBoard: tensorboard --logdir {args.run_dir}/tb\n"
+           f"export:   rlsched export {args.run_dir} --out checkpoints/NAME")
     return 0
 
 
@@ -51,6 +55,7 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default="best",
                    help="checkpoint inside the run dir: best (on the validation seeds; falls back to last), "
                         "last, steps_N")
+    add_json(p)
     p.set_defaults(handler=run_export)
 
 
@@ -58,5 +63,6 @@ def run_export(args: argparse.Namespace) -> int:
     from rlsched.agents.export import export_run
 
     out = export_run(Path(args.run_dir), check_out_dir(args.out, "--out", whole=True), args.source)
-    print(f"wrote {out}/policy.safetensors and {out}/policy.json; use --policy rl:{out}")
+    report(args, {"checkpoint": str(out), "policy": f"rl:{out}"},
+           f"wrote {out}/policy.safetensors and {out}/policy.json; use --policy rl:{out}")
     return 0

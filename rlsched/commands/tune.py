@@ -10,7 +10,7 @@ from rlsched import bounds
 from rlsched.agents.reproducible import PROVENANCE, provenance
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
 from rlsched.argtypes import flag, int_list, seed_arg
-from rlsched.commands.args import check_out_file, command, print_json, write_atomic
+from rlsched.commands.args import check_out_file, command, print_json, renamed, write_atomic
 from rlsched.evaluation import VALIDATION_SEED_BASE
 from rlsched.parallel import add_parallel_args
 from rlsched.policies.projected import encode_params
@@ -27,7 +27,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=flag(bounds.COUNT), default=40,
                    help="total trials of the study (a resumed study runs only the missing ones)")
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
-    p.add_argument("--rate-scales", default="1.0", help="comma-separated loads (x nominal rate) to average over")
+    renamed(p, p.add_argument("--loads", dest="rate_scales", default="1.0",
+                              help="comma-separated loads (x nominal rate) to average over"), "--rate-scales")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window per run in s (default: the scenario's)")
     p.add_argument("--search-seed", type=seed_arg, default=0, help="seed of the sampler's own draws (integer >= 0)")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     spec = TuneSpec(args.scenario, tuple(int_list(args.seeds, "--seeds")),
-                    tuple(positive(x, "--rate-scales") for x in args.rate_scales.split(",")),
+                    tuple(positive(x, "--loads") for x in args.rate_scales.split(",")),
                     args.duration, args.trials, args.search_seed, init=_init_action(args.init), batch=args.batch)
     # the output is checked (and its folder made) before the first trial, not after the last
     out = check_out_file(args.out or DEFAULT_OUT.format(scenario=Path(spec.scenario).stem), "--out",

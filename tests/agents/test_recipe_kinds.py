@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,9 @@ def test_the_knob_policy_end_to_end_through_learn(tmp_path: Path, capsys: pytest
     preset.write_text(yaml.safe_dump({"kind": "knob", **TINY}))
     out = tmp_path / "ck"
     assert main(["learn", "--agent", str(preset), "--run-dir", str(tmp_path / "run"), "--out", str(out),
-                 "--no-progress"]) == 0
-    assert '"chosen": "best"' in capsys.readouterr().out
+                 "--no-progress", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chosen"] == "best" and report["checkpoint"] == str(out)
     assert make_policy(f"rl:{out}").name.startswith("rl")
 
 

@@ -66,7 +66,7 @@ def test_bench_route_times_every_router_spec() -> None:
 
 
 def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
-    args = ("simulate", "--scenario", "default", "--duration", "1800", "--rate-scale", "2", "--json")
+    args = ("simulate", "--scenario", "default", "--duration", "1800", "--load", "2", "--json")
     out = json.loads(rlsched(*args, "--policy", "static:;shed_lost=true").stdout)
     assert out["requests_rejected"] > 0 and out["rejections"] == {"lost": out["requests_rejected"]}
     assert out["requests_completed"] + out["requests_failed"] + out["requests_rejected"] \
@@ -80,7 +80,7 @@ def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
     (("--policy", "drr:-1"), "policy drr:-1: the argument must be a finite number > 0"),
     (("--policy", "drr:abc"), "policy drr:abc: the argument must be a number"),
     (("--seed", "-1"), "argument --seed: must be an integer >= 0"),
-    (("--rate-scale", "-1"), "argument --rate-scale: must be a finite number >= 1e-09"),
+    (("--load", "-1"), "argument --load: must be a finite number >= 1e-09"),
     (("--duration", "nan"), "argument --duration: must be a finite number > 0"),
     (("--policy", "drr:1e-300"), "policy drr:1e-300: the argument must be a finite number >= 1e-09 and <= 1e+09"),
 ])

@@ -3,7 +3,10 @@ every example parses (a renamed flag fails here, not in a user's terminal)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +61,72 @@ def test_help_lists_what_the_registries_hold(capsys: pytest.CaptureFixture[str])
             main(argv)
         text = " ".join(capsys.readouterr().out.split())
         assert all(n in text for n in names), (argv, [n for n in names if n not in text])
+
+
+RENAMED = [(["simulate", "--rate-scale", "1.25", "--duration", "600", "--json"], "--rate-scale", "--load"),
+           (["eval", "--rate-scales", "1.0", "--scenarios", "default", "--policies", "fifo", "--seeds", "1000",
+             "--duration", "300", "--json"], "--rate-scales", "--loads"),
+           (["label", "--rate-scales", "2,1", "--out", "OUT/l.npz"], "--rate-scales", "--load-range")]
+
+
+@pytest.mark.parametrize(("argv", "old", "new"), RENAMED, ids=[r[1] + "->" + r[2] for r in RENAMED])
+def test_an_old_spelling_still_works_with_a_note(argv: list[str], old: str, new: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = [a.replace("OUT", str(tmp_path)) for a in argv]
+    if argv[0] == "eval":
+        argv += ["--out", str(tmp_path / "e")]
+    old_status = main(argv)
+    old_out = capsys.readouterr()
+    assert f"rlsched: note: {old} is renamed {new} (the old name goes in the next release)" in old_out.err
+    assert main([new if a == old else a for a in argv]) == old_status  # the same run under the new name
+    new_out = capsys.readouterr()
+    assert "is renamed" not in new_out.err
+    if argv[0] == "simulate":
+        assert json.loads(old_out.out)["rate_scale"] == json.loads(new_out.out)["rate_scale"] == 1.25
+
+
+def test_one_name_per_concept() -> None:
+    """A load multiplier is --load (one) / --loads (a list) / --load-range; scenarios in a list are
+    --scenarios; loadgen's connections are --connections (--workers is processes everywhere)."""
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    shown = {name: {s for a in sub._actions if a.help != argparse.SUPPRESS for s in a.option_strings}
+             for name, sub in subs.items()}
+    assert not any({"--rate-scale", "--rate-scales"} & flags for flags in shown.values()), shown
+    assert "--scenarios" in shown["train"] and "--connections" in shown["loadgen"]
+    assert "--workers" not in shown["loadgen"]
+
+
+REPORTING = ["simulate", "eval", "tune", "plan", "label", "learn", "train", "export", "deploy", "loadgen", "bench"]
+
+
+def test_every_reporting_command_has_json() -> None:
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert [name for name in REPORTING if "--json" not in subs[name]._option_string_actions] == []
+
+
+def test_json_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """deploy and label print lines for a person, and one JSON object with --json."""
+    deploy = ["deploy", "--policy", "edf", "--out", str(tmp_path / "d.yaml")]
+    label = ["label", "--scenarios", "default", "--episodes", "1", "--duration", "600", "--every", "8",
+             "--no-progress", "--out", str(tmp_path / "l.npz")]
+    for argv in (deploy, label):
+        assert main(argv) == 0
+        text = capsys.readouterr().out
+        assert text.startswith("wrote ") and not text.lstrip().startswith("{")
+        (tmp_path / "d.yaml").unlink(missing_ok=True)
+        (tmp_path / "l.npz").unlink(missing_ok=True)
+        assert main([*argv, "--json"]) == 0
+        assert isinstance(json.loads(capsys.readouterr().out), dict)
+
+
+def test_deploy_takes_vllm_omnis_name_for_the_admission_wait(tmp_path: Path) -> None:
+    import yaml
+
+    out = tmp_path / "d.yaml"
+    assert main(["deploy", "--policy", "edf", "--request-batch-max-wait-ms", "25", "--out", str(out)]) == 0
+    stage = yaml.safe_load(out.read_text())["stages"][0]
+    assert stage["request_batch_max_wait_ms"] == 25

@@ -79,7 +79,7 @@ def test_plan_checks_before_simulating() -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["plan", "--loads", "1,x"], "expected comma-separated numbers, not '1,x'"),
-    (["label", "--rate-scales", "2,1", "--out", "l.npz"], "expected LOW,HIGH with LOW <= HIGH, not '2,1'"),
+    (["label", "--load-range", "2,1", "--out", "l.npz"], "expected LOW,HIGH with LOW <= HIGH, not '2,1'"),
     (["profile", "measure", "--batch-sizes", "1,x", "--out", "m.csv"], "not a list of integers: '1,x'"),
     (["profile", "measure", "--batch-sizes", "0", "--out", "m.csv"], "each batch size must be >= 1, not 0"),
 ])

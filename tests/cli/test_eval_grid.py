@@ -14,7 +14,7 @@ from rlsched.cli import main
 from rlsched.evaluation import runs as evaluation
 from rlsched.resources import data_dir
 
-FAST = ["--seeds", "1000", "--rate-scales", "1.0", "--duration", "60", "--json"]
+FAST = ["--seeds", "1000", "--loads", "1.0", "--duration", "60", "--json"]
 
 
 def _scenarios(tmp_path: Path) -> tuple[Path, Path]:

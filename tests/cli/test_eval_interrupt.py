@@ -16,7 +16,7 @@ import pytest
 from rlsched.cli import main
 from rlsched.evaluation import runs as evaluation
 
-FAST = ["--seeds", "1000", "--rate-scales", "1.0", "--duration", "60", "--json"]
+FAST = ["--seeds", "1000", "--loads", "1.0", "--duration", "60", "--json"]
 
 
 def test_ctrl_c_keeps_the_finished_runs_and_exits_130_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -71,7 +71,7 @@ def test_a_terminal_ctrl_c_with_workers_prints_no_traceback(tmp_path: Path) -> N
     out = tmp_path / "res"
     seeds = ",".join(str(1000 + i) for i in range(40))
     proc = subprocess.Popen([sys.executable, "-m", "rlsched", "eval", "--scenarios", "default", "--policies",
-                             "fifo,edf", "--seeds", seeds, "--rate-scales", "1.0", "--json", "--workers", "2",
+                             "fifo,edf", "--seeds", seeds, "--loads", "1.0", "--json", "--workers", "2",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:

@@ -29,7 +29,7 @@ from rlsched.cli import build_parser, main
     (["simulate", "--replicas", "1000000"], "argument --replicas: must be an integer >= 1 and <= 1024, not 1000000"),
     (["simulate", "--sp", "3"], "argument --sp: must be one of 1, 2, 4, 8, not 3"),
     (["simulate", "--duration", "1e300"], "argument --duration: must be a finite number > 0 and <= 1e+09, not 1e300"),
-    (["simulate", "--rate-scale", "0"], "argument --rate-scale: must be a finite number >= 1e-09 and <= 1e+09, not 0"),
+    (["simulate", "--load", "0"], "argument --load: must be a finite number >= 1e-09 and <= 1e+09, not 0"),
     (["tune", "--trials", "0"], "argument --trials: must be an integer >= 1 and <= 1000000, not 0"),
     (["label", "--out", "l.npz", "--episodes", "0"], "argument --episodes: must be an integer >= 1"),
     (["label", "--out", "l.npz", "--every", "0"], "argument --every: must be an integer >= 1"),
@@ -37,11 +37,11 @@ from rlsched.cli import build_parser, main
     (["label", "--out", "l.npz", "--duration", "nan"], "argument --duration: must be a finite number > 0"),
     (["loadgen", "http://h", "--timeout", "inf"], "argument --timeout: must be a finite number > 0 and <= 1e+09"),
     (["loadgen", "http://h", "--timeout", "0"], "argument --timeout: must be a finite number > 0"),
-    (["loadgen", "http://h", "--workers", "0"], "argument --workers: must be an integer >= 1 and <= 4096, not 0"),
-    (["loadgen", "http://h", "--workers", "10000000"], "argument --workers: must be an integer >= 1 and <= 4096"),
+    (["loadgen", "http://h", "--connections", "0"], "argument --connections: must be an integer >= 1 and <= 4096"),
+    (["loadgen", "http://h", "--connections", "10000000"], "argument --connections: must be an integer >= 1"),
     (["loadgen", "http://h", "--max-requests", "0"], "argument --max-requests: must be an integer >= 1"),
     (["loadgen", "http://h", "--time-scale", "nan"], "argument --time-scale: must be a finite number >= 1e-09"),
-    (["loadgen", "http://h", "--rate-scale", "-1"], "argument --rate-scale: must be a finite number >= 1e-09"),
+    (["loadgen", "http://h", "--load", "-1"], "argument --load: must be a finite number >= 1e-09"),
     (["loadgen", "http://h", "--max-reply-mb", "0"], "argument --max-reply-mb: must be a finite number > 0"),
     (["bench", "sim", "--repeats", "0"], "argument --repeats: must be an integer >= 1"),
     (["bench", "plugin", "--calls", "-1"], "argument --calls: must be an integer >= 1 and <= 1000000000, not -1"),
@@ -72,8 +72,8 @@ def test_out_of_range_flags_are_argument_errors(argv: list[str], message: str,
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["label", "--out", "OUT/l.npz", "--rate-scales", "0.5"], "--rate-scales: expected LOW,HIGH"),
-    (["label", "--out", "OUT/l.npz", "--rate-scales", "1.5,0.5"], "--rate-scales: expected LOW,HIGH"),
+    (["label", "--out", "OUT/l.npz", "--load-range", "0.5"], "--load-range: expected LOW,HIGH"),
+    (["label", "--out", "OUT/l.npz", "--load-range", "1.5,0.5"], "--load-range: expected LOW,HIGH"),
     (["label", "--out", "OUT/l", "--episodes", "1"], "the labels file must end in .npz"),
     (["label", "--out", "OUT/l.npz", "--scenarios", "default", "--static", "OUT/none-{scenario}.json"],
      "--static: scenario 'default'"),
@@ -85,7 +85,7 @@ def test_out_of_range_flags_are_argument_errors(argv: list[str], message: str,
 ])
 def test_values_checked_in_the_handler_are_config_errors(argv: list[str], message: str, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """Bug: ``label --rate-scales 0.5`` was an unpacking traceback after the scorer loaded; a
+    """Bug: ``label --load-range 0.5`` was an unpacking traceback after the scorer loaded; a
     scenario without its tuned file failed at its own episode, after the others."""
     assert main([a.replace("OUT", str(tmp_path)) for a in argv]) == 2
     assert message in capsys.readouterr().err
@@ -128,9 +128,10 @@ def test_every_numeric_flag_has_a_bounded_type_from_the_table() -> None:
         numeric.append(f"{path} {flag}")
         bound = getattr(action.type, "bound", None)
         assert id(bound) in table, f"{path} {flag}: type {action.type!r} is not built from rlsched.bounds"
-        assert action.default is None or bound.holds(action.default), f"{path} {flag}: default {action.default!r}"
+        assert action.default in (None, argparse.SUPPRESS) or bound.holds(action.default), \
+            f"{path} {flag}: default {action.default!r}"  # SUPPRESS: a renamed flag's old spelling
     assert {"rlsched simulate --replicas", "rlsched simulate --sp", "rlsched eval --sp", "rlsched deploy --time-scale",
-            "rlsched plan --gpus", "rlsched profile predict --frames", "rlsched loadgen --workers"} <= set(numeric)
+            "rlsched plan --gpus", "rlsched profile predict --frames", "rlsched loadgen --connections"} <= set(numeric)
 
 
 def test_flag_and_schema_read_one_bound() -> None:

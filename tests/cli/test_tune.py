@@ -199,13 +199,13 @@ def test_numeric_flags_are_range_checked(args: tuple[str, str], flag: str, capsy
 
 
 def test_seeds_and_loads_are_checked_with_their_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    """Bug: ``--seeds abc`` / ``--rate-scales x`` were ValueError tracebacks."""
+    """Bug: ``--seeds abc`` / ``--loads x`` were ValueError tracebacks."""
     from rlsched.cli import main
 
     assert main(_tune_cli("--seeds", "abc")) == 2
     assert "--seeds: expected comma-separated integers" in capsys.readouterr().err
-    assert main(_tune_cli("--rate-scales", "1,x")) == 2
-    assert "--rate-scales" in capsys.readouterr().err
+    assert main(_tune_cli("--loads", "1,x")) == 2
+    assert "--loads" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ issue 22: reproducible, with provenance

@@ -112,6 +112,11 @@ def test_request_mode_serves_each_request_once_in_the_policys_batches(serve: Any
     shape = {p.index: (p.height, p.width) for p in planned}
     assert all(1 <= len(b) <= 4 and len({shape[i] for i in b}) == 1 for b in batches), batches
 
+    # the plugin says what it runs, once per engine, through vLLM's logger (docs/deploy.md, step 3)
+    started = re.findall(r"rlsched engine \(request mode, devices [^)]*\): policy edf, profile ",
+                         server.server_log.read_text(errors="replace"))
+    assert len(started) == 1, server.log_tail()
+
     m = server.metrics()
     assert m["rlsched_admission_mismatches_total"] == 0  # vLLM-Omni admitted exactly each chosen batch
     assert total(m, "rlsched_fallbacks_total") == 0, {k: v for k, v in m.items() if "fallbacks_total" in k}

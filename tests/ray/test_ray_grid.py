@@ -36,7 +36,7 @@ def test_eval_grid_on_ray_is_bit_identical_to_local(ray_cluster: Any) -> None:
 
 def _eval(out: Path, *extra: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "rlsched", "eval", "--scenarios", "default", "--policies", "fifo,edf",
-           "--seeds", "1000,1001", "--rate-scales", "1.0", "--duration", "600", "--out", str(out), "--json", *extra]
+           "--seeds", "1000,1001", "--loads", "1.0", "--duration", "600", "--out", str(out), "--json", *extra]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -82,7 +82,8 @@ def test_label_cli_runs_on_the_cluster_at_an_address(ray_address: str, tmp_path:
 
     def label(out: Path, *extra: str) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "rlsched", "label", "--scenarios", "default", "--episodes", "2", "--seed", "7",
-               "--future", "300", "--every", "4", "--duration", "900", "--out", str(out), "--no-progress", *extra]
+               "--future", "300", "--every", "4", "--duration", "900", "--out", str(out), "--no-progress", "--json",
+               *extra]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         assert res.returncode == 0, res.stderr[-3000:]
         with np.load(json.loads(res.stdout.splitlines()[-1])["labels"]) as data:
