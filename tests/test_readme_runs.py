@@ -1,7 +1,7 @@
 """Every command the README shows runs, as written, from a folder that is not the checkout (shipped
 names and ``envs/…`` paths resolve as they do for an installed package); outputs go to a temporary
-folder. ``learn`` is the one left out here: tests/agents/test_recipe_kinds.py runs it end to end on a
-tiny preset (the shipped one trains for an hour)."""
+folder. Left out here: ``learn`` (tests/agents/test_recipe_kinds.py runs it end to end on a tiny preset;
+the shipped one trains for an hour) and the own-workload block (tests/test_my_workload.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from tests.test_docs_commands import README, code_lines, rlsched_argvs
 
 OUTPUTS = ("--out", "--records")
 LONG = {"learn"}
-RUNS = [argv for line in code_lines(README.read_text()) for argv in rlsched_argvs(line) if argv[0] not in LONG]
+WORKLOAD = "my-shop"
+"""The README's own-workload block: tests/test_my_workload.py runs it (from docs/workload.md, budgets cut)."""
+RUNS = [argv for line in code_lines(README.read_text()) for argv in rlsched_argvs(line)
+        if argv[0] not in LONG and not any(WORKLOAD in a for a in argv)]
 
 
 def _into(argv: list[str], folder: Path) -> list[str]:

@@ -28,7 +28,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "{scenario} in a spec is replaced per scenario, e.g. static:tuned/{scenario}.json")
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
-    renamed(p, p.add_argument("--loads", dest="rate_scales", default="0.5,0.75,1.0,1.25,1.5",
+    renamed(p, p.add_argument("--loads", dest="rate_scales", metavar="L1,L2,...", default="0.5,0.75,1.0,1.25,1.5",
                               help="comma-separated loads (x the scenario's rate) to evaluate"), "--rate-scales")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window per run in s (default: each scenario's)")

@@ -20,7 +20,7 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
                    help="tuned action file of the heuristic ({scenario} is replaced)")
     p.add_argument("--episodes", type=flag(bounds.COUNT), default=8, help="labelled episodes per scenario")
     p.add_argument("--seed", type=seed_arg, default=0, help="first training seed (consecutive, < 900)")
-    renamed(p, p.add_argument("--load-range", dest="rate_scales", default="0.5,1.5",
+    renamed(p, p.add_argument("--load-range", dest="rate_scales", metavar="LOW,HIGH", default="0.5,1.5",
                               help="load range LOW,HIGH; episodes spread evenly over it"), "--rate-scales")
     p.add_argument("--future", type=flag(bounds.NONNEGATIVE_S), default=600.0,
                    help="hindsight horizon in s (the fork sees the real arrivals this far ahead; 0: realizable)")

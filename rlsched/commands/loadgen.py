@@ -28,7 +28,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario (envs/NAME.yaml) or path: arrivals, shapes, SLOs")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV) instead")
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
-    renamed(p, p.add_argument("--load", dest="rate_scale", type=flag(bounds.SCALE), default=1.0,
+    renamed(p, p.add_argument("--load", dest="rate_scale", metavar="X", type=flag(bounds.SCALE), default=1.0,
                               help="multiply the arrival rate by X"), "--rate-scale")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window in the scenario's seconds (default: the scenario's)")

@@ -30,7 +30,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="workload seed (integer >= 0)")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window in seconds (default: the scenario's)")
-    renamed(p, p.add_argument("--load", dest="rate_scale", type=flag(bounds.SCALE), default=1.0,
+    renamed(p, p.add_argument("--load", dest="rate_scale", metavar="X", type=flag(bounds.SCALE), default=1.0,
                               help="multiply the scenario's arrival rate by X (> 0)"), "--rate-scale")
     p.add_argument("--trace", help="replay a trace (Azure CSV, Hetu-DiT text, or rlsched CSV)")
     p.add_argument("--replicas", type=flag(bounds.REPLICAS), default=1,

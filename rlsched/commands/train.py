@@ -15,7 +15,7 @@ MAX_ENVS = int(bounds.ENVS.high)
 
 @command("train", "Train a PPO scheduling policy (TensorBoard logs and checkpoints in --run-dir).")
 def add_train_args(p: argparse.ArgumentParser) -> None:
-    renamed(p, p.add_argument("--scenarios", dest="scenario",
+    renamed(p, p.add_argument("--scenarios", dest="scenario", metavar="S1,S2,...",
                               help="scenario names or files, comma-separated (default: the agent preset's)"),
             "--scenario")
     p.add_argument("--agent", default="agents/ppo.yaml", help="agent preset (YAML)")

@@ -27,7 +27,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=flag(bounds.COUNT), default=40,
                    help="total trials of the study (a resumed study runs only the missing ones)")
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
-    renamed(p, p.add_argument("--loads", dest="rate_scales", default="1.0",
+    renamed(p, p.add_argument("--loads", dest="rate_scales", metavar="L1,L2,...", default="1.0",
                               help="comma-separated loads (x nominal rate) to average over"), "--rate-scales")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window per run in s (default: the scenario's)")
