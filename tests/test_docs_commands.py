@@ -15,16 +15,20 @@ from rlsched.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-COMMAND_DOCS = (README, ROOT / "docs" / "index.md")
+COMMAND_DOCS = (README, *sorted((ROOT / "docs").glob("*.md")))
 MAX_README_LINES = 300
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FENCE_WITH_LANG = re.compile(r"^```([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SHELL = {"", "bash", "sh", "shell", "console"}
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 
 
 def code_lines(text: str) -> list[str]:
     """Every shell line of every fenced block, continuation lines joined."""
     lines: list[str] = []
-    for block in FENCE.findall(text):
+    for lang, block in FENCE_WITH_LANG.findall(text):
+        if lang.strip() not in SHELL:
+            continue
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip():
                 lines.append(line)
@@ -33,6 +37,8 @@ def code_lines(text: str) -> list[str]:
 
 def rlsched_argvs(line: str) -> list[list[str]]:
     """The argument lists after each ``rlsched`` (or ``…/bin/rlsched``) that starts a command."""
+    if "rlsched" not in line:
+        return []
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -68,7 +74,7 @@ COMMANDS = documented_commands()
 
 
 def test_each_command_doc_shows_commands() -> None:
-    for doc in COMMAND_DOCS:
+    for doc in (README, ROOT / "docs" / "index.md"):
         assert any(str(doc.relative_to(ROOT)) == where.split(":")[0] for where, _ in COMMANDS), doc
 
 
