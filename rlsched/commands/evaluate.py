@@ -25,7 +25,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated scenario names or paths")
     p.add_argument("--policies", default="fifo,sjf,edf,priority,drr",
                    help="comma-separated policy specs (e.g. fifo,edf,static,rl:checkpoints/default); "
-                        "{scenario} in a spec is replaced per scenario, e.g. static:tuned/{scenario}.json")
+                        "{scenario} in a spec is replaced per scenario, e.g. static:agents/tuned/{scenario}.json")
     p.add_argument("--seeds", default=f"{EVAL_SEED_BASE},{EVAL_SEED_BASE + 1},{EVAL_SEED_BASE + 2}",
                    help=f"evaluation seeds (>= {EVAL_SEED_BASE}: never used in training or tuning)")
     renamed(p, p.add_argument("--loads", dest="rate_scales", metavar="L1,L2,...", default="0.5,0.75,1.0,1.25,1.5",

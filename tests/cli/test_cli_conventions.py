@@ -130,3 +130,21 @@ def test_deploy_takes_vllm_omnis_name_for_the_admission_wait(tmp_path: Path) -> 
     assert main(["deploy", "--policy", "edf", "--request-batch-max-wait-ms", "25", "--out", str(out)]) == 0
     stage = yaml.safe_load(out.read_text())["stages"][0]
     assert stage["request_batch_max_wait_ms"] == 25
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_paths_in_the_help_exist(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shipped path a --help names (checkpoints/…, agents/…, envs/…) is there ({scenario}: default)."""
+    import re
+
+    from rlsched.resources import shipped_path
+
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    paths = re.findall(r"(?<![\w/.])((?:checkpoints|agents|envs)/[\w./{}-]*\w)", text)
+    paths += re.findall(r"\b(?:static|rl|pick):([\w./{}-]*\w)", text)  # a policy spec's file or folder
+    for path in paths:
+        if any(s in path for s in ("NAME", "SCENARIO", "FILE", "PATH", "DIR", "mine", "my-")):  # placeholders, outputs
+            continue
+        assert shipped_path(path.replace("{scenario}", "default")).exists(), f"rlsched {name} --help: {path}"
