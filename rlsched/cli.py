@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXTRA_OF = {"torch": "rl", "gymnasium": "rl", "stable_baselines3": "rl", "sb3_contrib": "rl", "tensorboard": "rl",
-            "safetensors": "rl", "matplotlib": "rl", "scipy": "rl", "tqdm": "rl", "optuna": "tune",
+            "matplotlib": "rl", "scipy": "rl", "tqdm": "rl", "optuna": "tune",
             "ray": "ray", "pynvml": "nvml", "prometheus_client": "serve", "diffusers": "profile"}
 """Top-level module -> the extra that installs it (pyproject.toml's optional-dependencies): a serving-only
 install (``pip install rlsched``) asked for ``train`` says what to install, not an import traceback."""

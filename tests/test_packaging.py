@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVE_DEPS = ("numpy", "pyyaml", "rich", "pydantic")
+SERVE_DEPS = ("numpy", "pyyaml", "rich", "pydantic", "safetensors")
 """The core dependencies in pyproject.toml: what docs/deploy.md tells a serving install to add."""
 
 

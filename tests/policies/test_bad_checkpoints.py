@@ -171,9 +171,9 @@ def test_policy_json_over_the_size_cap_is_refused_unread(tmp_path: Path, monkeyp
         load_scorer(folder)
 
 
-def _raw_safetensors(path: Path, header: bytes) -> Path:
+def _raw_safetensors(path: Path, header: bytes, body: bytes = b"") -> Path:
     header += b" " * (-len(header) % 8)
-    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + body)
     return path
 
 
@@ -207,3 +207,24 @@ def test_a_tuned_action_file_is_read_with_bounded_nesting(tmp_path) -> None:
         load_static(str(tmp_path / "deep.json"))
     with pytest.raises(ConfigError, match=r"bad.json: invalid JSON .*line 1"):
         load_static(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize(("offsets", "why"), [([8, 16], "invalid offset"), ([0, 8], "not fully covered")])
+def test_what_only_safetensors_checks_is_a_checkpoint_error(tmp_path: Path, offsets: list[int], why: str) -> None:
+    """A gap before a tensor, or bytes after the last: the safetensors package refuses them (the
+    checks of ``read_weights`` pass), and its refusal is a CheckpointError naming the file."""
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": offsets}}).encode()
+    path = _raw_safetensors(tmp_path / "g.safetensors", header, np.arange(4, dtype="<f4").tobytes())
+    with pytest.raises(CheckpointError, match=rf"g.safetensors: not a valid safetensors file \(.*{why}"):
+        read_safetensors(path)
+
+
+def test_the_writer_is_the_safetensors_package_and_the_shipped_bytes_are_unchanged(tmp_path: Path) -> None:
+    from safetensors.numpy import load
+
+    for name in ("default", "pick", "router"):
+        shipped = data_dir("checkpoints") / name / WEIGHTS
+        tensors = read_safetensors(shipped)
+        ck.write_safetensors(tmp_path / f"{name}.safetensors", tensors)
+        assert (tmp_path / f"{name}.safetensors").read_bytes() == shipped.read_bytes()
+        assert set(load(shipped.read_bytes())) == set(tensors)
