@@ -46,3 +46,23 @@ def test_the_docs_block_runs() -> None:
     namespace: dict[str, object] = {}
     exec(compile(block.group(1), "docs/learning.md", "exec"), namespace)  # noqa: S102
     namespace["env"].reset(seed=0)  # type: ignore[attr-defined]
+
+
+# What each id stands for: its observation schema and spaces. A change here is a new environment for
+# a Gymnasium user (a policy trained on the old spaces no longer fits): bump the id's version with it.
+SPACES = {ENV_ID: ("dit-batch-obs/2", (149,), "Box(-1.0, 1.0, (9,), float32)"),
+          PICK_ENV_ID: ("dit-pick-obs/1", (149,), "Discrete(8)"),
+          ROUTE_ENV_ID: ("dit-route-obs/2", (122,), "Discrete(8)")}
+
+
+@pytest.mark.parametrize("env_id", list(SPACES))
+def test_an_ids_spaces_are_what_its_version_stands_for(env_id: str) -> None:
+    from rlsched.learned.observation import SCHEMA_VERSION
+    from rlsched.learned.pick import PICK_SCHEMA
+    from rlsched.learned.router import ROUTE_SCHEMA
+
+    schema = {ENV_ID: SCHEMA_VERSION, PICK_ENV_ID: PICK_SCHEMA, ROUTE_ENV_ID: ROUTE_SCHEMA}[env_id]
+    env = gym.make(f"rlsched.envs:{env_id}")
+    assert (schema, env.observation_space.shape, str(env.action_space)) == SPACES[env_id], \
+        f"{env_id}'s spaces changed: register it as the next version (-v1, ...) and update SPACES"
+    env.close()
