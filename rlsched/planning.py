@@ -258,8 +258,25 @@ def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: 
     return shlex.join([*argv, "--out", out])
 
 
+RECOMMENDED = "#000000"
+"""The recommended layout's colour in plan.png: in no other layout's style (``rlsched.plotstyle`` has no black)."""
+
+
 def write_plot(result: dict[str, Any], path: Path, flag: str | None = "--out") -> None:
-    """SLO attainment vs load, one line per layout, written whole (``rlsched.atomic``)."""
+    """SLO attainment vs load, one line per layout (``plan_figure``), written whole (``rlsched.atomic``)."""
+    import matplotlib.pyplot as plt
+
+    fig = plan_figure(result)
+    with atomic_open(path, "wb", flag) as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    plt.close(fig)
+
+
+def plan_figure(result: dict[str, Any]) -> Any:
+    """The figure of ``write_plot``: the recommended layout thick and black, which no other layout is; the
+    legend beside the axes, not over a line; the title wrapped to the figure's width."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,18 +286,23 @@ def write_plot(result: dict[str, Any], path: Path, flag: str | None = "--out") -
 
     names = [r["layout"] for r in result["rows"]]
     styles = styles_for(names)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    best = result["recommended"]
+    fig, ax = plt.subplots(figsize=(7.2, 3.8), layout="constrained")
     for r in result["rows"]:
         xs = [float(x) for x in r["by_load"]]
-        ax.plot(xs, [100 * v for v in r["by_load"].values()], label=r["layout"], **styles[r["layout"]].line())
-    ax.set(title=f"{result['scenario']} on {result['gpus']} GPUs, {result['policy']}",
-           xlabel="load (× nominal rate per GPU)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
+        line = styles[r["layout"]].line()
+        label = r["layout"]
+        if label == best:
+            line.update(color=RECOMMENDED, linewidth=2.8, zorder=6, markersize=8)
+            label += " (recommended)"
+        ax.plot(xs, [100 * v for v in r["by_load"].values()], label=label, **line)
+    title = f"{result['scenario']} on {result['gpus']} GPUs, {result['policy']}: recommended {best}"
+    fig.suptitle(textwrap.fill(title, 70), fontsize=10)
+    ax.set(xlabel="load (× nominal rate per GPU)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_open(path, "wb", flag) as fh:
-        fig.savefig(fh, format="png", dpi=110)
-    plt.close(fig)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # constrained layout makes room
+    return fig
 
 
-__all__ = ["Layout", "check_loads", "deploy_command", "layouts", "plan", "profile_of", "stage_yaml", "write_plot"]
+__all__ = ["Layout", "check_loads", "deploy_command", "layouts", "plan", "plan_figure", "profile_of", "stage_yaml",
+           "write_plot"]

@@ -132,3 +132,27 @@ def test_simulate_runs_a_multi_replica_stage_from_the_command_line() -> None:
     one = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "--duration", "600", "--json"],
                          capture_output=True, text=True, timeout=300, check=True)
     assert "per_replica" not in json.loads(one.stdout)  # one GPU, no router: the simulator as before
+
+
+def test_plan_png_keeps_its_title_and_gives_the_recommended_layout_a_colour_of_its_own() -> None:
+    """Caught: a long --policy cut the title off at both sides, and the recommended layout shared its colour
+    with two others (8x SP1, 1x SP8 and 4x CFG2 hash to one colour)."""
+    import matplotlib.pyplot as plt
+
+    from rlsched.planning import plan_figure
+
+    names = [f"{r}x SP{d}" for r, d in ((8, 1), (4, 2), (2, 4), (1, 8))] + ["4x CFG2", "2x SP2 CFG2", "1x SP4 CFG2"]
+    rows = [{"layout": n, "by_load": {"0.5": 0.9 - 0.1 * i, "1": 0.6 - 0.05 * i}} for i, n in enumerate(names)]
+    result = {"scenario": "qwen-image-8gpu", "gpus": 8, "rows": rows, "recommended": "8x SP1",
+              "policy": "static:agents/tuned/a-tuned-table-with-a-long-name.json;lookahead=4@rlsched"}
+    fig = plan_figure(result)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    assert fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1 and title.y1 <= fig.bbox.y1
+    (ax,) = fig.axes
+    assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    colours = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+    best = colours.pop("8x SP1 (recommended)")
+    assert best not in colours.values() and len(colours) == len(names) - 1
+    plt.close(fig)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from rlsched.atomic import atomic_open
 from rlsched.evaluation.runs import Grid
-from rlsched.evaluation.stats import Cell
+from rlsched.evaluation.stats import Cell, flat
+
+SLO = "weighted_slo_attainment"
+FEW_SEEDS = 5
+"""Fewer seeds than this get min–max bars: the 95 % t-interval of two seeds is ±12.7 standard errors, 0–100 %."""
 
 PLOTS_NEED = "matplotlib is not installed (pip install 'rlsched[rl]')"
 
@@ -21,7 +27,8 @@ def available() -> bool:
 
 def draw(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep: bool = False) -> dict[str, Any]:
     """slo_vs_load.png, latency_cdf.png and batch_sizes.png, every policy in its fixed style
-    (``rlsched.plotstyle``); returns the figures when ``keep`` (else they are closed)."""
+    (``rlsched.plotstyle``), legends beside or below the panels, never over them, error bars as ``_bar`` says;
+    returns the figures when ``keep`` (else they are closed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,32 +42,35 @@ def draw(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep: 
     styles = styles_for(policies)
     cols = min(3, len(scenarios))
     rows = -(-len(scenarios) // cols)
-    alone = len(scenarios) == 1  # one panel: the legend goes beside it, not over the curves
-    size = (8.4, 4.2) if alone else (4.6 * cols, 3.6 * rows + 0.4)
-    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
+    alone = len(scenarios) == 1  # one panel: the legend goes beside it; several: below them
+    size = (8.4, 4.4) if alone else (4.6 * cols, 3.6 * rows + 1.0 + 0.2 * -(-len(policies) // 3))
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False, layout="constrained")
     for ax in axes.flat[len(scenarios):]:
         ax.axis("off")
+    seeds = _seed_values(grid)
     curves: dict[str, list[float]] = {pol: [] for pol in policies}
     for ax, sc in zip(axes.flat, scenarios):
         for pol in policies:
-            pts = sorted((c.rate_scale, c.mean["weighted_slo_attainment"], c.ci95["weighted_slo_attainment"])
-                         for c in cells if c.scenario == sc and c.policy == pol)
-            x, y, e = (np.array(v, dtype=float) for v in zip(*pts))
+            mine = sorted((c for c in cells if c.scenario == sc and c.policy == pol), key=lambda c: c.rate_scale)
+            x = np.array([c.rate_scale for c in mine])
+            y = np.array([c.mean[SLO] for c in mine])
+            below, above = np.array([_bar(c, seeds.get((sc, pol, c.rate_scale), [])) for c in mine]).T
             curves[pol] += list(y)
-            ax.errorbar(x, 100 * y, yerr=100 * np.nan_to_num(e), capsize=3, label=shown[pol], markersize=5,
-                        **styles[pol].line())
+            ax.errorbar(x, 100 * y, yerr=100 * np.stack([below, above]), capsize=3, label=shown[pol],
+                        markersize=5, **styles[pol].line())
         ax.set(title=sc, xlabel="load (× nominal rate)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
         ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
     if alone:
-        fig.legend(handles, names, loc="center right", fontsize=8, ncol=1)
+        fig.legend(handles, names, loc="outside right upper", fontsize=8, ncol=1)
     else:
-        fig.legend(handles, names, loc="lower right", fontsize=8, ncol=2, bbox_to_anchor=(0.98, 0.05))
+        fig.legend(handles, names, loc="outside lower center", fontsize=8, ncol=min(3, len(names)))
+    notes = [_bars_note(cells)]  # above the panels: constrained layout keeps a suptitle in the figure
     same = _coinciding(curves, shown)
     if same:
-        fig.text(0.01, 0.005, "Lines that coincide (within 1.5 points at every scenario and load): " + "; ".join(same),
-                 fontsize=7, ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03 if same else 0, 0.62 if alone else 1, 1))
+        notes.append("Lines that coincide (within 1.5 points at every scenario and load): " + "; ".join(same))
+    width = int(size[0] * 14)  # characters of 7 pt text across the figure
+    fig.suptitle("\n".join(textwrap.fill(n, width) for n in notes), fontsize=7, x=0.01, ha="left")
     _savefig(fig, out / "slo_vs_load.png", dpi=100)
     figures = {"slo_vs_load": fig, "latency_cdf": _cdf_plot(grid, scenarios, policies, shown, styles, out, plt, np)}
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -80,6 +90,40 @@ def draw(grid: Grid, cells: list[Cell], out: Path, shown: dict[str, str], keep: 
         for f in figures.values():
             plt.close(f)
     return figures
+
+
+def _seed_values(grid: Grid) -> dict[tuple[str, str, float], list[float]]:
+    """(scenario, policy, load) → each seed's class-weighted SLO attainment (NaN dropped)."""
+    values: dict[tuple[str, str, float], list[float]] = {}
+    for row in grid.rows:
+        value = flat(row, SLO)
+        if not math.isnan(value):
+            values.setdefault((row["scenario"], row["policy"], row["rate_scale"]), []).append(value)
+    return values
+
+
+def _bar(cell: Cell, seeds: list[float]) -> tuple[float, float]:
+    """How far the bar reaches (below, above) the mean: the 95 % t-interval from ``FEW_SEEDS`` seeds on,
+    the seeds' min–max below that (none where the seeds' values are not at hand)."""
+    mean = cell.mean[SLO]
+    if cell.n >= FEW_SEEDS:
+        half = 0.0 if math.isnan(cell.ci95[SLO]) else cell.ci95[SLO]
+        return half, half
+    if not seeds or math.isnan(mean):
+        return 0.0, 0.0
+    return max(0.0, mean - min(seeds)), max(0.0, max(seeds) - mean)
+
+
+def _bars_note(cells: list[Cell]) -> str:
+    """What the error bars are, said under the panels."""
+    ns = sorted({c.n for c in cells})
+    seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+    if ns[0] >= FEW_SEEDS:
+        return f"Bars: 95 % t-interval of the mean over {seeds} seeds."
+    if ns[-1] < FEW_SEEDS:
+        return (f"Bars: min–max over {seeds} seeds (under {FEW_SEEDS} seeds a 95 % t-interval is wider than "
+                "the data: ±12.7 standard errors at two).")
+    return f"Bars: 95 % t-interval of the mean where {FEW_SEEDS} seeds or more, else the seeds' min–max."
 
 
 def _coinciding(curves: dict[str, list[float]], shown: dict[str, str], points: float = 1.5) -> list[str]:
