@@ -6,11 +6,12 @@ Pydantic models on the recipes' ``Strict`` base (unknown keys refused, frozen), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, StrictBool, ValidationError, field_validator
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
@@ -30,7 +31,18 @@ def _a_number(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_a_number)]
-Float = Annotated[float, Field(allow_inf_nan=False), BeforeValidator(_a_number)]
+def _finite_number(value: Any) -> Any:
+    _a_number(value)
+    if not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Float = Annotated[float, PlainValidator(_finite_number)]
+"""A finite number, kept as written (7200 stays an int): the preset is recorded in the checkpoint's
+content hash, so validating it must not turn 7200 into 7200.0 (the shipped knob policy's hash would change)."""
 STEP_COUNTS = {"timesteps": " (--timesteps)", "n_envs": " (--n-envs)", "checkpoint_every": "", "eval_every": ""}
 """``AgentConfig``'s step counts (each an integer >= 1) and the flag that sets each."""
 ACTIVATIONS = ("tanh", "relu")
