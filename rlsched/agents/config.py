@@ -1,91 +1,138 @@
-"""Agent presets (``agents/*.yaml``): environment, PPO hyperparameters, evaluation."""
+"""Agent presets (``agents/*.yaml``): environment, PPO hyperparameters, evaluation.
+
+Pydantic models on the recipes' ``Strict`` base (unknown keys refused, frozen), read by
+``agent_config_from_dict``: an invalid field is a ``ConfigError`` naming the file and the field
+(``ppo.n_steps``), and a number is never a string or a boolean (``n_steps: "512"``)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, StrictBool, ValidationError, field_validator
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.resources import data_dir, shipped_path
+from rlsched.sim.schema import Strict, schema_error
 from rlsched.sim.yamlio import read_yaml
 
 AGENTS_DIR = data_dir("agents")
+M = TypeVar("M", bound=BaseModel)
 
 
-@dataclass(frozen=True)
-class EnvConfig:
+def _a_number(value: Any) -> Any:
+    # pydantic reads "512" and true as numbers; a preset's number is written as one
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be a number")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_a_number)]
+def _finite_number(value: Any) -> Any:
+    _a_number(value)
+    if not isinstance(value, (int, float)):
+        raise ValueError("must be a number")
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Float = Annotated[float, PlainValidator(_finite_number)]
+"""A finite number, kept as written (7200 stays an int): the preset is recorded in the checkpoint's
+content hash, so validating it must not turn 7200 into 7200.0 (the shipped knob policy's hash would change)."""
+STEP_COUNTS = {"timesteps": " (--timesteps)", "n_envs": " (--n-envs)", "checkpoint_every": "", "eval_every": ""}
+"""``AgentConfig``'s step counts (each an integer >= 1) and the flag that sets each."""
+ACTIVATIONS = ("tanh", "relu")
+
+
+class EnvConfig(Strict):
     """What each training episode looks like."""
 
     scenarios: tuple[str, ...] = ("default",)
     """Scenarios sampled per episode (one policy serves them all)."""
-    rate_scale_range: tuple[float, float] = (0.5, 1.5)
+    rate_scale_range: tuple[Float, Float] = (0.5, 1.5)
     """Load sampled uniformly per episode."""
-    episode_s: float | None = None
+    episode_s: Float | None = None
     """Arrival window per episode in simulated seconds (None: the env's default)."""
-    max_episode_steps: int = 512
+    max_episode_steps: Int = Field(default=512, ge=1)
     """Decisions per episode (TimeLimit)."""
-    projection: dict[str, Any] = field(default_factory=dict)
+    projection: dict[str, Any] = Field(default_factory=dict)
     """Overrides of ``ProjectionConfig`` (e.g. starvation_threshold_s)."""
 
 
-@dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(Strict):
     """stable-baselines3 PPO hyperparameters."""
 
-    learning_rate: float = 3e-4
-    n_steps: int = 512
+    learning_rate: Float = 3e-4
+    n_steps: Int = Field(default=512, ge=1)
     """Rollout length per environment."""
-    batch_size: int = 256
-    n_epochs: int = 5
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    net_arch: tuple[int, ...] = (64, 64)
+    batch_size: Int = Field(default=256, ge=1)
+    n_epochs: Int = Field(default=5, ge=1)
+    gamma: Float = 0.99
+    gae_lambda: Float = 0.95
+    clip_range: Float = 0.2
+    ent_coef: Float = 0.0
+    vf_coef: Float = 0.5
+    max_grad_norm: Float = 0.5
+    net_arch: tuple[Int, ...] = (64, 64)
     activation: str = "tanh"
     """``tanh`` or ``relu`` (the exported network supports both)."""
-    log_std_init: float = -0.5
+    log_std_init: Float = -0.5
     init_action_from: tuple[str, ...] = ()
     """Tuned ``static`` files (``rlsched tune``); the mean of their actions initialises the
     action head's bias, so training starts from the tuned heuristic and learns
     state-dependent corrections. Empty: SB3's default (action ≈ 0)."""
-    bc_steps_per_scenario: int = 0
+    bc_steps_per_scenario: Int = Field(default=0, ge=0)
     """> 0: behaviour-clone each scenario's tuned action (files in ``init_action_from``
     named after the scenarios) on this many demonstration steps per scenario first."""
-    bc_epochs: int = 10
+    bc_epochs: Int = Field(default=10, ge=0)
+
+    @field_validator("activation", mode="before")
+    @classmethod
+    def _an_activation(cls, value: Any) -> str:
+        if value not in ACTIVATIONS:
+            raise ConfigError("ppo.activation", f"must be tanh or relu, not {value!r}")
+        return value
 
 
-@dataclass(frozen=True)
-class AgentConfig:
+class AgentConfig(Strict):
     """One training run, serialised beside its results."""
 
     name: str = "ppo"
-    env: EnvConfig = field(default_factory=EnvConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
     n_envs: int = 2
     """Environments stepped together per rollout."""
-    subproc: bool = False
+    subproc: StrictBool = False
     """Run environments in worker processes (SubprocVecEnv, forkserver). On 2 cores the
     in-process DummyVecEnv is faster: env steps take ~0.25 ms, less than the IPC."""
     timesteps: int = 200_000
-    normalize_obs: bool = True
+    normalize_obs: StrictBool = True
     """Running observation normalisation (exported with the policy)."""
     checkpoint_every: int = 20_000
     eval_every: int = 20_000
     """Steps between eval/ points (policy and baselines on the validation seeds)."""
-    eval_seeds: tuple[int, ...] = (900, 901)
+    eval_seeds: tuple[Int, ...] = (900, 901)
     """Validation seeds for curves during training: not training seeds, not evaluation seeds."""
-    eval_rate_scale: float = 1.0
+    eval_rate_scale: Float = 1.0
     eval_baselines: tuple[str, ...] = ("fifo", "edf")
-    eval_duration_s: float | None = 7200.0
+    eval_duration_s: Float | None = 7200.0
+
+    @field_validator(*STEP_COUNTS, mode="before")
+    @classmethod
+    def _steps(cls, value: Any, info: Any) -> int:
+        """The step counts a run relies on: ``timesteps: -5`` used to "train" nothing and leave an
+        untrained network to export, ``checkpoint_every: 0`` to fail at the first step."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            name = info.field_name
+            raise ConfigError(f"agent.{name}{STEP_COUNTS[name]}", f"must be an integer >= 1, not {value!r}")
+        return value
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
 
 def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
@@ -98,16 +145,21 @@ def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
 
 
 def agent_config_from_dict(data: dict[str, Any], where: str, **overrides: Any) -> AgentConfig:
+    """``data`` (a preset's mapping) with ``overrides`` that are not None; a top-level ``scenarios``
+    (``--scenario``) replaces ``env.scenarios``."""
     kind = data.pop("kind", "knob")  # what `rlsched learn` reads to choose this recipe (agents/recipe.py)
     if kind != "knob":
         raise ConfigError(where, f"kind {kind!r}: a PPO agent preset is the knob policy's (kind: knob)")
+    top = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+    env = top.get("env", {})
+    if "scenarios" in top and isinstance(env, Mapping):
+        top["env"] = {**env, "scenarios": top.pop("scenarios")}
+    return validated(AgentConfig, top, where)
+
+
+def validated(model: type[M], data: Mapping[str, Any], where: str) -> M:
+    """``model`` from ``data``; an invalid field is a ``ConfigError`` naming ``where`` and the field."""
     try:
-        env = EnvConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.pop("env", {}).items()})
-        ppo = PPOConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.pop("ppo", {}).items()})
-        top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        top.update({k: v for k, v in overrides.items() if v is not None})
-        if "scenarios" in top:
-            env = dataclasses.replace(env, scenarios=tuple(top.pop("scenarios")))
-        return AgentConfig(env=env, ppo=ppo, **top)
-    except TypeError as exc:
-        raise ConfigError(where, str(exc)) from None
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise schema_error(exc, where) from None

@@ -20,7 +20,6 @@ read by ``load_config``; ``RECIPES`` maps a preset's declared ``kind`` to its re
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +27,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from rlsched.agents.config import validated
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import VALIDATION_SEEDS
-from rlsched.sim.schema import Strict, schema_error
+from rlsched.sim.schema import Strict
 from rlsched.sim.yamlio import read_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -44,10 +44,7 @@ def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
     field is a ``ConfigError`` naming the file and the field."""
     data = read_yaml(Path(path)) or {}
     data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return model(**data)
-    except ValidationError as exc:
-        raise schema_error(exc, str(path)) from None
+    return validated(model, data, str(path))
 
 
 RECIPES: dict[str, tuple[str, str]] = {
@@ -58,12 +55,13 @@ RECIPES: dict[str, tuple[str, str]] = {
 """A recipe preset's ``kind`` -> its config loader and its ``learn`` (entry points, imported when asked)."""
 
 
-def with_timesteps(cfg: Any, timesteps: int) -> Any:
-    """``cfg`` with ``timesteps`` PPO steps (``rlsched learn --timesteps``): a recipe's pydantic config keeps
-    them in its ``ppo`` block, the knob's ``AgentConfig`` (a dataclass) at its top."""
-    if isinstance(cfg, BaseModel):
-        return cfg.model_copy(update={"ppo": cfg.ppo.model_copy(update={"timesteps": timesteps})})
-    return dataclasses.replace(cfg, timesteps=timesteps)
+def with_timesteps(cfg: BaseModel, timesteps: int) -> Any:
+    """``cfg`` with ``timesteps`` PPO steps (``rlsched learn --timesteps``), validated again: a recipe's
+    config keeps them in its ``ppo`` block, the knob's ``AgentConfig`` at its top (at least 1 there)."""
+    if "timesteps" in type(cfg).model_fields:
+        return validated(type(cfg), {**dict(cfg), "timesteps": timesteps}, "--timesteps")
+    return cfg.model_copy(update={"ppo": validated(type(cfg.ppo), {**dict(cfg.ppo), "timesteps": timesteps},
+                                                   "--timesteps")})
 
 
 def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:

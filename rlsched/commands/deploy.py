@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import os
@@ -153,7 +152,7 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
     if not max_wait_ms >= 0:
         raise ConfigError("--max-wait-ms", "must be >= 0")
     if router is not None:  # the router reads each replica's published state (router_views)
-        settings = dataclasses.replace(settings, publish_state=True)
+        settings = settings.model_copy(update={"publish_state": True})
     # policy and profile are always spelled out, even at their defaults, so the file reads on its own
     section = {"policy": settings.policy, "profile": settings.profile, **settings.to_extras()[EXTRAS_KEY]}
     stage = {"stage_id": stage_id, "max_num_seqs": max_num_seqs, "step_execution": step_execution,

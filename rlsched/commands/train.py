@@ -33,13 +33,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from rlsched.agents.config import load_agent_config
-    from rlsched.agents.train import check_config, train
+    from rlsched.agents.train import train
 
     overrides = {"timesteps": args.timesteps, "n_envs": args.n_envs}
     if args.scenario:
         overrides["scenarios"] = args.scenario.split(",")
-    cfg = load_agent_config(args.agent, **overrides)
-    check_config(cfg)
+    cfg = load_agent_config(args.agent, **overrides)  # step counts checked: agent.timesteps ...
     check_out_dir(args.run_dir, "--run-dir")
     last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
     report(args, {"checkpoint": str(last), "tensorboard": f"{args.run_dir}/tb"},

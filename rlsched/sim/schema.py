@@ -351,8 +351,12 @@ def _validate(model: type[_M], data: Any, where: str, line_of: LineOf | None) ->
 
 
 def schema_error(exc: ValidationError, where: str, line_of: LineOf | None = None) -> ConfigError:
-    """One ``ConfigError`` listing every problem as ``key (line N): reason``; the first in ``where``."""
+    """One ``ConfigError`` listing every problem as ``key (line N): reason``; the first in ``where``.
+    A ``ConfigError`` a validator raised (a message of its own, naming its field) is passed on as it is."""
     errors = exc.errors(include_url=False)
+    raised = errors[0].get("ctx", {}).get("error")
+    if isinstance(raised, ConfigError):
+        return raised
     lines = [line_of(_file_loc(e["loc"])) if line_of else None for e in errors]
     keys = [_key(e["loc"]) for e in errors]
     head = f"{where}:{lines[0]}" if lines[0] else where

@@ -62,3 +62,33 @@ def test_export_names_what_is_missing(tmp_path: Path) -> None:
         zf.writestr("other", b"")
     with pytest.raises(CheckpointError, match="not an SB3 model zip"):
         actor_tensors(tmp_path / "m.zip")
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"ppo": {"activation": "gelu"}}, "ppo.activation: must be tanh or relu, not 'gelu'"),  # was at model build
+    ({"ppo": {"n_steps": "512"}}, "x.yaml: ppo.n_steps: must be a number, got '512'"),
+    ({"env": {"rate_scale_range": [0.5, 1.0, 1.5]}}, "x.yaml: env.rate_scale_range: Tuple should have at most 2"),
+    ({"env": {"scenarios": "default"}}, "x.yaml: env.scenarios: Input should be a valid tuple"),  # was 7 one-letter
+    ({"subproc": "no"}, "x.yaml: subproc: Input should be a valid boolean, got 'no'"),
+    ({"eval_seeds": [900, True]}, "x.yaml: eval_seeds[1]: must be a number, got True"),
+    ({"ppo": {"n_stpes": 512}}, "x.yaml: ppo.n_stpes: unknown key (value 512)"),
+    ({"checkpoint_every": 0}, "agent.checkpoint_every: must be an integer >= 1, not 0"),
+])
+def test_a_knob_preset_is_checked_when_it_loads(data: dict, message: str) -> None:
+    """The preset's pydantic models check every field's type at load, before anything is built (a
+    string scenario was read as its letters, ``n_steps: "512"`` reached SB3); each refusal is a
+    ConfigError naming the file and the field, never a pydantic ValidationError."""
+    from rlsched.agents.config import agent_config_from_dict
+
+    with pytest.raises(ConfigError) as err:
+        agent_config_from_dict(data, "x.yaml")
+    assert message in str(err.value)
+
+
+def test_learn_timesteps_on_a_knob_preset_is_validated_again() -> None:
+    from rlsched.agents.config import load_agent_config
+    from rlsched.agents.recipe import with_timesteps
+
+    assert with_timesteps(load_agent_config("ppo"), 64).timesteps == 64
+    with pytest.raises(ConfigError, match=r"agent.timesteps \(--timesteps\): must be an integer >= 1, not 0"):
+        with_timesteps(load_agent_config("ppo"), 0)

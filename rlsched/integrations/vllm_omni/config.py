@@ -5,12 +5,12 @@ No vLLM import: the deploy command and the main test tier use this module too.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
 
 from rlsched import bounds
 from rlsched.bounds import Bound
@@ -23,21 +23,35 @@ DEFAULT_SLO_SCALES = {"realtime": 2.0, "batch": 3.0, "background": 10.0}
 """Same scales as ``envs/default.yaml``; 3 is vLLM-Omni's diffusion-benchmark default."""
 DECISION_THREADS = ("auto", "engine", "worker")
 """``PluginConfig.decision_thread``'s values."""
+NUMBERS: dict[str, Bound] = {
+    "decision_budget_ms": bounds.DECISION_MS, "decision_deadline_ms": bounds.DECISION_MS,
+    "default_height": bounds.SIDE_PX, "default_width": bounds.SIDE_PX, "default_steps": bounds.STEPS,
+    "telemetry_device": bounds.DEVICE, "telemetry_interval_s": bounds.TELEMETRY_INTERVAL_S,
+    "metrics_port": bounds.PORT, "metrics_ports": bounds.REPLICAS, "time_scale": bounds.PLUGIN_TIME_SCALE,
+}
+"""Every numeric setting and its range in the table of bounds (``slo_scales`` and ``default_slo_scale``:
+``bounds.SLO_SCALE``)."""
+BOOLS = ("telemetry", "freeze_gc", "pause_gc_in_decisions", "late_binding", "publish_state")
 
 
-@dataclass(frozen=True)
-class PluginConfig:
-    """How the plugin schedules; one ``extras: {rlsched: {...}}`` mapping in a deploy config."""
+class PluginConfig(BaseModel):
+    """How the plugin schedules; one ``extras: {rlsched: {...}}`` mapping in a deploy config.
+
+    A pydantic model (unknown keys refused, frozen); every refusal is a ``ConfigError`` naming the
+    setting (``extras.rlsched.NAME``), whether the constructor or ``from_extras`` builds it. Numbers
+    take their range and message from ``rlsched.bounds``, as the CLI flags that set them do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: str = "fifo"
     """Policy spec for ``rlsched.policies.make_policy`` (``fifo``, ``edf``, ``sjf``, ``rl:PATH`` …)."""
-    profile: str = "qwen-image-h200-vllm-omni"
+    profile: StrictStr = "qwen-image-h200-vllm-omni"
     """Cost profile (``envs/profiles/NAME.yaml`` or a path): request costs, SLO defaults."""
-    model: str = ""
+    model: StrictStr = ""
     """Model entry of the profile that this stage serves; empty: the profile's first model."""
     default_priority: str = "batch"
     """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``."""
-    slo_scales: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
+    slo_scales: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
     """Per class: SLO = scale × standalone time, for requests without ``extra_args.slo_ms``."""
     default_slo_scale: float | None = None
     """Shorthand: the SLO scale of ``default_priority`` (overrides its ``slo_scales`` entry)."""
@@ -108,28 +122,67 @@ class PluginConfig:
     which takes the state off each output (and swallows the carriers) before vLLM-Omni reads them:
     ``rlsched deploy`` sets it whenever it writes a router. Off: the engine's outputs are vLLM-Omni's own."""
 
-    def __post_init__(self) -> None:
-        for name, bound in NUMBERS.items():  # checked, and as the bound's kind (512.0 from JSON: 512)
-            object.__setattr__(self, name, _check(bound, getattr(self, name), name))
-        for cls, scale in self.slo_scales.items():
-            if cls not in PRIORITY_CLASSES:
-                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {cls!r}")
-            _check(bounds.SLO_SCALE, scale, f"slo_scales.{cls}")
-        if self.default_slo_scale is not None:
-            _check(bounds.SLO_SCALE, self.default_slo_scale, "default_slo_scale")
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    @field_validator(*NUMBERS, mode="before")
+    @classmethod
+    def _in_bounds(cls, value: Any, info: Any) -> Any:
+        return _check(NUMBERS[info.field_name], value, info.field_name)  # as the bound's kind (an int 5: 5.0)
+
+    @field_validator("slo_scales", mode="before")
+    @classmethod
+    def _known_classes(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # pydantic says what it must be
+        for name in value:
+            if name not in PRIORITY_CLASSES:
+                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {name!r}")
+        return {name: _check(bounds.SLO_SCALE, scale, f"slo_scales.{name}") for name, scale in value.items()}
+
+    @field_validator("default_slo_scale", mode="before")
+    @classmethod
+    def _slo_scale(cls, value: Any) -> Any:
+        return None if value is None else _check(bounds.SLO_SCALE, value, "default_slo_scale")
+
+    @field_validator(*BOOLS, mode="before")
+    @classmethod
+    def _a_bool(cls, value: Any, info: Any) -> bool:
+        if not isinstance(value, bool):  # pydantic alone reads "false" and 1 as booleans
+            raise ConfigError(f"extras.rlsched.{info.field_name}", f"must be true or false, not {value!r}")
+        return value
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _a_spec(cls, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError("extras.rlsched.policy", f"must be a policy spec, not {value!r}")
+        return value
+
+    @field_validator("default_priority", mode="before")
+    @classmethod
+    def _a_class(cls, value: Any) -> str:
+        if value not in PRIORITY_CLASSES:
+            raise ConfigError("extras.rlsched.default_priority", f"must be one of {PRIORITY_CLASSES}")
+        return value
+
+    @field_validator("decision_thread", mode="before")
+    @classmethod
+    def _a_thread(cls, value: Any) -> str:
+        if value not in DECISION_THREADS:
+            raise ConfigError("extras.rlsched.decision_thread",
+                              f"must be one of {', '.join(DECISION_THREADS)}, not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _ports_exist(self) -> PluginConfig:
         if self.metrics_port + self.metrics_ports - 1 > 65535:
             raise ConfigError("extras.rlsched.metrics_ports", f"must be an integer >= 1 with metrics_port + "
                                                               f"metrics_ports - 1 <= 65535, not {self.metrics_ports!r}")
-        for name in ("publish_state", "late_binding"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"extras.rlsched.{name}", f"must be true or false, not {getattr(self, name)!r}")
-        if not isinstance(self.policy, str) or not self.policy:
-            raise ConfigError("extras.rlsched.policy", f"must be a policy spec, not {self.policy!r}")
-        if self.default_priority not in PRIORITY_CLASSES:
-            raise ConfigError("extras.rlsched.default_priority", f"must be one of {PRIORITY_CLASSES}")
-        if self.decision_thread not in DECISION_THREADS:
-            raise ConfigError("extras.rlsched.decision_thread",
-                              f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
+        return self
 
     def check_defaults(self, cost: Any) -> None:
         """The shape assumed for a request that gives none (``default_height`` x ``default_width``, one
@@ -157,8 +210,8 @@ class PluginConfig:
     def to_extras(self) -> dict[str, Any]:
         """The ``extras`` mapping that reproduces this config (non-default fields only)."""
         base = PluginConfig()
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if getattr(self, f.name) != getattr(base, f.name)}
+        out = {name: getattr(self, name) for name in type(self).model_fields
+               if getattr(self, name) != getattr(base, name)}
         if "slo_scales" in out:
             out["slo_scales"] = dict(out["slo_scales"])
         return {EXTRAS_KEY: out}
@@ -173,19 +226,15 @@ class PluginConfig:
             section = {}
         if not isinstance(section, Mapping):
             raise ConfigError(f"extras.{EXTRAS_KEY}", f"must be a mapping, not {type(section).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {unknown} (known: {sorted(known)})")
         values = dict(section)
         for name, var in ENV_VARS.items():
             if name not in values and env.get(var):
                 values[name] = env[var]
-        if "slo_scales" in values:
-            values["slo_scales"] = {**DEFAULT_SLO_SCALES, **dict(values["slo_scales"])}
+        if isinstance(values.get("slo_scales"), Mapping):
+            values["slo_scales"] = {**DEFAULT_SLO_SCALES, **values["slo_scales"]}
         try:
             return cls(**values)
-        except TypeError as exc:
+        except TypeError as exc:  # a key that is not a string: Python refuses it as a keyword
             raise ConfigError(f"extras.{EXTRAS_KEY}", str(exc)) from None
 
     @classmethod
@@ -204,15 +253,22 @@ class PluginConfig:
         return first if first.startswith(("GPU-", "MIG-")) else 0
 
 
-NUMBERS: dict[str, Bound] = {
-    "decision_budget_ms": bounds.DECISION_MS, "decision_deadline_ms": bounds.DECISION_MS,
-    "default_height": bounds.SIDE_PX, "default_width": bounds.SIDE_PX, "default_steps": bounds.STEPS,
-    "telemetry_device": bounds.DEVICE, "telemetry_interval_s": bounds.TELEMETRY_INTERVAL_S,
-    "metrics_port": bounds.PORT, "metrics_ports": bounds.REPLICAS, "time_scale": bounds.PLUGIN_TIME_SCALE,
-}
-"""Every numeric setting and its range in the table of bounds (``slo_scales`` and ``default_slo_scale``:
-``bounds.SLO_SCALE``)."""
-
 
 def _check(bound: Bound, value: Any, name: str) -> Any:
     return bound.check(value, f"extras.rlsched.{name}")
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """The ``ConfigError`` for pydantic's refusal: unknown keys, else the first setting refused, with
+    the message its validator raised, or pydantic's own (a profile that is not a string)."""
+    errors = exc.errors(include_url=False)
+    unknown = [e["loc"][0] for e in errors if e["type"] == "extra_forbidden"]
+    if unknown:
+        known = sorted(PluginConfig.model_fields)
+        return ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {sorted(unknown, key=str)} (known: {known})")
+    first = errors[0]
+    raised = first.get("ctx", {}).get("error")
+    if isinstance(raised, ConfigError):
+        return raised
+    where = ".".join(["extras", EXTRAS_KEY, *map(str, first["loc"])])
+    return ConfigError(where, f"{first['msg'].removeprefix('Value error, ')}, not {first['input']!r}")
