@@ -148,6 +148,8 @@ def test_the_shipped_knob_checkpoint_records_the_preset_it_was_trained_with() ->
     meta = _meta(data_dir("checkpoints") / "default")
     preset = json.loads(json.dumps(load_agent_config("ppo").to_dict()))  # tuples as the JSON lists
     assert meta["training_config"] == {"agent": preset, "seed": 0}
+    # byte for byte as hashed (7200 and 7200.0 compare equal, but hash apart)
+    assert json.dumps(meta["training_config"]["agent"], sort_keys=True) == json.dumps(preset, sort_keys=True)
     _shipped_provenance(meta["provenance"], "rlsched export")
     read_checkpoint(data_dir("checkpoints") / "default")
 
