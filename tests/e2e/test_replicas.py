@@ -115,16 +115,16 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
         assert total(m, "rlsched_fallbacks_total") == 0, {k: v for k, v in m.items() if "fallbacks_total" in k}
         assert m["rlsched_batch_size_count"] == len(batches)
         assert m["rlsched_batch_size_sum"] == sum(len(idx) for _, idx in batches)
-        assert m['rlsched_decisions_total{policy="edf"}'] >= len(batches)
+        assert total(m, "rlsched_decisions_total", policy="edf") >= len(batches)
         for c, n in Counter(cls[i] for _, idx in batches for i in idx).items():
             assert total(m, "rlsched_requests_finished_total", priority=c) == n
         assert total(m, "rlsched_queue_depth") == 0
 
     # the router's metrics, on the API server: every request routed by it, none left in its ledger
     api = server.api_metrics()
-    assert api['rlsched_router_decisions_total{router="rlsched"}'] == N_REQUESTS
+    assert total(api, "rlsched_router_decisions_total", router="rlsched") == N_REQUESTS
     assert total(api, "rlsched_router_fallbacks_total") == 0
-    assert api['rlsched_router_released_total{reason="finished"}'] == N_REQUESTS
+    assert total(api, "rlsched_router_released_total", reason="finished") == N_REQUESTS
     assert total(api, "rlsched_router_outstanding") == 0
 
     # the state channel (issue 33): every wave a replica ran reached the router in its published states, in
@@ -188,10 +188,10 @@ def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any) -
 
     for dev, batches in ran.items():
         m = server.replica_metrics()[dev]
-        assert m['rlsched_decisions_total{policy="fifo"}'] >= len(batches)  # the replicas run FIFO
+        assert total(m, "rlsched_decisions_total", policy="fifo") >= len(batches)  # the replicas run FIFO
         assert total(m, "rlsched_fallbacks_total") == 0
     api = server.api_metrics()
-    assert api['rlsched_router_decisions_total{router="central"}'] == N_REQUESTS
+    assert total(api, "rlsched_router_decisions_total", router="central") == N_REQUESTS
     assert total(api, "rlsched_router_fallbacks_total") == 0
-    assert api['rlsched_router_released_total{reason="finished"}'] == N_REQUESTS
+    assert total(api, "rlsched_router_released_total", reason="finished") == N_REQUESTS
     assert api['rlsched_router_central_queue{stage="0"}'] == 0 and total(api, "rlsched_router_outstanding") == 0

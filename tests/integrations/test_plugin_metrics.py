@@ -26,12 +26,44 @@ def names(registry) -> set[str]:
 def test_metrics_on_their_own_registry_do_not_collide() -> None:
     a, b = PluginMetrics(prom.CollectorRegistry()), PluginMetrics(prom.CollectorRegistry())
     a.fallbacks.labels(reason="slow").inc()
-    assert a.registry.get_sample_value("rlsched_fallbacks_total", {"reason": "slow"}) == 1
-    assert b.registry.get_sample_value("rlsched_fallbacks_total", {"reason": "slow"}) is None
+    assert a.sample("rlsched_fallbacks_total", {"reason": "slow"}) == 1
+    assert b.sample("rlsched_fallbacks_total", {"reason": "slow"}) is None
     reg = prom.CollectorRegistry()
-    assert PluginMetrics.on(reg) is PluginMetrics.on(reg)  # one set of collectors per registry
-    with pytest.raises(ValueError, match="Duplicated"):
-        PluginMetrics(reg)
+    assert PluginMetrics.on(reg) is PluginMetrics.on(reg)  # one set per registry and model
+    PluginMetrics(reg)  # a second set on the registry shares its collectors (registering twice raised)
+
+
+def test_every_sample_carries_the_model_name() -> None:
+    """Every rlsched_* sample has vLLM's ``model_name`` label; two models' engines in one process
+    share the collectors and keep their samples apart."""
+    reg = prom.CollectorRegistry()
+    qwen = PluginMetrics.on(reg, "Qwen/Qwen-Image")
+    flux = PluginMetrics.on(reg).for_model("black-forest-labs/FLUX.1-dev")
+    for m in (qwen, flux):
+        m.decisions.labels(policy="edf").inc()
+        m.latency.observe(1e-4)
+        m.wait_overrides.inc()
+        m.record_finish("batch", "slo_met")
+        m.set_queue_depth({"batch": 2})
+    qwen.invalid.labels(field="priority").inc()
+    samples = [s for metric in reg.collect() for s in metric.samples]
+    assert samples and all(s.labels.get("model_name") in ("Qwen/Qwen-Image", "black-forest-labs/FLUX.1-dev")
+                           for s in samples)
+    assert qwen.sample("rlsched_decisions_total", {"policy": "edf"}) == 1
+    assert reg.get_sample_value("rlsched_decisions_total",
+                                {"model_name": "black-forest-labs/FLUX.1-dev", "policy": "edf"}) == 1
+    assert flux.sample("rlsched_invalid_request_fields_total", {"field": "priority"}) is None
+
+
+def test_the_model_name_is_the_one_vllm_labels_with() -> None:
+    from types import SimpleNamespace
+
+    from rlsched.integrations.vllm_omni.metrics import model_name_of
+
+    assert model_name_of(SimpleNamespace(model="/models/qwen", served_model_name=["qwen-image", "q"])) == "qwen-image"
+    assert model_name_of(SimpleNamespace(model_config=SimpleNamespace(served_model_name="flux"))) == "flux"
+    assert model_name_of(SimpleNamespace(model="Qwen/Qwen-Image")) == "Qwen/Qwen-Image"
+    assert model_name_of(None, SimpleNamespace()) == "unknown"
 
 
 def test_slo_attainment_per_class() -> None:
@@ -39,7 +71,7 @@ def test_slo_attainment_per_class() -> None:
     for outcome in ("slo_met", "slo_met", "slo_missed", "aborted"):
         m.record_finish("realtime", outcome)
     m.record_finish("batch", "slo_missed")
-    get = m.registry.get_sample_value
+    get = m.sample
     assert get("rlsched_slo_attainment_ratio", {"priority": "realtime"}) == pytest.approx(2 / 3)
     assert get("rlsched_slo_attainment_ratio", {"priority": "batch"}) == 0.0
     assert get("rlsched_requests_finished_total", {"priority": "realtime", "outcome": "aborted"}) == 1
@@ -139,7 +171,7 @@ def test_replicas_sharing_a_stage_config_each_serve_the_next_free_metrics_port()
             pytest.skip(f"ports {base} and {base + 1} both in use")
         assert got == base + 1 and metrics_mod.serve(base, registry, span=1) is None  # span 1: only the busy port
         text = urllib.request.urlopen(f"http://127.0.0.1:{got}/metrics", timeout=5).read().decode()
-        assert f'rlsched_replica_info{{devices="1",port="{base + 1}"}} 1.0' in text
+        assert f'rlsched_replica_info{{devices="1",model_name="unknown",port="{base + 1}"}} 1.0' in text
 
 
 def test_deploy_gives_each_replica_a_metrics_port(tmp_path: Path) -> None:

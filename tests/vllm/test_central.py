@@ -110,7 +110,7 @@ class Rig:
         return [m for m in out if isinstance(m, ErrorMessage)]
 
     def metric(self, name: str, **labels: str) -> float:
-        return self.pool.router_metrics.registry.get_sample_value(name, labels) or 0.0
+        return self.pool.router_metrics.sample(name, labels) or 0.0
 
     async def hear(self, slot: int, remaining_s: float, running: list[str], finished: tuple[str, ...] = (),
                    raw: Any = None) -> None:

@@ -22,7 +22,7 @@ from tests.vllm.fakes import Clock, finish_wave, mk_req, new_ids, od, plugin  # 
 
 
 def _value(sched: Any, name: str, **labels: str) -> float:
-    return sched.metrics.registry.get_sample_value(name, labels) or 0.0
+    return sched.metrics.sample(name, labels) or 0.0
 
 
 def test_warmup_is_not_counted_and_serving_starts_afresh() -> None:

@@ -79,7 +79,7 @@ def sent(p: StagePool) -> dict[str, int]:
 
 
 def fallbacks(p: RouterStagePool, reason: str) -> float:
-    return p.router_metrics.registry.get_sample_value("rlsched_router_fallbacks_total", {"reason": reason}) or 0.0
+    return p.router_metrics.sample("rlsched_router_fallbacks_total", {"reason": reason}) or 0.0
 
 
 def round_robin(n: int, k: int) -> list[int]:
@@ -143,12 +143,12 @@ def test_the_ledger_empties_on_release() -> None:
     assert sum(map(len, p.outstanding().values())) == 6
     p.release_bindings([f"r{i}" for i in range(6)])
     assert p.outstanding() == {0: [], 1: []} and not p._request_bindings
-    reg = p.router_metrics.registry
-    assert reg.get_sample_value("rlsched_router_released_total", {"reason": "finished"}) == 6
-    assert all(reg.get_sample_value("rlsched_router_outstanding", {"stage": "0", "replica": str(s)}) == 0
+    reg = p.router_metrics
+    assert reg.sample("rlsched_router_released_total", {"reason": "finished"}) == 6
+    assert all(reg.sample("rlsched_router_outstanding", {"stage": "0", "replica": str(s)}) == 0
                for s in (0, 1))
     p.release_binding("r0")  # twice: harmless
-    assert reg.get_sample_value("rlsched_router_released_total", {"reason": "finished"}) == 6
+    assert reg.sample("rlsched_router_released_total", {"reason": "finished"}) == 6
 
 
 def test_a_cfg_companion_follows_its_parent() -> None:
@@ -218,11 +218,11 @@ def test_an_evicted_replica_is_never_chosen_and_its_entries_resolved() -> None:
     p.evict_replica(1)
     assert 1 not in p.outstanding() and sorted(sum(p.outstanding().values(), [])) == sorted(
         r for r in sent(p) if r not in on_1)
-    reg = p.router_metrics.registry
-    assert reg.get_sample_value("rlsched_router_released_total", {"reason": "replica_lost"}) == len(on_1)
-    assert reg.get_sample_value("rlsched_router_outstanding", {"stage": "0", "replica": "1"}) == 0
+    reg = p.router_metrics
+    assert reg.sample("rlsched_router_released_total", {"reason": "replica_lost"}) == len(on_1)
+    assert reg.sample("rlsched_router_outstanding", {"stage": "0", "replica": "1"}) == 0
     p.release_bindings(on_1)  # vLLM-Omni then fails and cleans up each: nothing left to resolve
-    assert reg.get_sample_value("rlsched_router_released_total", {"reason": "finished"}) is None
+    assert reg.sample("rlsched_router_released_total", {"reason": "finished"}) is None
     late = [submit(p, f"b{i}", params(1024)) for i in range(8)]
     assert 1 not in late and not p.router_fallbacks
 

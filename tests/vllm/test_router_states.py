@@ -94,7 +94,7 @@ class Rig:
         return out
 
     def metric(self, name: str, **labels: str) -> float:
-        return self.pool.router_metrics.registry.get_sample_value(name, labels) or 0.0
+        return self.pool.router_metrics.sample(name, labels) or 0.0
 
     def outputs(self) -> list[Any]:
         return [m for m in self.messages if isinstance(m, OutputMessage)]

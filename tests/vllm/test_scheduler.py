@@ -347,7 +347,7 @@ def test_make_policy_specs_work_in_the_plugin() -> None:
 
 
 def _metric(sched, name: str, **labels: str) -> float | None:
-    return sched.metrics.registry.get_sample_value(name, labels)
+    return sched.metrics.sample(name, labels)
 
 
 # ------------------------------------------------------- bounded decisions

@@ -45,6 +45,7 @@ from vllm_omni.engine.stage_pool import StagePool
 from rlsched.atomic import stream_open
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.metrics import model_name_of
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics
 from rlsched.integrations.vllm_omni.state import make_request
 from rlsched.routing.views import CARRIER_KEY, STATE_KEY, Ledger, LedgerStage
@@ -74,7 +75,7 @@ class LedgerStagePool(StagePool):
                  config: RouterConfig | None = None, settings: PluginConfig | None = None,
                  costs: CostModel | Sequence[CostModel] | None = None,
                  degree: int | str = 1, serving: ServingConfig | None = None, clock: Callable[[], float] | None = None,
-                 metrics: RouterMetrics | None = None) -> None:
+                 metrics: RouterMetrics | None = None, model_name: str | None = None) -> None:
         super().__init__(stage_id, clients, output_processor=output_processor, stage_vllm_config=stage_vllm_config)
         self.router_config = config = config or RouterConfig()
         self.router_settings = settings = settings or PluginConfig()
@@ -86,7 +87,8 @@ class LedgerStagePool(StagePool):
         scale = settings.time_scale
         self._clock = clock or (lambda: time.monotonic() * scale)
         self._t0 = self._clock()
-        self.router_metrics = metrics or RouterMetrics.on()
+        # the model as the API server serves it (a diffusion stage's pool has no vllm config)
+        self.router_metrics = (metrics or RouterMetrics.on()).for_model(model_name or model_name_of(stage_vllm_config))
         self.router_fallbacks: Counter[str] = Counter()
         """Requests routed by vLLM-Omni's rule instead, by reason (``router.REASONS``)."""
         self.router_decisions = 0

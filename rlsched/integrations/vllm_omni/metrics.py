@@ -3,7 +3,9 @@
 ``PluginMetrics(registry)`` registers every metric on ``registry`` (default: the
 process-wide ``prometheus_client.REGISTRY``); one instance per registry is shared, so
 two schedulers in one process do not register twice. Tests pass their own
-``CollectorRegistry``. Without ``prometheus_client`` every metric is a no-op.
+``CollectorRegistry``. Without ``prometheus_client`` every metric is a no-op. Every sample also
+carries ``model_name`` (``MODEL_LABEL``), as every vLLM metric does: the served model
+(``model_name_of``), bound when the engine or pool learns it.
 
 =========================================  =========  ==================  ==========================================
 name                                       type       labels              meaning
@@ -52,39 +54,113 @@ class _Noop:
     def observe(self, value: float) -> None: ...
 
 
+MODEL_LABEL = "model_name"
+"""The label every ``rlsched_*`` sample carries, as every vLLM metric does: the served model."""
+UNKNOWN_MODEL = "unknown"
+"""``model_name`` where the config names no model (a scheduler or pool built without one, in tests)."""
+
+
+def model_name_of(*configs: Any) -> str:
+    """The served model name as vLLM labels its metrics: the first config's ``served_model_name`` (its
+    first entry when a list), its ``model_config.served_model_name``, else its ``model``; else
+    ``UNKNOWN_MODEL``."""
+    for cfg in configs:
+        for value in (getattr(cfg, "served_model_name", None),
+                      getattr(getattr(cfg, "model_config", None), "served_model_name", None),
+                      getattr(cfg, "model", None)):
+            if isinstance(value, (list, tuple)):
+                value = value[0] if value else None
+            if isinstance(value, str) and value:
+                return value
+    return UNKNOWN_MODEL
+
+
+class _Labelled:
+    """One metric family as one model's set sees it: ``model_name`` is filled in on every sample. A
+    family without other labels gets its one child at the first record (not before: a set never
+    recorded on exports nothing)."""
+
+    __slots__ = ("family", "model", "_child")
+
+    def __init__(self, family: Any, model: str) -> None:
+        self.family, self.model = family, model
+        self._child: Any = None
+
+    def labels(self, **labels: str) -> Any:
+        return self.family.labels(**{MODEL_LABEL: self.model}, **labels)
+
+    def _one(self) -> Any:
+        if self._child is None:
+            self._child = self.family.labels(**{MODEL_LABEL: self.model})
+        return self._child
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._one().inc(amount)
+
+    def set(self, value: float) -> None:
+        self._one().set(value)
+
+    def observe(self, value: float) -> None:
+        self._one().observe(value)
+
+
 class MetricSet:
     """Metrics on one Prometheus registry (default: the process-wide one, which vLLM's API
-    server exports at ``/metrics``); ``on(registry)`` shares one instance per class and registry,
-    so a second engine or pool in the process does not register the same names twice."""
+    server exports at ``/metrics``), every sample labelled with one ``model_name``. ``on(registry,
+    model_name)`` shares one instance per class, registry and model; the metric families are
+    registered once per registry, so a second engine or pool in the process (of the same model or
+    another) does not register the same names twice."""
 
-    _shared: dict[tuple[type, Any], MetricSet] = {}
-    _shared_lock = threading.Lock()
+    _shared: dict[tuple[type, Any, str], MetricSet] = {}
+    _families: dict[tuple[Any, str], Any] = {}
+    _shared_lock = threading.RLock()  # on() builds a set, whose make() takes it again
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: Any = None, model_name: str = UNKNOWN_MODEL) -> None:
         self.enabled = _prom is not None
         self.registry = registry if registry is not None else (_prom.REGISTRY if _prom else None)
+        self.model_name = model_name
 
     @classmethod
-    def on(cls, registry: Any = None) -> Any:
-        """The shared instance of this class for ``registry`` (created on first use)."""
-        key = (cls, registry if registry is not None else "default")
+    def on(cls, registry: Any = None, model_name: str = UNKNOWN_MODEL) -> Any:
+        """The shared instance of this class for ``registry`` and ``model_name`` (created on first use)."""
+        key = (cls, registry if registry is not None else "default", model_name)
         with MetricSet._shared_lock:
             if key not in MetricSet._shared:
-                MetricSet._shared[key] = cls(registry)
+                MetricSet._shared[key] = cls(registry, model_name)
             return MetricSet._shared[key]
 
+    def for_model(self, model_name: str) -> Any:
+        """This set's metrics for ``model_name`` (the same registry): what an engine or pool records
+        with once it knows the model it serves."""
+        if model_name == self.model_name:
+            return self
+        return type(self).on(self.registry, model_name)
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """The value of ``name``'s sample with ``labels`` and this set's ``model_name`` (None if absent)."""
+        if _prom is None:
+            return None
+        return self.registry.get_sample_value(name, {MODEL_LABEL: self.model_name, **(labels or {})})
+
     def make(self, kind: str, name: str, doc: str, labels: Sequence[str] = (), **kw: Any) -> Any:
-        """A ``kind`` (Counter, Gauge, Histogram) on this set's registry; a no-op without prometheus_client."""
+        """A ``kind`` (Counter, Gauge, Histogram) on this set's registry, labelled ``model_name`` and
+        ``labels``; a no-op without prometheus_client."""
         if _prom is None:
             return _Noop()
-        return getattr(_prom, kind)(name, doc, list(labels), registry=self.registry, **kw)
+        key = (self.registry, name)
+        with MetricSet._shared_lock:
+            family = MetricSet._families.get(key)
+            if family is None:
+                family = MetricSet._families[key] = getattr(_prom, kind)(name, doc, [MODEL_LABEL, *labels],
+                                                                         registry=self.registry, **kw)
+        return _Labelled(family, self.model_name)
 
 
 class PluginMetrics(MetricSet):
-    """The plugin's metrics on one registry. Use ``PluginMetrics.on(registry)`` to share."""
+    """The plugin's metrics on one registry. Use ``PluginMetrics.on(registry, model_name)`` to share."""
 
-    def __init__(self, registry: Any = None) -> None:
-        super().__init__(registry)
+    def __init__(self, registry: Any = None, model_name: str = UNKNOWN_MODEL) -> None:
+        super().__init__(registry, model_name)
         make = self.make
         self.decisions = make("Counter", "rlsched_decisions_total", "Policy decisions taken", ["policy"])
         self.latency = make("Histogram", "rlsched_decision_latency_seconds", "Time inside policy.decide",
@@ -109,11 +185,19 @@ class PluginMetrics(MetricSet):
         self.replica = make("Gauge", "rlsched_replica_info",
                             "1: this stage process (replica), its devices and the port it serves metrics on",
                             ["devices", "port"])
-        self._depth = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
+        self._depth_gauges: dict[str, Any] | None = None
+        """One gauge per class, made at the first count (a set made and never used, such as the
+        ``unknown`` model's before an engine knows its model, exports no samples)."""
         self._done: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ recording
+    @property
+    def _depth(self) -> dict[str, Any]:
+        if self._depth_gauges is None:
+            self._depth_gauges = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
+        return self._depth_gauges
+
     def set_queue_depth(self, counts: Counter[str]) -> None:
         for cls, gauge in self._depth.items():
             gauge.set(counts.get(cls, 0))

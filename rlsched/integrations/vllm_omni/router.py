@@ -156,7 +156,8 @@ def _routed(pool: Any, plan: Any, model: str) -> Any:
         serving = ServingConfig("step" if stage_setting(stage_cfg, "step_execution") else "request",
                                 seqs if config.central and type(seqs) is int and seqs >= 1 else 1)
         settings = PluginConfig.from_extras(extras)
-        routed = cls.replacing(pool, config, settings, degree=stage_layout(stage_cfg), serving=serving)
+        routed = cls.replacing(pool, config, settings, degree=stage_layout(stage_cfg), serving=serving,
+                               model_name=model or None)
         join_vllm_logging()
         _log.info("rlsched router: stage %s routes its %d replicas with %s%s, profile %s, decisions within %g ms "
                   "(budget) / %g ms (deadline)", pool.stage_id, pool.live_num_replicas, config.router,

@@ -1,7 +1,8 @@
 """The routing wing's floor: what the router pool and the central pool share and the plugin installer
 (``router.py``) reads — the stage's router settings (``RouterConfig``, ``extras.rlsched_router``), the
 metrics and the stage-config readers (the request reader, ``make_request``, is the engine plugin's own, in
-``state.py``). No vLLM import; nothing here imports the pools or the installer.
+``state.py``). No vLLM import; nothing here imports the pools or the installer. Every metric below also
+carries ``model_name`` (``metrics.MODEL_LABEL``: the model the API server serves).
 
 =========================================  =========  ===============  ============================================
 name                                       type       labels           meaning
@@ -45,7 +46,7 @@ from rlsched import bounds
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
-from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, MetricSet
+from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, UNKNOWN_MODEL, MetricSet
 from rlsched.routing.views import SILENCE_S
 from rlsched.sim.stage import CENTRAL_LEAD_S
 
@@ -167,8 +168,8 @@ class RouterMetrics(MetricSet):
     """The router's metrics on one registry (module docstring); ``RouterMetrics.on(registry)`` shares
     one instance per registry, as ``PluginMetrics`` does."""
 
-    def __init__(self, registry: Any = None) -> None:
-        super().__init__(registry)
+    def __init__(self, registry: Any = None, model_name: str = UNKNOWN_MODEL) -> None:
+        super().__init__(registry, model_name)
         make = self.make
         self.decisions = make("Counter", "rlsched_router_decisions_total", "Requests routed by the router", ["router"])
         self.fallbacks = make("Counter", "rlsched_router_fallbacks_total",

@@ -61,7 +61,7 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import InlineRunner
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.logs import join_vllm_logging
-from rlsched.integrations.vllm_omni.metrics import PluginMetrics, serve
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics, model_name_of, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
 from rlsched.integrations.vllm_omni.safety import check_decision
@@ -148,6 +148,7 @@ class _PolicyScheduling:
         self.policy: SchedulingPolicy = make_policy(arg or settings.policy) if arg is None or isinstance(arg, str) \
             else arg
         cost = self._cost_arg or load_profile(settings.profile)
+        self.metrics = self.metrics.for_model(model_name_of(od_config))  # every sample labelled with the model
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
         old = getattr(self, "_guard", None)
