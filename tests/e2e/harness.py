@@ -80,6 +80,11 @@ class Server:
     """The server's process group (its leader's pid), kept after ``stop`` for orphan checks."""
 
     @property
+    def model(self) -> str:
+        """The model as the server is told it: every ``rlsched_*`` sample's ``model_name``."""
+        return str(Path(self.model_dir).resolve())
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
@@ -126,7 +131,7 @@ class Server:
                "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO), os.environ.get("PYTHONPATH", "")]),
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
         vllm = str(Path(self.python).with_name("vllm"))
-        cmd = [vllm, "serve", str(Path(self.model_dir).resolve()), "--omni", "--host", "127.0.0.1",
+        cmd = [vllm, "serve", self.model, "--omni", "--host", "127.0.0.1",
                "--port", str(self.port), "--stage-overrides", json.dumps(self.overrides())]
         with self.server_log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
@@ -189,7 +194,7 @@ class Server:
     def metrics(self, port: int | None = None) -> dict[str, float]:
         """The ``rlsched_*`` samples of the plugin's Prometheus endpoint (the first replica's unless ``port``),
         by ``name{labels}``."""
-        return _scrape(f"http://127.0.0.1:{port or self.metrics_port}/metrics")
+        return _scrape(f"http://127.0.0.1:{port or self.metrics_port}/metrics", self.model)
 
     def replica_metrics(self) -> dict[str, dict[str, float]]:
         """Each replica's plugin metrics, by the devices it names in ``rlsched_replica_info{devices}``."""
@@ -204,7 +209,7 @@ class Server:
 
     def api_metrics(self) -> dict[str, float]:
         """The ``rlsched_*`` samples of the API server's ``/metrics`` (the router's live there)."""
-        return _scrape(f"{self.url}/metrics")
+        return _scrape(f"{self.url}/metrics", self.model)
 
     def routed(self) -> list[dict[str, Any]]:
         """The router's choices in order (``$RLSCHED_ROUTER_LOG``), one dict per routed request."""
@@ -226,14 +231,20 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _scrape(url: str) -> dict[str, float]:
+def _scrape(url: str, model: str) -> dict[str, float]:
+    """The ``rlsched_*`` samples at ``url`` by ``name{labels}``, ``model_name`` left out of the key once
+    checked: every sample names ``model`` (the served model), as vLLM's own metrics do."""
     with urllib.request.urlopen(url, timeout=5) as resp:
         text = resp.read().decode()
     out = {}
     for line in text.splitlines():
         if line.startswith("rlsched_"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
+            sample, _, value = line.rpartition(" ")
+            name, _, labels = sample.partition("{")
+            pairs = re.findall(r'\w+="[^"]*"', labels)
+            assert f'model_name="{model}"' in pairs, f"{sample} does not name the model {model}"
+            kept = [p for p in pairs if not p.startswith("model_name=")]
+            out[name + ("{" + ",".join(kept) + "}" if kept else "")] = float(value)
     return out
 
 

@@ -55,6 +55,18 @@ def test_every_sample_carries_the_model_name() -> None:
     assert flux.sample("rlsched_invalid_request_fields_total", {"field": "priority"}) is None
 
 
+def test_a_known_models_set_exports_zeros_from_the_start_and_an_unknown_one_nothing() -> None:
+    """As prometheus_client does without labels: rlsched_admission_mismatches_total is 0 before the
+    first mismatch (an alert on it needs the series); the scheduler's set from before it knows its
+    model leaves no ``unknown`` series."""
+    reg = prom.CollectorRegistry()
+    unknown = PluginMetrics.on(reg)
+    known = unknown.for_model("Qwen/Qwen-Image")
+    assert known.sample("rlsched_admission_mismatches_total") == 0
+    assert known.sample("rlsched_queue_depth", {"priority": "realtime"}) == 0
+    assert {s.labels["model_name"] for m in reg.collect() for s in m.samples} == {"Qwen/Qwen-Image"}
+
+
 def test_the_model_name_is_the_one_vllm_labels_with() -> None:
     from types import SimpleNamespace
 

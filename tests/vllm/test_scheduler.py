@@ -268,6 +268,28 @@ def test_step_mode_wait_keeps_the_running_batch() -> None:
 
 
 # ----------------------------------------------------------- lifecycle
+def test_every_sample_names_the_engines_model() -> None:
+    """Every ``rlsched_*`` sample carries ``model_name`` = the engine config's model, as vLLM labels its own;
+    none of model "unknown" is left from before ``initialize`` named it."""
+    from prometheus_client import CollectorRegistry
+
+    from rlsched.integrations.vllm_omni.metrics import PluginMetrics
+    from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler
+
+    reg = CollectorRegistry()
+    cfg = PluginConfig(policy="edf", decision_budget_ms=1e6, decision_deadline_ms=60e3, telemetry=False)
+    sched = RLRequestScheduler("edf", cfg, clock=Clock(), metrics=PluginMetrics(reg))
+    sched.initialize(od(4, model="/models/Qwen-Image"))
+    sched.add_request(mk_req("A", priority="realtime", slo_ms=1000))
+    finish_wave(sched, sched.schedule())
+    samples = [s for m in reg.collect() for s in m.samples]
+    assert {s.name for s in samples} >= {"rlsched_decisions_total", "rlsched_queue_depth", "rlsched_batch_size_count",
+                                         "rlsched_decision_latency_seconds_count", "rlsched_requests_finished_total",
+                                         "rlsched_admission_mismatches_total"}
+    assert {s.labels.get("model_name") for s in samples} == {"/models/Qwen-Image"}
+    assert plugin("edf").metrics.model_name == "unknown"  # a config without a model
+
+
 def test_abort_and_slo_metrics() -> None:
     clock = Clock()
     sched = plugin("edf", clock=clock)

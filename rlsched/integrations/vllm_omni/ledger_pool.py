@@ -87,8 +87,9 @@ class LedgerStagePool(StagePool):
         scale = settings.time_scale
         self._clock = clock or (lambda: time.monotonic() * scale)
         self._t0 = self._clock()
-        # the model as the API server serves it (a diffusion stage's pool has no vllm config)
-        self.router_metrics = (metrics or RouterMetrics.on()).for_model(model_name or model_name_of(stage_vllm_config))
+        # the stage's served name, else the model the API server was started with (a diffusion stage's
+        # pool has no vllm config)
+        self.router_metrics = (metrics or RouterMetrics.on()).for_model(model_name_of(stage_vllm_config, model_name))
         self.router_fallbacks: Counter[str] = Counter()
         """Requests routed by vLLM-Omni's rule instead, by reason (``router.REASONS``)."""
         self.router_decisions = 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -61,10 +62,12 @@ UNKNOWN_MODEL = "unknown"
 
 
 def model_name_of(*configs: Any) -> str:
-    """The served model name as vLLM labels its metrics: the first config's ``served_model_name`` (its
-    first entry when a list), its ``model_config.served_model_name``, else its ``model``; else
-    ``UNKNOWN_MODEL``."""
+    """The served model name as vLLM labels its metrics, from the first of ``configs`` that names one: a
+    string, or a config's ``served_model_name`` (its first entry when a list), its
+    ``model_config.served_model_name``, else its ``model``; else ``UNKNOWN_MODEL``."""
     for cfg in configs:
+        if isinstance(cfg, str) and cfg:
+            return cfg
         for value in (getattr(cfg, "served_model_name", None),
                       getattr(getattr(cfg, "model_config", None), "served_model_name", None),
                       getattr(cfg, "model", None)):
@@ -77,14 +80,17 @@ def model_name_of(*configs: Any) -> str:
 
 class _Labelled:
     """One metric family as one model's set sees it: ``model_name`` is filled in on every sample. A
-    family without other labels gets its one child at the first record (not before: a set never
-    recorded on exports nothing)."""
+    family without other labels gets its one child at once when the model is known (exported as 0
+    from the start, as prometheus_client does without labels), else at its first record: the
+    scheduler's set from before ``initialize`` names its model leaves no ``unknown`` series."""
 
     __slots__ = ("family", "model", "_child")
 
-    def __init__(self, family: Any, model: str) -> None:
+    def __init__(self, family: Any, model: str, bare: bool) -> None:
         self.family, self.model = family, model
         self._child: Any = None
+        if bare and model != UNKNOWN_MODEL:
+            self._one()
 
     def labels(self, **labels: str) -> Any:
         return self.family.labels(**{MODEL_LABEL: self.model}, **labels)
@@ -112,7 +118,8 @@ class MetricSet:
     another) does not register the same names twice."""
 
     _shared: dict[tuple[type, Any, str], MetricSet] = {}
-    _families: dict[tuple[Any, str], Any] = {}
+    _families: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+    """Registry -> metric name -> its family (every set on that registry labels it)."""
     _shared_lock = threading.RLock()  # on() builds a set, whose make() takes it again
 
     def __init__(self, registry: Any = None, model_name: str = UNKNOWN_MODEL) -> None:
@@ -147,13 +154,11 @@ class MetricSet:
         ``labels``; a no-op without prometheus_client."""
         if _prom is None:
             return _Noop()
-        key = (self.registry, name)
         with MetricSet._shared_lock:
-            family = MetricSet._families.get(key)
-            if family is None:
-                family = MetricSet._families[key] = getattr(_prom, kind)(name, doc, [MODEL_LABEL, *labels],
-                                                                         registry=self.registry, **kw)
-        return _Labelled(family, self.model_name)
+            made = MetricSet._families.setdefault(self.registry, {})
+            if name not in made:
+                made[name] = getattr(_prom, kind)(name, doc, [MODEL_LABEL, *labels], registry=self.registry, **kw)
+        return _Labelled(made[name], self.model_name, bare=not labels)
 
 
 class PluginMetrics(MetricSet):
@@ -186,16 +191,21 @@ class PluginMetrics(MetricSet):
                             "1: this stage process (replica), its devices and the port it serves metrics on",
                             ["devices", "port"])
         self._depth_gauges: dict[str, Any] | None = None
-        """One gauge per class, made at the first count (a set made and never used, such as the
-        ``unknown`` model's before an engine knows its model, exports no samples)."""
+        """One gauge per class: made at once when the model is known (0 from the start), else at the
+        first count (the ``unknown`` set from before an engine knows its model exports nothing)."""
+        if model_name != UNKNOWN_MODEL:
+            self._depth_gauges = self._depth_per_class()
         self._done: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ recording
+    def _depth_per_class(self) -> dict[str, Any]:
+        return {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
+
     @property
     def _depth(self) -> dict[str, Any]:
         if self._depth_gauges is None:
-            self._depth_gauges = {c: self.queue_depth.labels(priority=c) for c in PRIORITY_CLASSES}
+            self._depth_gauges = self._depth_per_class()
         return self._depth_gauges
 
     def set_queue_depth(self, counts: Counter[str]) -> None:
