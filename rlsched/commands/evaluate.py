@@ -61,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
         run_grid(scenarios, policies, seeds, loads, args.duration, args.workers, progress=not args.json,
                  ray=args.ray, grid=grid, replicas=args.replicas, sp_degree=args.sp)
         summary = write_report(grid, out)  # inside: Ctrl-C while plotting keeps the rows too
-    except KeyboardInterrupt as exc:  # Ctrl-C: the finished runs kept, one line, the shell's status 130
-        where = f"; their rows are in {_write_partial(out, grid, total, exc)}" if grid.rows else ""
-        print(f"rlsched: interrupted: {len(grid.rows)} of {total} runs finished{where}", file=sys.stderr)
-        return 130
     except BaseException as exc:
+        if _interrupted(exc):  # Ctrl-C: the finished runs kept, one line, the shell's status 130
+            where = f"; their rows are in {_write_partial(out, grid, total, exc)}" if grid.rows else ""
+            print(f"rlsched: interrupted: {len(grid.rows)} of {total} runs finished{where}", file=sys.stderr)
+            return 130
         if grid.rows:
             path = _write_partial(out, grid, total, exc)
             print(f"rlsched: note: {len(grid.rows)} of {total} runs finished before the grid stopped; their rows "
@@ -82,10 +82,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupted(exc: BaseException | None) -> bool:
+    """Ctrl-C, also when it landed inside a lock's release while a worker's result was awaited (CPython
+    then raises ``RuntimeError: cannot release un-acquired lock`` while handling the KeyboardInterrupt)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__context__
+    return False
+
+
 def _write_partial(out: Path, grid: Grid, total: int, exc: BaseException) -> Path:
     """The finished runs' rows (the same rows results.json is aggregated from), so a failure in
     the last scenario does not cost the others; returns where they are."""
-    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+    why = "interrupted" if _interrupted(exc) else f"{type(exc).__name__}: {exc}"
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / PARTIAL, json.dumps(json_safe({"finished": len(grid.rows), "total": total, "stopped_by": why,
                                                       "rows": grid.rows}), indent=1), "--out")

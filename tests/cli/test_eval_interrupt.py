@@ -91,3 +91,19 @@ def test_a_terminal_ctrl_c_with_workers_prints_no_traceback(tmp_path: Path) -> N
     if "partial.json" in lines[0]:
         partial = json.loads((out / "partial.json").read_text())
         assert partial["stopped_by"] == "interrupted" and len(partial["rows"]) == partial["finished"] > 0
+
+
+def test_ctrl_c_inside_a_locks_release_is_an_interrupt_too() -> None:
+    """Bug (seen once in make test): Ctrl-C landed inside a Condition's release while eval awaited a
+    worker's result; CPython raised RuntimeError('cannot release un-acquired lock') while handling the
+    KeyboardInterrupt, and eval printed a traceback instead of its one line and status 130."""
+    from rlsched.commands.evaluate import _interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("cannot release un-acquired lock")  # noqa: B904 (as CPython chains it)
+    except RuntimeError as exc:
+        assert _interrupted(exc)
+    assert not _interrupted(RuntimeError("boom")) and _interrupted(KeyboardInterrupt())
