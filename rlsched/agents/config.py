@@ -31,6 +31,8 @@ def _a_number(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_a_number)]
+
+
 def _finite_number(value: Any) -> Any:
     _a_number(value)
     if not isinstance(value, (int, float)):

@@ -48,7 +48,7 @@ class EpisodeOptions:
               rate_scale: float | Sequence[float] = (0.5, 1.5), window_s: float | Sequence[float] | None = None,
               workload_seed: int | None = None) -> EpisodeOptions:
         """From user-friendly forms: a name or a list, a number or a ``(low, high)`` range."""
-        return cls(_names(scenario), _modes(mode), _range("env.rate_scale", rate_scale),
+        return cls(names(scenario), _modes(mode), _range("env.rate_scale", rate_scale),
                    None if window_s is None else _range("env.window_s", window_s), workload_seed)
 
     def merged(self, options: dict[str, Any] | None) -> EpisodeOptions:
@@ -117,7 +117,8 @@ class EpisodeSampler:
         return Episode(sc, cost, reqs, seed, scale, start, start + window, key)
 
 
-def _names(value: str | Sequence[str]) -> tuple[str, ...]:
+def names(value: str | Sequence[str]) -> tuple[str, ...]:
+    """One scenario (or pool) name or several, as the envs take them: always a tuple."""
     return (value,) if isinstance(value, str) else tuple(value)
 
 

@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.envs.episodes import EpisodeSampler
+from rlsched.envs.episodes import EpisodeSampler, names
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.learned.observation import GLOBAL_DIM
@@ -57,7 +57,7 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
             warnings.warn("DiTPick-v0: scenarios= is deprecated, pass scenario= (one name or a list)",
                           DeprecationWarning, stacklevel=2)
             scenario = scenarios
-        scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
+        scenarios = list(names(scenario))
         if static is None:
             static = {s: f"agents/tuned/{s}.json" for s in scenarios}
         missing = [s for s in scenarios if s not in static]

@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rlsched.envs.episodes import names
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
@@ -55,7 +56,7 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, pools: str | Sequence[str] = "qwen-image-8gpu", static: dict[str, str] | None = None,
                  rate_scale: tuple[float, float] = (0.5, 1.5), window_s: tuple[float, float] = (1200.0, 2400.0),
                  burn_in_s: float = 300.0, workload_seed: int | None = None) -> None:
-        pools = [pools] if isinstance(pools, str) else list(pools)
+        pools = list(names(pools))
         if static is None:
             static = dict(read_yaml(data_dir("agents") / "router.yaml")["static"])
         missing = [p for p in pools if p not in static]

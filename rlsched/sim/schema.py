@@ -350,13 +350,20 @@ def _validate(model: type[_M], data: Any, where: str, line_of: LineOf | None) ->
         raise schema_error(exc, where, line_of) from None
 
 
+def raised_config_error(exc: ValidationError) -> ConfigError | None:
+    """The ``ConfigError`` a validator raised for pydantic's first refusal (a message of its own, naming
+    its field), if that is what it was."""
+    raised = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
+    return raised if isinstance(raised, ConfigError) else None
+
+
 def schema_error(exc: ValidationError, where: str, line_of: LineOf | None = None) -> ConfigError:
     """One ``ConfigError`` listing every problem as ``key (line N): reason``; the first in ``where``.
-    A ``ConfigError`` a validator raised (a message of its own, naming its field) is passed on as it is."""
-    errors = exc.errors(include_url=False)
-    raised = errors[0].get("ctx", {}).get("error")
-    if isinstance(raised, ConfigError):
+    A ``ConfigError`` a validator raised is passed on as it is (``raised_config_error``)."""
+    raised = raised_config_error(exc)
+    if raised is not None:
         return raised
+    errors = exc.errors(include_url=False)
     lines = [line_of(_file_loc(e["loc"])) if line_of else None for e in errors]
     keys = [_key(e["loc"]) for e in errors]
     head = f"{where}:{lines[0]}" if lines[0] else where

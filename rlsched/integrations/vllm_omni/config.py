@@ -16,6 +16,7 @@ from rlsched import bounds
 from rlsched.bounds import Bound
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.sim.request import PRIORITY_CLASSES, Request
+from rlsched.sim.schema import raised_config_error
 
 EXTRAS_KEY = "rlsched"
 ENV_VARS = {"policy": "RLSCHED_POLICY", "profile": "RLSCHED_PROFILE"}
@@ -266,9 +267,9 @@ def _config_error(exc: ValidationError) -> ConfigError:
     if unknown:
         known = sorted(PluginConfig.model_fields)
         return ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {sorted(unknown, key=str)} (known: {known})")
-    first = errors[0]
-    raised = first.get("ctx", {}).get("error")
-    if isinstance(raised, ConfigError):
+    raised = raised_config_error(exc)
+    if raised is not None:
         return raised
+    first = errors[0]
     where = ".".join(["extras", EXTRAS_KEY, *map(str, first["loc"])])
     return ConfigError(where, f"{first['msg'].removeprefix('Value error, ')}, not {first['input']!r}")

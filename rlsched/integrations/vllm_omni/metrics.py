@@ -190,11 +190,9 @@ class PluginMetrics(MetricSet):
         self.replica = make("Gauge", "rlsched_replica_info",
                             "1: this stage process (replica), its devices and the port it serves metrics on",
                             ["devices", "port"])
-        self._depth_gauges: dict[str, Any] | None = None
+        self._depth_gauges = None if model_name == UNKNOWN_MODEL else self._depth_per_class()
         """One gauge per class: made at once when the model is known (0 from the start), else at the
         first count (the ``unknown`` set from before an engine knows its model exports nothing)."""
-        if model_name != UNKNOWN_MODEL:
-            self._depth_gauges = self._depth_per_class()
         self._done: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
