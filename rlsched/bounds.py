@@ -98,6 +98,9 @@ a rate's request count is capped from rate x window instead)."""
 SCALE_RANGE = (1e-9, 1e9)
 SCALE = floats(*SCALE_RANGE)
 """A rate or time multiplier (``rate_scale``, a trace's ``time_scale``, ``--rate-scale``)."""
+TRUTH_SCALE = floats(0.01, 100)
+"""A scenario's ``truth:`` scale (how far the real cost is from the profile): a 100x error either way is
+far past any stack difference measured (2x)."""
 MAX_SLO_SCALE = 1e6
 SLO_SCALE = floats(0, MAX_SLO_SCALE, low_open=True)
 MAX_MS = 3_600_000.0

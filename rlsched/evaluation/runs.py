@@ -21,6 +21,7 @@ from rlsched.policies.base import PolicySpec, parse_spec, policy_kind
 from rlsched.routing.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import summarize
+from rlsched.sim.truth import BELIEFS
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,15 @@ class RunSpec:
     """Replicas of the scenario's GPU (a multi-replica ``Stage``); arrivals scaled × replicas."""
     sp_degree: int = 1
     """GPUs per replica (sequence parallelism at the profile's ``sp`` coefficients)."""
+    belief: str = "profile"
+    """What decisions read where the scenario's ``truth:`` differs from its profile: ``profile`` (as
+    deployed) or ``truth`` (deployed with the true profile: the reference a calibration aims at)."""
 
     def __post_init__(self) -> None:  # the flags' own bounds, for a run built in code too
         bounds.REPLICAS.check(self.replicas, "--replicas")
         bounds.SP_DEGREE.check(self.sp_degree, "--sp")
+        if self.belief not in BELIEFS:
+            raise ConfigError("--belief", f"{self.belief!r}: one of {', '.join(BELIEFS)}")
 
     @property
     def staged(self) -> bool:
@@ -129,7 +135,10 @@ def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
         sc = sc.with_serving(mode=spec.mode)
     cost = sc.cost()
     reqs = sc.requests(spec.seed, spec.rate_scale, spec.duration_s, spec.trace, cost=cost)
-    return Simulator(reqs, cost, sc.serving)
+    truth = sc.true_cost(cost)
+    if spec.belief == "truth" and truth is not None:
+        cost, truth = truth, None
+    return Simulator(reqs, cost, sc.serving, truth=truth)
 
 
 def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict[str, Any]]:
@@ -148,7 +157,7 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     """A fresh ``Stage`` holding the seeded workload of ``spec`` (not yet run): the scenario's own
     replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a one-GPU scenario
     (arrivals scaled × replicas)."""
-    from rlsched.sim.stage import Stage
+    from rlsched.sim.stage import ReplicaSpec, Stage
 
     if sc.replicas and (spec.replicas, spec.sp_degree) != (1, 1):
         raise ConfigError("--replicas", f"scenario {sc.name!r} declares its own replicas ({sc.gpus} GPUs); "
@@ -159,8 +168,13 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     scale = spec.rate_scale * (1 if sc.replicas else spec.replicas)
     reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
     if sc.replicas:
-        return Stage(reqs, sc.replica_specs(cost), seed=spec.seed)
-    return Stage.uniform(reqs, spec.replicas, sp_cost(sc, cost, spec.sp_degree), sc.serving, seed=spec.seed)
+        return Stage(reqs, sc.replica_specs(cost, spec.belief), seed=spec.seed)
+    wide, truth = sp_cost(sc, cost, spec.sp_degree), sc.true_cost(cost)
+    true_wide = sp_cost(sc, truth, spec.sp_degree) if truth is not None else None
+    if spec.belief == "truth" and true_wide is not None:
+        wide, true_wide = true_wide, None
+    return Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving, true_wide) for i in range(spec.replicas)],
+                 seed=spec.seed)
 
 
 def sp_cost(sc: Scenario, cost: Any, sp_degree: int) -> Any:

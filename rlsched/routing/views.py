@@ -456,7 +456,8 @@ class ViewRouter:
         left of it, what finished since the last state, ``preempted``."""
         self._seq[slot] += 1
         self._progress[slot] = {r.request.id: r for r in sim.running}
-        left = sim.gpu_end_s - sim.now if sim.running and sim.gpu_end_s != INF else 0.0
+        # the engine publishes its profile's prediction of the running batch, not when it really ends
+        left = max(sim.predicted_end_s - sim.now, 0.0) if sim.running and sim.gpu_end_s != INF else 0.0
         state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
                               self._finished[slot], preempted)
         self._finished[slot] = []

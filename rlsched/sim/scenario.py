@@ -27,6 +27,7 @@ from rlsched.sim.request import Request
 from rlsched.sim.schema import LineOf, group_name, validate_scenario
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import ReplicaSpec
+from rlsched.sim.truth import EXACT, Truth
 from rlsched.sim.yamlio import read_yaml_lines
 
 ENVS_DIR = data_dir("envs")
@@ -97,11 +98,27 @@ class Scenario:
     """A multi-replica stage (empty: one GPU). Then ``arrival`` is what reaches the whole stage,
     and SLOs stay ``slo_scale`` × the standalone time on ``profile`` at one GPU (the reference
     a user's SLO is written against, whichever replica serves the request)."""
+    truth: Truth = EXACT
+    """The cost the GPU really runs at (``rlsched.sim.truth``); every decision reads ``profile``."""
     description: str = ""
     path: str = ""
 
     def cost(self) -> CostModel:
         return load_profile(self.profile)
+
+    def true_cost(self, cost: CostModel | None = None, own_profile: bool = False) -> CostModel | None:
+        """What a GPU whose decisions read ``cost`` (default: the scenario's profile) really runs at; None
+        when the profile is the truth. A ``truth.profile`` without one of the scenario's models is a
+        ``ConfigError`` naming ``truth.profile``."""
+        try:
+            true = self.truth.apply(cost or self.cost(), own_profile)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.path}: truth", str(exc)) from None
+        if true is not None:
+            for name in sorted({s.model for s in self._shape_pool()} - set(true.models)):
+                raise ConfigError(f"{self.path}: truth.profile", f"{true.name!r} has no model {name!r}, which "
+                                                                 "the scenario's requests use")
+        return true
 
     @property
     def gpus(self) -> int:
@@ -115,25 +132,31 @@ class Scenario:
                                                       f"({self.gpus} GPUs); {what} models one GPU (rlsched "
                                                       "simulate, eval and plan run the stage)")
 
-    def replica_specs(self, cost: CostModel | None = None) -> list[ReplicaSpec]:
+    def replica_specs(self, cost: CostModel | None = None, belief: str = "profile") -> list[ReplicaSpec]:
         """The stage's replicas, in file order: each group's profile at its SP degree (one cost
-        object per group, so replicas of a group share it). ``cost``: the scenario's profile,
-        if already loaded. Every shape must run alone on every group (else ``ConfigError``
-        naming ``replicas[i]``)."""
+        object per group, so replicas of a group share it), and what it really runs at (``truth``).
+        ``cost``: the scenario's profile, if already loaded; ``belief="truth"``: decisions read the
+        true cost too (the user who measured their own GPU). Every shape must run alone on every
+        group (else ``ConfigError`` naming ``replicas[i]``)."""
         base = cost or self.cost()
         out: list[ReplicaSpec] = []
         for i, g in enumerate(self.replicas):
             where = f"{self.path}: replicas[{i}]"
+            believed = load_profile(g.profile) if g.profile else base
+            true = self.true_cost(believed, own_profile=bool(g.profile))
             try:
-                wide = at_layout(load_profile(g.profile) if g.profile else base, g.sp_degree, g.cfg_parallel)
+                wide = at_layout(believed, g.sp_degree, g.cfg_parallel)
+                true_wide = at_layout(true, g.sp_degree, g.cfg_parallel) if true is not None else None
             except ConfigError as exc:
                 raise ConfigError(where, str(exc)) from None
             try:
                 self._check_shapes(wide)
             except (ConfigError, TraceFormatError) as exc:
                 raise ConfigError(where, f"a shape cannot run on this group: {exc}") from None
+            if belief == "truth" and true_wide is not None:
+                wide, true_wide = true_wide, None
             name = group_name(g.name, g.profile or self.profile, g.sp_degree, g.cfg_parallel)
-            out += [ReplicaSpec(f"{name}-{j}", wide, self.serving) for j in range(g.count)]
+            out += [ReplicaSpec(f"{name}-{j}", wide, self.serving, true_wide) for j in range(g.count)]
         return out
 
     def with_serving(self, **changes: Any) -> Scenario:
@@ -430,4 +453,4 @@ def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> 
         shapes_from=spec.shapes_from.model_dump() if spec.shapes_from else {},
         replicas=tuple(ReplicaGroup(g.count, g.sp_degree, g.profile or "", g.name or "", g.cfg_parallel)
                        for g in spec.replicas),
-        description=spec.description, path=where)
+        truth=Truth(**spec.truth.model_dump()), description=spec.description, path=where)

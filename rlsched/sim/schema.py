@@ -177,6 +177,15 @@ class ReplicaGroupSpec(Strict):
     """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
 
 
+class TruthSpec(Strict):
+    """``truth:``: the cost the GPU really runs at (``rlsched.sim.truth``); decisions read ``profile:``."""
+
+    profile: str = ""
+    time_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    quadratic_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    memory_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+
+
 class ScenarioFile(Strict):
     """A whole scenario file; see ``rlsched.sim.scenario.Scenario`` for what each key means."""
 
@@ -189,6 +198,7 @@ class ScenarioFile(Strict):
     mix: tuple[ShapeSpecModel, ...] = ()
     shapes_from: ShapesFromSpec | None = None
     replicas: tuple[ReplicaGroupSpec, ...] = ()
+    truth: TruthSpec = TruthSpec()
     description: str = ""
 
     @model_validator(mode="before")

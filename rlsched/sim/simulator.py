@@ -92,8 +92,13 @@ class Simulator:
     """Decisions may reject waiting requests (``Decision.reject``, load shedding)."""
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
-                 horizon_s: float = INF) -> None:
+                 horizon_s: float = INF, truth: CostModel | None = None) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
+        self.truth = truth
+        """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
+        check; ``cost`` is what decisions read. None: ``cost`` is the truth."""
+        self._true: dict[int, RequestRecord] = {}
+        """Records at the true cost, by request id (only with ``truth``)."""
         self.step_mode = config.step_mode
         self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
         ids = [r.id for r in self._arrivals]
@@ -108,6 +113,9 @@ class Simulator:
         self._dequeued = 0
         self.running: list[RequestRecord] = []
         self.gpu_end_s = INF
+        self.predicted_end_s = INF
+        """When the running batch ends by ``cost`` (what the replica publishes and a central queue
+        schedules on); ``gpu_end_s`` is when it really ends."""
         self._timer_s = INF
         self._idle_until_event = False
         self.batches = 0
@@ -230,12 +238,19 @@ class Simulator:
         batch = self._take(decision.batch)
         self.batches += 1
         self.batch_sizes.append(len(batch))
-        mem = self.cost.batch_memory_gb(batch)
-        if mem > self.cost.gpu_memory_gb:
+        duration = predicted = self._duration(batch)
+        if self.truth is None:
+            mem, capacity = self.cost.batch_memory_gb(batch), self.cost.gpu_memory_gb
+        else:
+            true = self._true_records(batch)
+            mem, capacity = self.truth.batch_memory_gb(true), self.truth.gpu_memory_gb
+            cfg = self.config
+            duration = self.truth.batch_duration(true, self.step_mode, cfg.engine_overhead_ms,
+                                                 cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
+        if mem > capacity:
             self._fail_oom(batch)
             self._changed()
             return
-        duration = self._duration(batch)
         for rec in batch:
             if rec.status == WAITING and math.isnan(rec.first_scheduled_s):
                 rec.first_scheduled_s = self.now
@@ -243,6 +258,7 @@ class Simulator:
         self.running = self.last_batch = batch
         self._batch_mem_gb, self._batch_start_s = mem, self.now
         self.gpu_end_s = self.now + duration
+        self.predicted_end_s = self.now + predicted
         self._changed()
 
     def _changed(self) -> None:
@@ -304,6 +320,16 @@ class Simulator:
             self._finish(rec, REJECTED)
         self._compact()
 
+    def _true_records(self, batch: list[RequestRecord]) -> list[RequestRecord]:
+        assert self.truth is not None
+        out = []
+        for rec in batch:
+            true = self._true.get(rec.request.id)
+            if true is None:
+                true = self._true[rec.request.id] = self.truth.record(rec.request)
+            out.append(true)
+        return out
+
     def _duration(self, batch: list[RequestRecord]) -> float:
         cfg = self.config
         return self.cost.batch_duration(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx)
@@ -311,8 +337,8 @@ class Simulator:
     def _end_batch(self) -> None:
         elapsed = self.now - self._batch_start_s
         self.busy_s += elapsed
-        self.mem_gb_s += elapsed * (self._batch_mem_gb - self.cost.weights_gb)  # activations; weights always resident
-        self.gpu_end_s = INF
+        self.mem_gb_s += elapsed * (self._batch_mem_gb - self._weights_gb)  # activations; weights always resident
+        self.gpu_end_s = self.predicted_end_s = INF
         still, done = [], []
         for rec in self.running:
             rec.steps_done = rec.request.num_inference_steps if not self.step_mode else rec.steps_done + 1
@@ -321,6 +347,7 @@ class Simulator:
         # them: callbacks that average over finishes (the observation's SLO history) see one order
         for rec in sorted(done, key=_request_id):
             self._finish(rec, COMPLETED)
+            self._true.pop(rec.request.id, None)
         self.running = still
         if done:
             self._changed()
@@ -332,6 +359,7 @@ class Simulator:
                 rec.first_scheduled_s = self.now
             rec.batch_id = self.batches
             self._finish(rec, FAILED_OOM)
+            self._true.pop(rec.request.id, None)
         self.running = [r for r in self.running if r.status == RUNNING]
 
     def _finish(self, rec: RequestRecord, status: str) -> None:
@@ -348,13 +376,14 @@ class Simulator:
         ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight). Callbacks,
         the journal and the statistics start empty. For look-ahead: try a decision on the fork."""
         ahead = [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s] if future_s > 0 else []
-        sim = Simulator(ahead, self.cost, self.config, self.horizon_s)
+        sim = Simulator(ahead, self.cost, self.config, self.horizon_s, self.truth)
         copies = {rid: copy.copy(rec) for rid, rec in self.records.items() if rec.status in (WAITING, RUNNING)}
         sim.records = dict(copies)
         sim.waiting = {rid: copies[rid] for rid in self.waiting}
         sim.running = [copies[r.request.id] for r in self.running]
         sim.last_batch = list(sim.running)
         sim.now, sim.gpu_end_s, sim._timer_s = self.now, self.gpu_end_s, self._timer_s
+        sim.predicted_end_s = self.predicted_end_s
         sim._idle_until_event = self._idle_until_event
         sim._batch_mem_gb, sim._batch_start_s = self._batch_mem_gb, self._batch_start_s
         return sim
@@ -369,8 +398,14 @@ class Simulator:
         return len(self._arrivals)
 
     @property
+    def _weights_gb(self) -> float:
+        return (self.truth or self.cost).weights_gb
+
+    @property
     def memory_used_gb(self) -> float:
-        return self.cost.weights_gb + (self._batch_mem_gb if self.gpu_end_s != INF else 0.0)
+        """What the GPU holds now (NVML's used memory): the running batch's peak (weights included), else
+        the weights."""
+        return self._batch_mem_gb if self.gpu_end_s != INF else self._weights_gb
 
     def open_telemetry(self) -> SimTelemetry:
         """What NVML would report for this simulator (``SimTelemetry``), from now on."""

@@ -79,6 +79,8 @@ class ReplicaSpec:
     name: str
     cost: CostModel
     serving: ServingConfig
+    truth: CostModel | None = None
+    """What the replica's GPU really runs at (``rlsched.sim.truth``; None: ``cost`` is the truth)."""
 
 
 class Router(Protocol):
@@ -111,7 +113,7 @@ class Stage:
             dup = next(i for i, n in Counter(ids).items() if n > 1)
             raise InvalidRequest("id", dup, "duplicate request id in the workload")
         self.specs = tuple(replicas)
-        self.replicas = [Simulator([], r.cost, r.serving, horizon_s) for r in replicas]
+        self.replicas = [Simulator([], r.cost, r.serving, horizon_s, r.truth) for r in replicas]
         self.horizon_s, self.seed = horizon_s, seed
         self.now = 0.0
         self.routed: dict[int, int] = {}
@@ -215,14 +217,15 @@ class Stage:
         within the lead of its end with nothing queued there — once per wave."""
         sim = self.replicas[r]
         t = sim.next_event_s()
-        due = next_batch_s(len(sim.waiting), sim.gpu_end_s != INF, sim.gpu_end_s, sim.step_mode, self.lead_s)
-        if due == INF or self._woken_for[r] == sim.gpu_end_s:
+        end = sim.predicted_end_s  # what the central queue is told of the wave (its profile's prediction)
+        due = next_batch_s(len(sim.waiting), sim.gpu_end_s != INF, end, sim.step_mode, self.lead_s)
+        if due == INF or self._woken_for[r] == end:
             return t
         wake = max(due, self.now)
         if wake >= t:
             return t
         if wake == self.now:  # already within the lead: the dispatch of this instant saw it
-            self._woken_for[r] = sim.gpu_end_s
+            self._woken_for[r] = end
             return t
         return wake
 
@@ -312,11 +315,11 @@ class Stage:
             if not self.hubs[0].waiting:
                 break
             busy = sim.gpu_end_s != INF
-            if not takes_next_batch(len(sim.waiting), busy or bool(sim.running), sim.gpu_end_s, self.now,
+            if not takes_next_batch(len(sim.waiting), busy or bool(sim.running), sim.predicted_end_s, self.now,
                                     sim.step_mode, self.lead_s):
                 continue
             if busy:
-                self._woken_for[r] = sim.gpu_end_s
+                self._woken_for[r] = sim.predicted_end_s
             k = self._kind[r]
             view = self.hubs[k]
             if not woken[k]:  # a replica is free: its kind's policy decides again (as after any event)

@@ -376,6 +376,7 @@ FIELDS: list[tuple[str, str]] = [  # (arrival process, key path); every int or f
     ("poisson", "mix.0.height"), ("poisson", "mix.0.width"), ("poisson", "mix.0.num_frames"),
     ("poisson", "mix.0.steps"), ("poisson", "mix.0.weight"), ("poisson", "mix.0.prefix_groups"),
     ("poisson", "replicas.0.count"),
+    ("poisson", "truth.time_scale"), ("poisson", "truth.quadratic_scale"), ("poisson", "truth.memory_scale"),
 ]
 EXTREMES: list[Any] = [0, -0.0, 5e-324, 1e-300, 1e-7, 1e-3, 0.5, 1, 3, 1e6, 1e9, 1e12, 1e308, -1e308, -1,
                        math.nan, math.inf, -math.inf, 10**30, 2**63, 10**400, "1e999", "nan"]
@@ -453,6 +454,9 @@ def _check_extreme(process: str, path: str, value: Any) -> None:
         assert math.isfinite(sim.now) and len(sim.records) == len(reqs[:20])
     if path.startswith("replicas"):
         assert 1 <= len(sc.replica_specs()) <= schema.MAX_REPLICAS
+    if path.startswith("truth") and reqs:  # a legal truth runs to the end (OOM failures are outcomes too)
+        sim = Simulator(reqs[:20], sc.cost(), sc.serving, truth=sc.true_cost()).run(make_policy("fifo"))
+        assert math.isfinite(sim.now) and all(r.status in ("completed", "failed_oom") for r in sim.records.values())
 
 
 @pytest.mark.timeout(300)

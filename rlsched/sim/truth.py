@@ -1,0 +1,103 @@
+"""The cost a GPU really runs at, beside the profile every decision reads (a scenario's ``truth:``).
+
+A profile is fitted offline to someone's measurements; a user's stack differs (another GPU, attention
+backend, ``torch.compile``, FP8, step skipping). ``Truth`` says how: execute on another profile
+(``profile: NAME``) and/or scale the believed one::
+
+    truth: {time_scale: 1.3}                  # every time term 30 % slower than believed
+    truth: {quadratic_scale: 2.0}             # the attention term (∝ tokens²) twice the belief: shape-dependent
+    truth: {memory_scale: 1.15}               # activations and decode peaks 15 % above the belief
+    truth: {profile: wan22-a14b-h200-sglang}  # another profile altogether (its GPU memory too)
+
+The simulator then runs every batch (its duration, its memory, the OOM check) at the true cost, while
+policies, routers, the central queue and every published prediction read the scenario's ``profile:`` —
+exactly what a deployed scheduler holds. SLOs stay ``slo_scale`` × the believed standalone time: the
+number a user wrote against the profile. Scales multiply a model's coefficients: ``time_scale`` every
+time term (step floor, fixed, linear and attention terms, encode, decode, the SP and CFG-parallel
+communication terms), ``quadratic_scale`` the attention term once more, ``memory_scale`` the per-request
+memory (activations and decode peak; the weights are known to the byte). ``profile:`` applies to the
+replicas on the scenario's profile; a replica group that names its own profile keeps it, scaled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from rlsched.sim.cost import CFGCost, CostModel, ModelCost, SPCost, load_profile
+
+_TIME = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2", "encode_s", "decode_s_per_mpx")
+_SP_TIME = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok", "ring_sync_s_per_degree")
+_MEMORY = ("act_gb_per_ktok", "vae_gb_per_mpx")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """How the GPU's real cost differs from the scenario's profile (see the module docstring)."""
+
+    profile: str = ""
+    """Execute on this profile (name or path; ``""``: the scenario's own)."""
+    time_scale: float = 1.0
+    quadratic_scale: float = 1.0
+    memory_scale: float = 1.0
+
+    @property
+    def exact(self) -> bool:
+        """The profile is the truth (no ``truth:``, or one that changes nothing)."""
+        return not self.profile and self.time_scale == self.quadratic_scale == self.memory_scale == 1.0
+
+    def apply(self, belief: CostModel, own_profile: bool = False) -> CostModel | None:
+        """The true cost of a replica whose decisions read ``belief`` (its profile at one GPU);
+        ``own_profile``: its group names its own profile, which ``profile:`` does not replace.
+        None when the belief is the truth."""
+        if self.exact:
+            return None
+        base = load_profile(self.profile) if self.profile and not own_profile else belief
+        return scaled(base, self.time_scale, self.quadratic_scale, self.memory_scale)
+
+    def label(self) -> str:
+        """Short text for tables and logs: ``profile=X time×1.3 attn×2 mem×1.15`` (``exact``)."""
+        parts = [f"profile={self.profile}"] if self.profile else []
+        parts += [f"{what}×{scale:g}" for what, scale in (("time", self.time_scale), ("attn", self.quadratic_scale),
+                                                           ("mem", self.memory_scale)) if scale != 1.0]
+        return " ".join(parts) or "exact"
+
+
+EXACT = Truth()
+BELIEFS = ("profile", "truth")
+"""What decisions read: the scenario's profile (as deployed), or its truth (deployed with the true profile)."""
+
+
+def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.0,
+           memory_scale: float = 1.0) -> CostModel:
+    """``cost`` with every model's coefficients scaled (see the module docstring); ``cost`` itself
+    when every scale is 1."""
+    if time_scale == quadratic_scale == memory_scale == 1.0:
+        return cost
+    models = {name: _scaled_model(m, time_scale, quadratic_scale, memory_scale) for name, m in cost.models.items()}
+    label = f"{cost.name}×truth"
+    return dataclasses.replace(cost, name=label, models=models)
+
+
+def _scaled_model(m: ModelCost, time: float, quad: float, memory: float) -> ModelCost:
+    changes: dict[str, object] = {k: getattr(m, k) * time for k in _TIME}
+    changes["c_s_per_gtok2"] = m.c_s_per_gtok2 * time * quad
+    changes.update({k: getattr(m, k) * memory for k in _MEMORY})
+    if m.sp is not None:
+        changes["sp"] = _scaled_sp(m.sp, time)
+    if m.cfg_parallel is not None:
+        changes["cfg_parallel"] = _scaled_cfg(m.cfg_parallel, time)
+    return dataclasses.replace(m, **changes)
+
+
+def _scaled_sp(sp: SPCost, time: float) -> SPCost:
+    return dataclasses.replace(sp, **{k: getattr(sp, k) * time for k in _SP_TIME if getattr(sp, k) is not None})
+
+
+def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
+    return dataclasses.replace(cfg, latency_s=cfg.latency_s * time,
+                               link_gb_s=cfg.link_gb_s / time if math.isfinite(cfg.link_gb_s) else cfg.link_gb_s)
+
+
+__all__ = ["BELIEFS", "EXACT", "Truth", "scaled"]

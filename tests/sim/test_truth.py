@@ -1,0 +1,150 @@
+"""A scenario's ``truth:``: batches run (time, memory, OOM) at the true cost while decisions read the profile."""
+
+import dataclasses
+import math
+
+import pytest
+
+from rlsched.errors import ConfigError
+from rlsched.evaluation import RunSpec, prepare, prepare_stage, simulate
+from rlsched.policies import make_policy
+from rlsched.sim import Decision, ServingConfig, Simulator, load_scenario
+from rlsched.sim.cost import load_profile
+from rlsched.sim.request import COMPLETED, FAILED_OOM
+from rlsched.sim.scenario import scenario_from_dict
+from rlsched.sim.truth import Truth, scaled
+from tests.conftest import make_request
+
+COST = load_profile("qwen-image-h200")
+CONFIG = ServingConfig("request", 4, 0.0)
+
+
+def _alone(truth, mode: str = "request") -> Simulator:
+    sim = Simulator([make_request(0, size=1024)], COST, ServingConfig(mode, 4, 0.0), truth=truth)
+    sim.advance_to_next_decision()
+    sim.apply(Decision(batch=(0,)))
+    return sim
+
+
+def test_a_batch_runs_at_the_true_cost_and_publishes_the_believed_one() -> None:
+    slow = scaled(COST, time_scale=1.3)
+    sim = _alone(slow)
+    rec = sim.records[0]
+    believed = COST.batch_duration([rec])
+    true = slow.batch_duration([slow.record(rec.request)])
+    assert true == pytest.approx(1.3 * believed, rel=1e-12)
+    assert sim.predicted_end_s == pytest.approx(believed) and sim.gpu_end_s == pytest.approx(true)
+    assert rec.work_s == COST.record(rec.request).work_s  # what policies read is the belief
+    while sim.advance_to_next_decision():
+        pass
+    assert rec.status == COMPLETED and rec.finish_s == pytest.approx(true)
+    assert sim.predicted_end_s == math.inf
+
+
+def test_no_truth_is_the_profile_itself() -> None:
+    sim = _alone(None)
+    assert sim.predicted_end_s == sim.gpu_end_s == pytest.approx(COST.batch_duration([sim.records[0]]))
+    assert Truth().apply(COST) is None and Truth(time_scale=1.0, memory_scale=1.0).exact
+    assert scaled(COST) is COST
+
+
+def test_the_attention_scale_moves_only_the_quadratic_term() -> None:
+    attn = scaled(COST, quadratic_scale=2.0)
+    m, t = COST.model("qwen-image"), attn.model("qwen-image")
+    assert (t.a_s, t.b_s_per_mtok, t.encode_s, t.decode_s_per_mpx) == (m.a_s, m.b_s_per_mtok, m.encode_s,
+                                                                       m.decode_s_per_mpx)
+    assert t.c_s_per_gtok2 == 2 * m.c_s_per_gtok2 and t.act_gb_per_ktok == m.act_gb_per_ktok
+    big, small = make_request(0, size=2048), make_request(1, size=512)
+    grow = [attn.record(r).work_s / COST.record(r).work_s for r in (big, small)]
+    assert grow[0] > 1.2 and grow[0] > grow[1] >= 1.0  # shape-dependent: the large image pays for attention
+
+
+def test_under_estimated_memory_fails_a_batch_the_profile_says_fits() -> None:
+    free = COST.gpu_memory_gb - COST.weights_gb
+    per = COST.record(make_request(0, size=2048)).mem_gb
+    n = int(free // per)
+    assert n >= 1 and (n * per) * 1.15 > free  # fits the belief, not the truth
+    reqs = [make_request(i, size=2048) for i in range(n)]
+    sim = Simulator(reqs, COST, ServingConfig("request", n, 0.0), truth=scaled(COST, memory_scale=1.15))
+    sim.advance_to_next_decision()
+    assert COST.fits(list(sim.waiting.values()))
+    sim.apply(Decision(batch=tuple(range(n))))
+    assert sim.oom_batches == 1 and all(r.status == FAILED_OOM for r in sim.records.values())
+
+
+def test_memory_used_is_the_true_batch_peak() -> None:
+    heavy = scaled(COST, memory_scale=1.15)
+    sim = _alone(heavy)
+    want = heavy.batch_memory_gb([heavy.record(sim.records[0].request)])
+    assert sim.memory_used_gb == pytest.approx(want) and want < COST.gpu_memory_gb
+    while sim.advance_to_next_decision():
+        pass
+    assert sim.memory_used_gb == COST.weights_gb
+
+
+@pytest.mark.parametrize("scenario,policy", [("default", "edf"), ("qwen-image-8gpu", "edf@least-work"),
+                                             ("qwen-image-8gpu", "edf@central")])
+def test_a_slower_gpu_costs_slo_and_the_true_belief_is_the_reference(scenario: str, policy: str) -> None:
+    sc = load_scenario(scenario)
+    spec = RunSpec(scenario, policy, seed=1000, duration_s=900)
+    exact = simulate(spec, sc)[1]
+    slow = dataclasses.replace(sc, truth=Truth(time_scale=1.3))
+    deployed, informed = simulate(spec, slow)[1], simulate(dataclasses.replace(spec, belief="truth"), slow)[1]
+    assert deployed["requests_total"] == informed["requests_total"] == exact["requests_total"]
+    assert deployed["makespan_s"] > exact["makespan_s"]
+    assert deployed["slo_attainment"] < exact["slo_attainment"]
+    assert simulate(dataclasses.replace(spec, belief="truth"), sc)[1] == exact  # no truth: belief=truth is moot
+
+
+def test_each_replica_runs_at_its_groups_truth() -> None:
+    sc = dataclasses.replace(load_scenario("qwen-image-hetero"), truth=Truth(time_scale=1.3))
+    stage = prepare_stage(RunSpec("qwen-image-hetero", "edf@least-work", seed=1000, duration_s=60), sc)
+    for spec, sim in zip(stage.specs, stage.replicas):
+        assert sim.truth is spec.truth is not None and sim.cost is spec.cost
+        m, t = spec.cost.models["qwen-image"], spec.truth.models["qwen-image"]
+        assert t.a_s == pytest.approx(1.3 * m.a_s)
+        if spec.cost.name.endswith("u2"):  # an SP replica: the truth is at the same layout
+            assert spec.truth.layout == spec.cost.layout and spec.truth.model("qwen-image").sp is not None
+    informed = prepare_stage(RunSpec("qwen-image-hetero", "edf@least-work", seed=1000, duration_s=60,
+                                     belief="truth"), sc)
+    assert all(sim.truth is None and sim.cost.models["qwen-image"].a_s == pytest.approx(1.3 * s.cost.models[
+        "qwen-image"].a_s) for sim, s in zip(informed.replicas, stage.specs))
+
+
+def test_one_gpu_replicas_of_a_scenario_carry_the_truth() -> None:
+    sc = dataclasses.replace(load_scenario("default"), truth=Truth(time_scale=0.7))
+    stage = prepare_stage(RunSpec("default", "edf", seed=1000, duration_s=60, replicas=2), sc)
+    assert all(sim.truth is not None and sim.truth.models["qwen-image"].a_s == pytest.approx(
+        0.7 * sim.cost.models["qwen-image"].a_s) for sim in stage.replicas)
+    assert prepare(RunSpec("default", "edf", seed=1000, duration_s=60), sc).truth is not None
+
+
+def _scenario(truth: dict) -> dict:
+    return {"name": "t", "profile": "qwen-image-h200", "duration_s": 60, "arrival": {"rate_rps": 0.1},
+            "classes": {"batch": {"share": 1, "slo_scale": 3}},
+            "mix": [{"model": "qwen-image", "modality": "image", "height": 512, "width": 512}], "truth": truth}
+
+
+def test_the_truth_key_is_read_and_checked() -> None:
+    sc = scenario_from_dict(_scenario({"profile": "qwen-image-h200-vllm-omni", "memory_scale": 1.15}), "t.yaml")
+    assert sc.truth == Truth("qwen-image-h200-vllm-omni", memory_scale=1.15)
+    true = sc.true_cost()
+    assert true is not None and true.gpu_memory_gb == load_profile("qwen-image-h200-vllm-omni").gpu_memory_gb
+    with pytest.raises(ConfigError, match=r"truth\.time_scale"):
+        scenario_from_dict(_scenario({"time_scale": 0}), "t.yaml")
+    with pytest.raises(ConfigError, match=r"truth\.speed"):
+        scenario_from_dict(_scenario({"speed": 2}), "t.yaml")
+    missing = r"truth\.profile.*has no model 'qwen-image', which the scenario's requests use"
+    with pytest.raises(ConfigError, match=missing):
+        scenario_from_dict(_scenario({"profile": "wan21-t2v-14b-h100"}), "t.yaml").true_cost()
+    with pytest.raises(ConfigError, match="--belief"):
+        RunSpec("default", "edf", belief="oracle")
+
+
+def test_step_mode_runs_each_step_at_the_true_cost() -> None:
+    slow = scaled(COST, time_scale=1.3)
+    sim = Simulator([make_request(0, size=1024, steps=3)], COST, ServingConfig("step", 4, 0.0), truth=slow)
+    sim.run(make_policy("fifo"))
+    rec = sim.records[0]
+    true = slow.record(rec.request)
+    assert rec.finish_s == pytest.approx(true.work_s) and rec.finish_s == pytest.approx(1.3 * rec.work_s)
