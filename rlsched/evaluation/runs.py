@@ -17,7 +17,7 @@ from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
-from rlsched.policies.base import PolicySpec, parse_spec, policy_kind
+from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kind
 from rlsched.routing.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import summarize
@@ -138,7 +138,7 @@ def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
     truth = sc.true_cost(cost)
     if spec.belief == "truth" and truth is not None:
         cost, truth = truth, None
-    return Simulator(reqs, cost, sc.serving, truth=truth)
+    return Simulator(reqs, cost, sc.serving, truth=truth, calibrate=calibrates(spec.policy))
 
 
 def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict[str, Any]]:
@@ -167,14 +167,15 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     cost = sc.cost()
     scale = spec.rate_scale * (1 if sc.replicas else spec.replicas)
     reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
+    calibrate = calibrates(split_pair(spec.policy)[0])
     if sc.replicas:
-        return Stage(reqs, sc.replica_specs(cost, spec.belief), seed=spec.seed)
+        return Stage(reqs, sc.replica_specs(cost, spec.belief), seed=spec.seed, calibrate=calibrate)
     wide, truth = sp_cost(sc, cost, spec.sp_degree), sc.true_cost(cost)
     true_wide = sp_cost(sc, truth, spec.sp_degree) if truth is not None else None
     if spec.belief == "truth" and true_wide is not None:
         wide, true_wide = true_wide, None
     return Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving, true_wide) for i in range(spec.replicas)],
-                 seed=spec.seed)
+                 seed=spec.seed, calibrate=calibrate)
 
 
 def sp_cost(sc: Scenario, cost: Any, sp_degree: int) -> Any:

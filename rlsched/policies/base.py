@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar, runtime_checkable
 
 from rlsched.errors import ConfigError
@@ -140,9 +140,28 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_policy(spec: str | PolicySpec) -> SchedulingPolicy:
-    """Build a policy from its spec (e.g. ``fifo``, ``rl:checkpoints/default``)."""
+CALIBRATE = "calibrate"
+"""The option every policy takes: ``calibrate=on`` (the default) decides on the cost profile refitted
+online from what the GPU takes (``rlsched.sim.online``), ``calibrate=off`` on the profile as shipped."""
+
+
+def calibrates(spec: str | PolicySpec) -> bool:
+    """Whether ``spec``'s ``calibrate`` option is on (the default); ``ConfigError`` for a value other than
+    on or off."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    value = parsed.options.get(CALIBRATE, "on")
+    if value not in ("on", "off"):
+        raise ConfigError(f"policy {parsed.name!r} option {CALIBRATE}", f"{value!r}: on or off")
+    return value == "on"
+
+
+def make_policy(spec: str | PolicySpec) -> SchedulingPolicy:
+    """Build a policy from its spec (e.g. ``fifo``, ``rl:checkpoints/default``); the ``calibrate`` option is
+    the state's to read (``calibrates``), not the policy's."""
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    if CALIBRATE in parsed.options:
+        calibrates(parsed)
+        parsed = replace(parsed, options={k: v for k, v in parsed.options.items() if k != CALIBRATE})
     factory = _REGISTRY.get(parsed.name)
     if factory is None:
         raise ConfigError("policy", f"unknown policy {str(spec)!r} (known: {', '.join(policy_names())})")

@@ -241,6 +241,8 @@ class ProjectedPolicy:
         self.table = RecordTable()
         self.index = QueueIndex(_group, _by_deadline)
         self._caps: dict[tuple, int] = {}
+        self._caps_cost: object = None
+        """The cost model ``_caps`` were computed on."""
         self._candidates: tuple[object, tuple[list[RequestRecord], list[RequestRecord]]] = (None, ([], []))
         self._items_of: tuple[object, Items | None] = (None, None)
         """The last request-mode ``Items`` and what they were built from: ``pick`` asks twice per
@@ -317,6 +319,8 @@ class ProjectedPolicy:
 
     def base_cap(self, state: QueueView, rec: RequestRecord) -> int:
         """The cost model's batching cap of ``rec``'s key (``batching_cap``), before the action."""
+        if state.cost is not self._caps_cost:  # a new calibration (rlsched.sim.online): caps afresh
+            self._caps, self._caps_cost = {}, state.cost
         base = self._caps.get(rec.key)
         if base is None:
             top = state.config.max_num_seqs

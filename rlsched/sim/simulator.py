@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rlsched.errors import InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
+from rlsched.sim.online import CostCalibrator, refresh
 from rlsched.sim.request import (
     COMPLETED,
     FAILED_OOM,
@@ -92,13 +93,22 @@ class Simulator:
     """Decisions may reject waiting requests (``Decision.reject``, load shedding)."""
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
-                 horizon_s: float = INF, truth: CostModel | None = None) -> None:
+                 horizon_s: float = INF, truth: CostModel | None = None,
+                 calibrate: bool | CostCalibrator = True) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
         self.truth = truth
         """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
         check; ``cost`` is what decisions read. None: ``cost`` is the truth."""
         self._true: dict[int, RequestRecord] = {}
         """Records at the true cost, by request id (only with ``truth``)."""
+        self.calibrator: CostCalibrator | None = (
+            calibrate if isinstance(calibrate, CostCalibrator) else
+            CostCalibrator(cost) if calibrate and truth is not None else None)
+        """Online calibration (``rlsched.sim.online``): every batch observed, ``cost`` its current version
+        (a calibrator may be shared by the replicas of one kind and their central queue). None without a
+        ``truth``: every observation would equal its prediction, so a calibrator could never move."""
+        self._version = 0
+        self._observing: tuple[float, float, float] | None = None
         self.step_mode = config.step_mode
         self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
         ids = [r.id for r in self._arrivals]
@@ -151,6 +161,7 @@ class Simulator:
         return best
 
     def _fire(self, kind: int, t: float) -> None:
+        self._adopt()
         self.now = t
         self._idle_until_event = False
         if kind == _END:
@@ -185,12 +196,14 @@ class Simulator:
         """An arrival routed here from outside at ``now`` (>= this simulator's clock)."""
         if now < self.now:
             raise InvalidDecision(f"request {req.id} delivered at {now} before the replica's clock {self.now}")
+        self._adopt()
         self.now = now
         self._idle_until_event = False
         self._arrive(req)
 
     def wake(self) -> None:
         """Something outside changed (a replica fell idle): decide again at the next chance."""
+        self._adopt()
         self._idle_until_event = False
 
     def release(self, ids: Iterable[int]) -> list[RequestRecord]:
@@ -247,6 +260,8 @@ class Simulator:
             cfg = self.config
             duration = self.truth.batch_duration(true, self.step_mode, cfg.engine_overhead_ms,
                                                  cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
+        if self.calibrator is not None:
+            self._observe(batch, mem, capacity)
         if mem > capacity:
             self._fail_oom(batch)
             self._changed()
@@ -320,6 +335,33 @@ class Simulator:
             self._finish(rec, REJECTED)
         self._compact()
 
+    # ------------------------------------------------------------ calibration
+    def _observe(self, batch: list[RequestRecord], mem: float, capacity: float) -> None:
+        """What the engine sees of a batch it starts: its peak memory now (or its OOM), its duration at
+        its end (``_end_batch``)."""
+        cal = self.calibrator
+        assert cal is not None
+        self._adopt()  # another replica of this kind may have moved it since this one's last event
+        model, weights = batch[0].request.model, self._weights_gb
+        predicted = sum(r.mem_gb for r in batch)
+        fits = mem <= capacity
+        if (cal.observe_memory(model, predicted, mem - weights) if fits
+                else cal.observe_oom(model, predicted, capacity - weights)):
+            self._adopt()
+        cfg = self.config
+        self._observing = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx,
+                                    [r.steps_done for r in batch]) if fits else None
+
+    def _adopt(self) -> None:
+        """Take the calibrator's newest version: records re-costed, the journal restarted (every policy's
+        queue index re-ranks once)."""
+        cal = self.calibrator
+        if cal is None or cal.version == self._version:
+            return
+        self._version, self.cost = cal.version, cal.cost
+        refresh(self.records.values(), self.cost)
+        self.journal.restart()
+
     def _true_records(self, batch: list[RequestRecord]) -> list[RequestRecord]:
         assert self.truth is not None
         out = []
@@ -336,6 +378,11 @@ class Simulator:
 
     def _end_batch(self) -> None:
         elapsed = self.now - self._batch_start_s
+        if self._observing is not None:
+            assert self.calibrator is not None
+            if self.calibrator.observe(self.running[0].request.model, self._observing, elapsed):
+                self._adopt()
+            self._observing = None
         self.busy_s += elapsed
         self.mem_gb_s += elapsed * (self._batch_mem_gb - self._weights_gb)  # activations; weights always resident
         self.gpu_end_s = self.predicted_end_s = INF
@@ -376,7 +423,7 @@ class Simulator:
         ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight). Callbacks,
         the journal and the statistics start empty. For look-ahead: try a decision on the fork."""
         ahead = [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s] if future_s > 0 else []
-        sim = Simulator(ahead, self.cost, self.config, self.horizon_s, self.truth)
+        sim = Simulator(ahead, self.cost, self.config, self.horizon_s, self.truth, calibrate=False)
         copies = {rid: copy.copy(rec) for rid, rec in self.records.items() if rec.status in (WAITING, RUNNING)}
         sim.records = dict(copies)
         sim.waiting = {rid: copies[rid] for rid in self.waiting}

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
+from rlsched.sim.online import CostCalibrator
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
 from rlsched.sim.view import StageView
@@ -104,7 +105,7 @@ class Stage:
     """R replicas behind a router; see the module docstring."""
 
     def __init__(self, requests: Sequence[Request], replicas: Sequence[ReplicaSpec], horizon_s: float = INF,
-                 seed: int = 0) -> None:
+                 seed: int = 0, calibrate: bool = True) -> None:
         if not replicas:
             raise ConfigError("replicas", "a stage needs at least one replica")
         self._arrivals = sorted(requests, key=_arrival)
@@ -113,7 +114,12 @@ class Stage:
             dup = next(i for i, n in Counter(ids).items() if n > 1)
             raise InvalidRequest("id", dup, "duplicate request id in the workload")
         self.specs = tuple(replicas)
-        self.replicas = [Simulator([], r.cost, r.serving, horizon_s, r.truth) for r in replicas]
+        self.calibrators: dict[int, CostCalibrator] = {}
+        """Online calibration, one per replica kind (its cost object), shared by its replicas — which pool
+        their evidence — and its central view; only for replicas with a ``truth`` (``Simulator``)."""
+        if calibrate:
+            self.calibrators = {id(r.cost): CostCalibrator(r.cost) for r in replicas if r.truth is not None}
+        self.replicas = [Simulator([], r.cost, r.serving, horizon_s, r.truth, self._calibrator(r)) for r in replicas]
         self.horizon_s, self.seed = horizon_s, seed
         self.now = 0.0
         self.routed: dict[int, int] = {}
@@ -229,6 +235,9 @@ class Stage:
             return t
         return wake
 
+    def _calibrator(self, spec: ReplicaSpec) -> CostCalibrator | bool:
+        return self.calibrators.get(id(spec.cost), False)
+
     def _all(self) -> list[Simulator]:
         return [*self.replicas, *self.hubs]
 
@@ -283,7 +292,7 @@ class Stage:
         for spec in self.specs:
             self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
         firsts = [next(s for s, k in zip(self.specs, self._kind) if k == i) for i in range(len(kinds))]
-        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s) for s in firsts]
+        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s, calibrate=self._calibrator(s)) for s in firsts]
         self._woken_for = [INF] * len(self.replicas)
         policies = []
         for view in self.hubs:

@@ -75,9 +75,14 @@ def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.
     when every scale is 1."""
     if time_scale == quadratic_scale == memory_scale == 1.0:
         return cost
-    models = {name: _scaled_model(m, time_scale, quadratic_scale, memory_scale) for name, m in cost.models.items()}
-    label = f"{cost.name}×truth"
-    return dataclasses.replace(cost, name=label, models=models)
+    return rescaled(cost, {name: (time_scale, quadratic_scale, memory_scale) for name in cost.models}, "truth")
+
+
+def rescaled(cost: CostModel, scales: dict[str, tuple[float, float, float]], tag: str) -> CostModel:
+    """``cost`` with each named model's coefficients scaled by its ``(time, quadratic, memory)`` (models not
+    named keep theirs), named ``NAME×tag``; the class (a layout's cost) and every other field kept."""
+    models = {name: _scaled_model(m, *scales[name]) if name in scales else m for name, m in cost.models.items()}
+    return dataclasses.replace(cost, name=f"{cost.name}×{tag}", models=models)
 
 
 def _scaled_model(m: ModelCost, time: float, quad: float, memory: float) -> ModelCost:
@@ -97,7 +102,7 @@ def _scaled_sp(sp: SPCost, time: float) -> SPCost:
 
 def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
     return dataclasses.replace(cfg, latency_s=cfg.latency_s * time,
-                               link_gb_s=cfg.link_gb_s / time if math.isfinite(cfg.link_gb_s) else cfg.link_gb_s)
+                               link_gb_s=cfg.link_gb_s / time if time > 0 else math.inf)  # time 0: no exchange
 
 
-__all__ = ["BELIEFS", "EXACT", "Truth", "scaled"]
+__all__ = ["BELIEFS", "EXACT", "Truth", "rescaled", "scaled"]

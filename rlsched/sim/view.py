@@ -73,6 +73,12 @@ class Journal:
         self._entries.append((op, rec))
         self._end += 1
 
+    def restart(self) -> None:
+        """Every reader rebuilds from the queue at its next read (the records' cost figures changed: a new
+        calibration, ``rlsched.sim.online``)."""
+        self._entries.clear()
+        self._end += 1
+
     @property
     def end(self) -> int:
         """Changes appended since the journal was created (the cursor of an up-to-date reader)."""

@@ -1,0 +1,173 @@
+"""What a wrong cost profile costs, and what online calibration wins back (issue 38's harm table).
+
+Every decision rlsched makes reads a profile fitted offline. Here the GPU runs at a different *true* cost
+(a scenario's ``truth:``, ``rlsched.sim.truth``) and, on the same seeded workloads, each policy runs three
+ways:
+
+* **deployed** — deciding on the shipped profile, as deployed today (``POLICY;calibrate=off``);
+* **calibrated** — the same, refitting the profile online from each batch's duration and memory
+  (``rlsched.sim.online``; the default);
+* **reference** — deployed with the true profile (the user who measured their own GPU:
+  ``RunSpec(belief="truth")``).
+
+SLOs stay what the user wrote against the shipped profile, so all three serve the same requests with the
+same deadlines. Truths: the GPU 30 % faster (``time_scale: 0.7``) and 30 % slower (``1.3``) than the
+profile, the attention term twice the profile's (``quadratic_scale: 2``: shape-dependent) and memory 15 %
+above it (``memory_scale: 1.15``). Writes ``OUT/belief.json`` (every run) and ``OUT/belief.md``: per
+scenario, truth, policy and load the reference's class-weighted SLO attainment and the paired differences
+(points, mean ± 95 % interval over the seeds) of deployed and calibrated to it, OOM failures per arm.
+
+    python scripts/belief_harm.py --workers 2 --out results/belief
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.atomic import write_atomic
+from rlsched.evaluation import RunSpec, ci95_half_width, simulate
+from rlsched.parallel import run_tasks
+from rlsched.sim import load_scenario
+from rlsched.sim.truth import Truth
+
+TRUTHS = {"faster 30 %": Truth(time_scale=0.7), "slower 30 %": Truth(time_scale=1.3),
+          "attention ×2": Truth(quadratic_scale=2.0), "memory +15 %": Truth(memory_scale=1.15)}
+T = "static:agents/tuned/default.json"
+POLICIES = {
+    "default": ("fifo", "sjf", "edf", "priority", "drr", "seed-memory", "seed-priority", "seed-composite", T,
+                "rl:checkpoints/default", "pick:checkpoints/pick;static=agents/tuned/default.json"),
+    "qwen-image-8gpu": ("fifo@round-robin", "edf@least-queue", "edf@least-work", f"{T}@round-robin",
+                        f"{T}@rlsched", f"{T}@router", f"{T}@central"),
+}
+"""``make results``' one-GPU policies on ``default``; on ``qwen-image-8gpu`` the plain routers, rlsched's
+router, the learned router and late binding (``make results-replicas``'s set, trimmed)."""
+ARMS = ("deployed", "calibrated", "reference")
+
+
+def arm_spec(spec: str, arm: str) -> tuple[str, str]:
+    """(policy spec, belief) of ``arm``: ``calibrate=off`` on the replica policy where it must not refit."""
+    if arm == "calibrated":
+        return spec, "profile"
+    policy, at, router = spec.rpartition("@")
+    off = f"{policy or spec};calibrate=off" + (f"@{router}" if at else "")
+    return off, "profile" if arm == "deployed" else "truth"
+
+
+def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, Any]:
+    scenario, truth, spec, arm, load, seed, duration = task
+    sc = dataclasses.replace(load_scenario(scenario), truth=TRUTHS[truth])
+    policy, belief = arm_spec(spec, arm)
+    t0 = time.perf_counter()
+    done, m = simulate(RunSpec(scenario, policy, seed, load, duration, belief=belief), sc)
+    cals = [done.calibrator] if getattr(done, "calibrator", None) else list(getattr(done, "calibrators", {}).values())
+    fits = [f for c in cals for f in c.summary()["models"].values()]
+    return {"scenario": scenario, "truth": truth, "spec": spec, "arm": arm, "load": load, "seed": seed,
+            "weighted": float(m["weighted_slo_attainment"]), "failed": int(m["requests_failed"]),
+            "batches": int(m["batches"]), "versions": sum(c.version for c in cals),
+            "last_move": max((f["last_moved_at_batch"] for f in fits), default=0), "wall_s": time.perf_counter() - t0}
+
+
+def table(rows: list[dict[str, Any]], scenario: str, truth: str, loads: list[float], seeds: list[int]) -> list[str]:
+    value = {(r["spec"], r["arm"], r["load"], r["seed"]): r for r in rows
+             if r["scenario"] == scenario and r["truth"] == truth}
+    specs = list(dict.fromkeys(r["spec"] for r in rows if r["scenario"] == scenario))
+    out = [f"**{scenario}: the GPU {truth} against the profile** (`truth: {TRUTHS[truth].label()}`)", "",
+           "| policy | " + " | ".join(f"×{x:g}" for x in loads) + " |", "|---|" + "---|" * len(loads)]
+    for spec in specs:
+        cells = []
+        for x in loads:
+            def per(arm: str, key: str = "weighted") -> np.ndarray:
+                return np.array([value[(spec, arm, x, s)][key] for s in seeds], dtype=float)  # noqa: B023
+
+            ref = per("reference")
+            d, c = 100 * (per("deployed") - ref), 100 * (per("calibrated") - ref)
+            cell = f"{100 * ref.mean():.1f}: {d.mean():+.1f} ± {ci95_half_width(d):.1f} / {c.mean():+.1f} ± " \
+                   f"{ci95_half_width(c):.1f}"
+            oom = [int(per(a, "failed").sum()) for a in ARMS]
+            if any(oom):
+                cell += f" (OOM {oom[0]}/{oom[1]}/{oom[2]})"
+            cells.append(cell)
+        out.append(f"| `{short(spec)}` | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def short(spec: str) -> str:
+    return spec.replace("static:agents/tuned/default.json", "static").replace(
+        "pick:checkpoints/pick;static=agents/tuned/default.json", "pick")
+
+
+def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
+    """Per scenario × truth: the worst deployed loss, the largest |calibrated − reference| at ×1 and ×1.25,
+    OOM failures per arm, the latest batch at which a calibration still moved."""
+    out = ["| scenario | truth | deployed − reference, worst cell | calibrated − reference at ×1, ×1.25: "
+           "worst | cells within 2 points (×1, ×1.25) | OOM failures deployed / calibrated / reference | "
+           "last calibration move (batch, max) |", "|---|---|---|---|---|---|---|"]
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        for truth in TRUTHS:
+            mine = [r for r in rows if r["scenario"] == scenario and r["truth"] == truth]
+            by = {(r["spec"], r["arm"], r["load"], r["seed"]): r["weighted"] for r in mine}
+            cells = {(s, x) for s, _, x, _ in by}
+
+            def diff(spec: str, x: float, arm: str, by: dict = by) -> float:
+                return 100 * float(np.mean([by[(spec, arm, x, s)] - by[(spec, "reference", x, s)] for s in seeds]))
+
+            worst = min(cells, key=lambda c: diff(*c, "deployed"))
+            band = [c for c in cells if c[1] in (1.0, 1.25)]
+            far = max(band, key=lambda c: abs(diff(*c, "calibrated")))
+            within = sum(abs(diff(*c, "calibrated")) <= 2 for c in band)
+            oom = "/".join(str(sum(r["failed"] for r in mine if r["arm"] == a)) for a in ARMS)
+            last = max(r["last_move"] for r in mine if r["arm"] == "calibrated")
+            out.append(f"| {scenario} | {truth} | {diff(*worst, 'deployed'):+.1f} "
+                       f"(`{short(worst[0])}` ×{worst[1]:g}) | "
+                       f"{diff(*far, 'calibrated'):+.1f} (`{short(far[0])}` ×{far[1]:g}) | {within} of {len(band)} | "
+                       f"{oom} | {last} |")
+    return out + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenarios", default=",".join(POLICIES))
+    ap.add_argument("--seeds", default="1000,1001,1002")
+    ap.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5")
+    ap.add_argument("--duration", type=float, default=None, help="arrival window per run (default: each scenario's)")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", default="results/belief")
+    args = ap.parse_args(argv)
+    scenarios = args.scenarios.split(",")
+    seeds, loads = [int(s) for s in args.seeds.split(",")], [float(x) for x in args.loads.split(",")]
+    tasks = [(sc, truth, spec, arm, x, s, args.duration) for sc in scenarios for truth in TRUTHS
+             for spec in POLICIES[sc] for x in loads for arm in ARMS for s in seeds]
+    t0, rows = time.perf_counter(), []
+    for i, row in enumerate(run_tasks(run, tasks, args.workers), 1):
+        rows.append(row)
+        if i % 100 == 0 or i == len(tasks):
+            print(f"{i}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python scripts/belief_harm.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"seeds": seeds, "loads": loads, "command": command.strip(), "wall_s": time.perf_counter() - t0,
+            "truths": {k: dataclasses.asdict(v) for k, v in TRUTHS.items()}}
+    write_atomic(out / "belief.json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines = ["Class-weighted SLO attainment (%) with the GPU's true cost off the profile: each cell is the "
+             "reference's (deployed with the true profile) attainment, then deployed − reference / calibrated − "
+             f"reference (points, paired mean ± 95 % interval over seeds {seeds[0]}-{seeds[-1]}); OOM failures "
+             "per arm (deployed/calibrated/reference) where any.", "", *summary(rows, seeds)]
+    for sc in scenarios:
+        for truth in TRUTHS:
+            lines += table(rows, sc, truth, loads, seeds)
+    lines.append(f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {args.workers} workers).")
+    write_atomic(out / "belief.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Online calibration (``rlsched.sim.online``): the profile refitted from observed batches, in the simulator."""
+
+import dataclasses
+
+import pytest
+
+from rlsched.errors import ConfigError
+from rlsched.evaluation import RunSpec, prepare, simulate
+from rlsched.policies import make_policy
+from rlsched.policies.base import calibrates
+from rlsched.sim import ServingConfig, Simulator, load_scenario
+from rlsched.sim.cost import load_profile
+from rlsched.sim.online import HIGH, CostCalibrator, refresh
+from rlsched.sim.truth import Truth, scaled
+from tests.conftest import make_request
+
+COST = load_profile("qwen-image-h200")
+STATIC = "static:agents/tuned/default.json"
+
+
+def _feed(cal: CostCalibrator, truth, sizes, n: int) -> None:
+    """``n`` batches of one request of each size, observed at ``truth``'s duration."""
+    for i in range(n):
+        for size in sizes:
+            rec = cal.cost.record(make_request(i, size=size))
+            parts = cal.parts([rec], False, 0.0, 0.0, [0])
+            cal.observe("qwen-image", parts, truth.batch_duration([truth.record(rec.request)]))
+
+
+@pytest.mark.parametrize("truth", [Truth(time_scale=1.3), Truth(time_scale=0.7), Truth(quadratic_scale=2.0),
+                                   Truth(time_scale=1.2, quadratic_scale=1.5)])
+def test_the_refit_predicts_every_shape_it_saw_within_two_percent(truth: Truth) -> None:
+    true = truth.apply(COST)
+    cal = CostCalibrator(COST)
+    _feed(cal, true, (512, 1024, 1536, 2048), 60)
+    assert cal.version >= 1
+    for size in (512, 1024, 1536, 2048):
+        req = make_request(0, size=size)
+        assert cal.cost.record(req).work_s == pytest.approx(true.record(req).work_s, rel=0.02), size
+    s = cal.scales()["qwen-image"]
+    assert s[0] == pytest.approx(truth.time_scale, rel=0.03)
+
+
+def test_exact_observations_never_move_it() -> None:
+    cal = CostCalibrator(COST)
+    _feed(cal, COST, (512, 2048), 100)
+    assert cal.version == 0 and cal.cost is COST and cal.scales() == {}
+
+
+def test_it_waits_for_evidence_skips_warmup_and_stays_bounded() -> None:
+    cal = CostCalibrator(COST, warmup=2, min_batches=8)
+    slow = scaled(COST, time_scale=10.0)
+    _feed(cal, slow, (1024,), 9)  # 2 warm-up batches + 7 counted: below the minimum
+    assert cal.version == 0
+    _feed(cal, slow, (1024,), 1)
+    assert cal.version == 1 and cal.scales()["qwen-image"][0] == HIGH  # 10x is clipped at the bound
+
+
+def test_an_outlier_moves_it_less_than_a_trend() -> None:
+    cal = CostCalibrator(COST)
+    _feed(cal, COST, (1024,), 30)
+    rec = cal.cost.record(make_request(0, size=1024))
+    parts = cal.parts([rec], False, 0.0, 0.0, [0])
+    cal.observe("qwen-image", parts, 20 * COST.batch_duration([rec]))  # one batch stalled 20x
+    assert cal.version == 0
+
+
+def test_memory_rises_at_once_and_an_oom_counts_as_at_least_the_free_memory() -> None:
+    cal = CostCalibrator(COST)
+    assert cal.observe_memory("qwen-image", 10.0, 11.5) and cal.scales()["qwen-image"][2] == pytest.approx(1.15)
+    cal2 = CostCalibrator(COST)
+    assert cal2.observe_oom("qwen-image", 10.0, 12.0) and cal2.scales()["qwen-image"][2] > 1.2
+    assert not cal.observe_memory("qwen-image", 11.5, 10.0)  # lower needs min_batches of evidence
+
+
+def test_refresh_recosts_waiting_records_only() -> None:
+    slow = scaled(COST, time_scale=2.0)
+    recs = [COST.record(make_request(i, size=1024)) for i in range(2)]
+    recs[1].status = "completed"
+    refresh(recs, slow)
+    assert recs[0].work_s == pytest.approx(slow.record(recs[0].request).work_s)
+    assert recs[1].work_s == COST.record(recs[1].request).work_s
+
+
+def test_a_calibrating_simulator_recovers_the_true_belief_and_rebuilds_the_policy_index() -> None:
+    sc = dataclasses.replace(load_scenario("default"), truth=Truth(time_scale=1.3))
+    got = {}
+    for arm, policy, belief in (("deployed", f"{STATIC};calibrate=off", "profile"), ("calibrated", STATIC, "profile"),
+                                ("reference", STATIC, "truth")):
+        sim = prepare(RunSpec("default", policy, seed=1000, duration_s=3600, belief=belief), sc)
+        assert (sim.calibrator is not None) == (arm == "calibrated")
+        sim.run(make_policy(policy))
+        got[arm] = sum(r.slo_met for r in sim.records.values())
+        if arm == "calibrated":
+            assert sim.calibrator.version >= 1 and sim.cost is sim.calibrator.cost
+            shipped = sc.cost().model("qwen-image")
+            assert sim.cost.model("qwen-image").a_s == pytest.approx(1.3 * shipped.a_s, rel=0.03)
+    assert got["deployed"] < got["reference"]
+    assert abs(got["calibrated"] - got["reference"]) < 0.25 * (got["reference"] - got["deployed"])
+
+
+def test_replicas_of_a_kind_pool_their_evidence_and_the_central_queue_reads_it() -> None:
+    sc = dataclasses.replace(load_scenario("qwen-image-8gpu"), truth=Truth(time_scale=1.3))
+    stage, _ = simulate(RunSpec("qwen-image-8gpu", f"{STATIC}@central", seed=1000, duration_s=600), sc)
+    (cal,) = stage.calibrators.values()
+    assert cal.version >= 1 and all(sim.calibrator is cal for sim in (*stage.replicas, *stage.hubs))
+    assert all(sim.cost is cal.cost for sim in stage.hubs)
+    off, _ = simulate(RunSpec("qwen-image-8gpu", f"{STATIC};calibrate=off@central", seed=1000, duration_s=600), sc)
+    assert off.calibrators == {} and all(sim.calibrator is None for sim in off.replicas)
+
+
+def test_the_calibrate_option() -> None:
+    assert calibrates("edf") and calibrates("edf;calibrate=on") and not calibrates(f"{STATIC};calibrate=off")
+    assert make_policy("edf;calibrate=off").name == make_policy("edf").name
+    with pytest.raises(ConfigError, match="option calibrate: 'maybe': on or off"):
+        make_policy("edf;calibrate=maybe")
+
+
+def test_a_fork_does_not_teach_the_calibrator() -> None:
+    slow = scaled(COST, time_scale=1.3)
+    sim = Simulator([make_request(i, size=1024) for i in range(3)], COST, ServingConfig("request", 1, 0.0),
+                    truth=slow)
+    fork = sim.fork()
+    assert fork.calibrator is None and sim.calibrator is not None
