@@ -22,12 +22,16 @@ name                                       type       labels              meanin
 ``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults
 ``rlsched_admission_mismatches_total``     counter    —                   admitted batch != the policy's batch
 ``rlsched_replica_info``                   gauge      devices, port       1: this replica (its devices, metrics port)
+``rlsched_batch_duration_seconds``         histogram  kind                seconds per batch: predicted, observed
+``rlsched_batch_duration_ratio``           histogram  —                   observed / predicted seconds, per batch
+``rlsched_memory_headroom_bytes``          gauge      —                   GPU memory free, as telemetry last read it
 =========================================  =========  ==================  ==========================================
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import weakref
 from collections import Counter
@@ -38,6 +42,12 @@ from rlsched.sim.request import PRIORITY_CLASSES
 
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0)
+"""Seconds of one batch: a denoise step (step mode) up to a video wave (request mode)."""
+RATIO_BUCKETS = tuple(round(2 ** (k / 4), 3) for k in range(-8, 9))
+"""Observed / predicted batch seconds: 0.25 .. 4, four buckets per doubling, 1 among them."""
+GIB = 1024**3
+"""Bytes per GB as telemetry reports memory (``NvmlTelemetry``: GiB)."""
 
 _prom: Any
 try:
@@ -149,16 +159,19 @@ class MetricSet:
             return None
         return self.registry.get_sample_value(name, {MODEL_LABEL: self.model_name, **(labels or {})})
 
-    def make(self, kind: str, name: str, doc: str, labels: Sequence[str] = (), **kw: Any) -> Any:
+    def make(self, kind: str, name: str, doc: str, labels: Sequence[str] = (), *, from_start: bool = True,
+             **kw: Any) -> Any:
         """A ``kind`` (Counter, Gauge, Histogram) on this set's registry, labelled ``model_name`` and
-        ``labels``; a no-op without prometheus_client."""
+        ``labels``; a no-op without prometheus_client. ``from_start=False``: a family without other
+        labels is exported from its first record, not as 0 at once (a gauge whose 0 would read as a
+        measurement)."""
         if _prom is None:
             return _Noop()
         with MetricSet._shared_lock:
             made = MetricSet._families.setdefault(self.registry, {})
             if name not in made:
                 made[name] = getattr(_prom, kind)(name, doc, [MODEL_LABEL, *labels], registry=self.registry, **kw)
-        return _Labelled(made[name], self.model_name, bare=not labels)
+        return _Labelled(made[name], self.model_name, bare=not labels and from_start)
 
 
 class PluginMetrics(MetricSet):
@@ -190,6 +203,14 @@ class PluginMetrics(MetricSet):
         self.replica = make("Gauge", "rlsched_replica_info",
                             "1: this stage process (replica), its devices and the port it serves metrics on",
                             ["devices", "port"])
+        self.batch_duration = make("Histogram", "rlsched_batch_duration_seconds",
+                                   "Seconds per batch: the cost profile's prediction and the plugin clock's "
+                                   "observation", ["kind"], buckets=DURATION_BUCKETS)
+        self.duration_ratio = make("Histogram", "rlsched_batch_duration_ratio",
+                                   "Observed / predicted seconds per batch (1: the profile is right)",
+                                   buckets=RATIO_BUCKETS)
+        self.headroom = make("Gauge", "rlsched_memory_headroom_bytes",
+                             "GPU memory free (total - used) as telemetry last read it", from_start=False)
         self._depth_gauges = None if model_name == UNKNOWN_MODEL else self._depth_per_class()
         """One gauge per class: made at once when the model is known (0 from the start), else at the
         first count (the ``unknown`` set from before an engine knows its model exports nothing)."""
@@ -215,6 +236,23 @@ class PluginMetrics(MetricSet):
         gauge = self._depth.get(priority)
         if gauge is not None:
             gauge.inc()
+
+    def record_batch(self, predicted_s: float, observed_s: float) -> None:
+        """One batch's predicted and observed seconds and their ratio; nothing without a positive
+        prediction, so the three series count the same batches."""
+        if not (predicted_s > 0 and math.isfinite(predicted_s) and observed_s >= 0 and math.isfinite(observed_s)):
+            return
+        self.batch_duration.labels(kind="predicted").observe(predicted_s)
+        self.batch_duration.labels(kind="observed").observe(observed_s)
+        self.duration_ratio.observe(observed_s / predicted_s)
+
+    def set_headroom(self, sample: Any) -> None:
+        """``rlsched_memory_headroom_bytes`` from a ``TelemetrySample`` (unknown or missing: left as is)."""
+        if sample is None or not getattr(sample, "known", False):
+            return
+        free_gb = sample.memory_total_gb - sample.memory_used_gb
+        if math.isfinite(free_gb):
+            self.headroom.set(free_gb * GIB)
 
     def record_finish(self, priority: str, outcome: str) -> None:
         self.finished.labels(priority=priority, outcome=outcome).inc()

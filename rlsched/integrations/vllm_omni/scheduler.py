@@ -135,6 +135,8 @@ class _PolicyScheduling:
         self.publisher: StatePublisher | None = None
         """The replica's state for the router (``publish_state``); None when not published."""
         self._reset_publishing()
+        self._batch_start: tuple[Any, float] | None = None
+        """The last ``schedule()``'s output and the plugin clock when it returned (``_time_batch``)."""
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
@@ -246,9 +248,11 @@ class _PolicyScheduling:
         self._update_queue_depth(force=bool(out.scheduled_new_reqs))
         if self.publisher is not None:
             self._publish(out.finished_req_ids, at_schedule=True)
+        self._start_timing(out)  # last: as close to the executor's start as the plugin reads the clock
         return out
 
     def update_from_output(self, sched_output: Any, output: Any) -> set[str]:
+        self._time_batch(sched_output)  # before vLLM-Omni's update: the steps done are still the batch's
         finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
         if self.publisher is not None:
             self._publish(finished, at_schedule=False)
@@ -307,6 +311,31 @@ class _PolicyScheduling:
             if len(listed) > 1 << 16:  # ids the engine never popped (a bug upstream): bounded memory
                 listed.clear()
         except Exception:  # publishing is advisory: the router falls back to its ledger
+            pass
+
+    def _start_timing(self, out: DiffusionSchedulerOutput) -> None:
+        """Note when the batch ``out`` starts (``_time_batch`` observes it at its ``update_from_output``)."""
+        self._batch_start = None
+        if out.num_scheduled_reqs and not self._warming_up:
+            try:
+                self._batch_start = (out, self._clock())
+            except Exception:  # metrics are advisory
+                pass
+
+    def _time_batch(self, sched_output: Any) -> None:
+        """The batch ``sched_output`` ran (request mode: a wave; step mode: one step): its seconds on the
+        plugin clock since the ``schedule()`` that started it, against the cost model's prediction, and
+        the memory headroom telemetry last read. O(batch) once per batch; never raises into the engine."""
+        started, self._batch_start = self._batch_start, None
+        if started is None or started[0] is not sched_output:
+            return
+        try:
+            observed = self._clock() - started[1]
+            ids = tuple(sched_output.scheduled_request_ids)
+            self.metrics.record_batch(self._predicted_s(ids, [self._steps_done(rid) for rid in ids]), observed)
+            if self.rl_state is not None:
+                self.metrics.set_headroom(self.rl_state.telemetry)
+        except Exception:  # metrics are advisory
             pass
 
     def _steps_done(self, request_id: str) -> int:
