@@ -3,7 +3,6 @@ the memory headroom gauge, on the simulator's clock (sim-in-the-loop) and a test
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -19,28 +18,21 @@ from rlsched.integrations.vllm_omni.harness.loop import SimClock, make_loop_sche
 from rlsched.integrations.vllm_omni.metrics import GIB, PluginMetrics  # noqa: E402
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler  # noqa: E402
 from rlsched.sim import load_scenario  # noqa: E402
-from rlsched.sim.cost import CostModel  # noqa: E402
+from rlsched.sim.truth import scaled  # noqa: E402
 from tests.vllm.fakes import Clock, finish_wave, mk_req, od, plugin  # noqa: E402
 
 DURATION_S = 600.0
-TIME_FIELDS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2", "encode_s", "decode_s_per_mpx")
-
-
-def _slower(cost: CostModel, factor: float) -> CostModel:
-    """``cost`` with every time coefficient × ``factor`` (memory unchanged): a GPU slower than believed."""
-    models = {name: dataclasses.replace(m, **{f: getattr(m, f) * factor for f in TIME_FIELDS})
-              for name, m in cost.models.items()}
-    return dataclasses.replace(cost, models=models)
 
 
 def _loop(mode: str, truth_factor: float = 1.0):
-    """The plugin (EDF, believing the scenario's profile) over a simulator executing ``truth_factor`` × it."""
+    """The plugin (EDF, believing the scenario's profile and not calibrating it) over a simulator executing
+    ``truth_factor`` × it (``tests/vllm/test_online_calibration.py``: the same, calibrating)."""
     sc = load_scenario("default").with_serving(mode=mode)
     cost = sc.cost()
     reqs = sc.requests(0, 1.0, DURATION_S, cost=cost)
     clock = SimClock()
-    sched = make_loop_scheduler(sc.serving, cost, "edf", clock)
-    return run_in_loop(reqs, _slower(cost, truth_factor), sc.serving, sched, clock)
+    sched = make_loop_scheduler(sc.serving, cost, "edf;calibrate=off", clock)
+    return run_in_loop(reqs, scaled(cost, time_scale=truth_factor), sc.serving, sched, clock)
 
 
 def _sample(sched, name: str, **labels: str) -> float:

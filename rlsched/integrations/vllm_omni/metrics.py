@@ -25,6 +25,8 @@ name                                       type       labels              meanin
 ``rlsched_batch_duration_seconds``         histogram  kind                seconds per batch: predicted, observed
 ``rlsched_batch_duration_ratio``           histogram  —                   observed / predicted seconds, per batch
 ``rlsched_memory_headroom_bytes``          gauge      —                   GPU memory free, as telemetry last read it
+``rlsched_calibration_version``            gauge      —                   online calibration's version (0: as shipped)
+``rlsched_calibration_scale``              gauge      term                calibrated / shipped: time, attention, memory
 =========================================  =========  ==================  ==========================================
 """
 
@@ -209,6 +211,11 @@ class PluginMetrics(MetricSet):
         self.duration_ratio = make("Histogram", "rlsched_batch_duration_ratio",
                                    "Observed / predicted seconds per batch (1: the profile is right)",
                                    buckets=RATIO_BUCKETS)
+        self.calibration_version = make("Gauge", "rlsched_calibration_version",
+                                        "Online calibration's version of the cost profile (0: as shipped)")
+        self.calibration_scale = make("Gauge", "rlsched_calibration_scale",
+                                      "Calibrated over shipped profile coefficients: time (every time term), "
+                                      "attention (the attention term), memory", ["term"])
         self.headroom = make("Gauge", "rlsched_memory_headroom_bytes",
                              "GPU memory free (total - used) as telemetry last read it", from_start=False)
         self._depth_gauges = None if model_name == UNKNOWN_MODEL else self._depth_per_class()
@@ -245,6 +252,12 @@ class PluginMetrics(MetricSet):
         self.batch_duration.labels(kind="predicted").observe(predicted_s)
         self.batch_duration.labels(kind="observed").observe(observed_s)
         self.duration_ratio.observe(observed_s / predicted_s)
+
+    def set_calibration(self, version: int, scales: tuple[float, float, float]) -> None:
+        """The calibration's ``version`` and the served model's ``(time, attention, memory)`` scales."""
+        self.calibration_version.set(version)
+        for term, value in zip(("time", "attention", "memory"), scales):
+            self.calibration_scale.labels(term=term).set(value)
 
     def set_headroom(self, sample: Any) -> None:
         """``rlsched_memory_headroom_bytes`` from a ``TelemetrySample`` (unknown or missing: left as is)."""

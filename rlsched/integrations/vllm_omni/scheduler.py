@@ -67,7 +67,10 @@ from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
+from rlsched.policies.base import calibrates
 from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.online import CostCalibrator
+from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import ServingConfig
 
 _log = logging.getLogger(__name__)
@@ -160,7 +163,9 @@ class _PolicyScheduling:
             runner_for(self.policy, settings.decision_thread, settings.decision_deadline_ms / 1e3),
             settings.decision_budget_ms / 1e3, reset=self._reset_policy, observe=self.metrics.latency.observe,
             exception_reasons=_REASONS, pause_gc=settings.pause_gc_in_decisions)
-        self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings))
+        calibrator = CostCalibrator(cost) if calibrates(settings.policy) else None
+        self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings),
+                                    calibrator)
         self.policy.reset(self.rl_state)
         self.publisher = StatePublisher(self._clock) if settings.publish_state else None
         self._reset_publishing()
@@ -332,11 +337,25 @@ class _PolicyScheduling:
         try:
             observed = self._clock() - started[1]
             ids = tuple(sched_output.scheduled_request_ids)
-            self.metrics.record_batch(self._predicted_s(ids, [self._steps_done(rid) for rid in ids]), observed)
-            if self.rl_state is not None:
-                self.metrics.set_headroom(self.rl_state.telemetry)
-        except Exception:  # metrics are advisory
-            pass
+            recs, done = self._batch_records(ids, [self._steps_done(rid) for rid in ids])
+            st = self.rl_state
+            self.metrics.record_batch(self._predicted(recs, done), observed)
+            if st is not None:
+                self.metrics.set_headroom(st.telemetry)
+                if st.observe_batch(recs, done, observed):
+                    self._calibrated(st)
+        except Exception:  # metrics and calibration are advisory: the engine runs on
+            _log.debug("rlsched: batch timing failed", exc_info=True)
+
+    def _calibrated(self, st: PluginState) -> None:
+        """A new calibration version: logged, exported (the served model's scales)."""
+        cal = st.calibrator
+        assert cal is not None
+        model = st.settings.model or next(iter(st.shipped.models))
+        scales = cal.scales().get(model, (1.0, 1.0, 1.0))
+        self.metrics.set_calibration(cal.version, scales)
+        _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f",
+                    st.shipped.name, cal.version, model, *scales)
 
     def _steps_done(self, request_id: str) -> int:
         """Denoise steps done (step mode: vLLM-Omni's progress; a request-mode wave starts at 0)."""
@@ -347,17 +366,26 @@ class _PolicyScheduling:
     def _predicted_s(self, running: tuple[str, ...], steps: list[int]) -> float:
         """The cost model's time for the running batch (step mode: its next step), as the simulator and
         ``CostProfileExecutor`` predict it."""
+        return self._predicted(*self._batch_records(running, steps))
+
+    def _batch_records(self, running: tuple[str, ...], steps: list[int]) -> tuple[list[RequestRecord], list[int]]:
+        """The records of the requests ``running`` names that this plugin follows, with their steps done."""
         st = self.rl_state
+        recs: list[RequestRecord] = []
+        done: list[int] = []
         if st is None:
-            return 0.0
-        recs, done = [], []
+            return recs, done
         for rid, d in zip(running, steps):
             iid = st.int_id(rid)
             rec = st.records.get(iid) if iid is not None else None
             if rec is not None:
                 recs.append(rec)
                 done.append(d)
-        if not recs:
+        return recs, done
+
+    def _predicted(self, recs: list[RequestRecord], done: list[int]) -> float:
+        st = self.rl_state
+        if st is None or not recs:
             return 0.0
         cfg = st.config
         return st.cost.batch_duration(recs, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx,
@@ -451,7 +479,8 @@ class _PolicyScheduling:
             freeze_gc_heap()
         if st is None or st.records:  # never drop a live request's record
             return
-        self.rl_state = PluginState(st.cost, st.config, st.settings, self._clock, st._telemetry_source)
+        self.rl_state = PluginState(st.shipped, st.config, st.settings, self._clock, st._telemetry_source,
+                                    st.calibrator)
         self.policy.reset(self.rl_state)
         self._update_queue_depth(force=True)
 

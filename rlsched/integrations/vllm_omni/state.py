@@ -37,7 +37,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from numbers import Real
 from typing import Any
 
@@ -45,6 +45,7 @@ from rlsched import bounds
 from rlsched.bounds import Bound
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.sim.cost import CostModel
+from rlsched.sim.online import CostCalibrator, refresh
 from rlsched.sim.request import COMPLETED, PRIORITY_CLASSES, RUNNING, WAITING, Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
@@ -303,10 +304,18 @@ class PluginState:
     """Interned compatibility keys kept before the table is reset (bounded memory)."""
 
     def __init__(self, cost: CostModel, config: ServingConfig, settings: PluginConfig,
-                 clock: Clock = time.monotonic, telemetry: Any = None) -> None:
+                 clock: Clock = time.monotonic, telemetry: Any = None,
+                 calibrator: CostCalibrator | None = None) -> None:
+        self.calibrator = calibrator
+        """Online calibration (``rlsched.sim.online``; None: ``calibrate=off``): ``cost`` is its current
+        version, ``observe_batch`` feeds it."""
+        self.shipped = calibrator.base if calibrator is not None else cost
+        """The profile as deployed: default SLOs are a class's scale × a standalone time on it (what a user
+        wrote them against), whatever the calibration says since."""
+        cost = calibrator.cost if calibrator is not None else cost
         self.cost, self.config, self.settings = cost, config, settings
         self.step_mode = config.step_mode
-        self._model = cost.model(settings.model) if settings.model else next(iter(cost.models.values()))
+        self._model = self.shipped.model(settings.model) if settings.model else next(iter(self.shipped.models.values()))
         settings.check_defaults(cost)
         self._clock, self._t0 = clock, clock()
         self.now = 0.0
@@ -367,10 +376,27 @@ class PluginState:
         return rec, bad
 
     def _record(self, iid: int, now: float, fields: dict[str, Any]) -> RequestRecord:
-        req = request_of(iid, now, fields, self.settings, self.cost, self._model)
+        req = request_of(iid, now, fields, self.settings, self.shipped, self._model)
         rec = self.cost.record(req)
         rec.deadline_s = req.arrival_s + req.slo_s
         return rec
+
+    def observe_batch(self, batch: Sequence[RequestRecord], steps_done: Sequence[int], seconds: float) -> bool:
+        """A batch (request mode: a wave; step mode: a step) took ``seconds`` on the plugin clock: the calibrator
+        learns from it; True when the cost moved (a new version: every live record re-costed, the journal
+        restarted so the policy's queue index re-ranks once)."""
+        cal = self.calibrator
+        if cal is None or not batch:
+            return False
+        cfg = self.config
+        with self._lock:
+            parts = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx, steps_done)
+            if not cal.observe(batch[0].request.model, parts, seconds):
+                return False
+            self.cost = cal.cost
+            refresh(self.records.values(), self.cost)
+            self.journal.restart()
+        return True
 
     def note_preempted(self, name: str) -> None:
         """``name`` was moved from running back to the head of vLLM's queue (step mode);

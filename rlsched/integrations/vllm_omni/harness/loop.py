@@ -40,12 +40,14 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler
 from rlsched.policies import make_policy
+from rlsched.policies.base import calibrates
 from rlsched.sim import load_scenario
 from rlsched.sim.cost import CostModel
 from rlsched.sim.metrics import summarize
 from rlsched.sim.request import COMPLETED, FAILED_OOM, Request
 from rlsched.sim.simulator import Decision, ServingConfig, Simulator
 from rlsched.sim.telemetry import SimTelemetry
+from rlsched.sim.truth import Truth
 
 CFG_GUIDANCE = 4.0
 """guidance_scale sent for a request with CFG (> 1 turns CFG on); None (→ 1.0) without."""
@@ -232,23 +234,26 @@ class Recorder:
 
 def compare(scenario: str = "default", policy: str = "fifo", seed: int = 0, duration_s: float | None = None,
             rate_scale: float = 1.0, mode: str | None = None, wait_ms: float | None = None,
-            plugin: bool | None = None) -> dict[str, Any]:
+            plugin: bool | None = None, truth: Truth | None = None) -> dict[str, Any]:
     """The same seeded workload twice: pure simulator, and simulator + real scheduler.
 
     ``plugin`` (default: any policy but fifo) drives the plugin scheduler with ``policy``;
-    otherwise vLLM-Omni's own scheduler runs (only meaningful for ``fifo``).
+    otherwise vLLM-Omni's own scheduler runs (only meaningful for ``fifo``). ``truth``: the GPU runs at
+    that cost (``rlsched.sim.truth``) while both decide on the scenario's profile, each calibrating it
+    online unless the policy says ``calibrate=off``.
     """
     sc = load_scenario(scenario)
     changes = {k: v for k, v in (("mode", mode), ("request_batch_max_wait_ms", wait_ms)) if v is not None}
     sc = sc.with_serving(**changes) if changes else sc
     cost = sc.cost()
+    true = truth.apply(cost) if truth is not None else None
     reqs = sc.requests(seed, rate_scale, duration_s, cost=cost)
     recorder = Recorder(make_policy(policy))
-    pure = Simulator(reqs, cost, sc.serving).run(recorder)
+    pure = Simulator(reqs, cost, sc.serving, truth=true, calibrate=calibrates(policy)).run(recorder)
     use_plugin = policy != "fifo" if plugin is None else plugin
     clock = SimClock()
     sched = make_loop_scheduler(sc.serving, cost, policy if use_plugin else None, clock)
-    loop = run_in_loop(reqs, cost, sc.serving, sched, clock)
+    loop = run_in_loop(reqs, true or cost, sc.serving, sched, clock)
     a, b = summarize(pure), summarize(loop.sim)
     return {
         "scenario": sc.name, "policy": policy, "seed": seed, "mode": sc.serving.mode,
@@ -257,9 +262,16 @@ def compare(scenario: str = "default", policy: str = "fifo", seed: int = 0, dura
         "identical_batches": recorder.batches == loop.batches, "batches": [len(recorder.batches), len(loop.batches)],
         "slo_attainment": [a["slo_attainment"], b["slo_attainment"]],
         "weighted_slo_attainment": [a["weighted_slo_attainment"], b["weighted_slo_attainment"]],
+        "calibration_versions": [pure.calibrator.version if pure.calibrator else 0,
+                                 _calibration_version(sched)],
         "fallbacks": dict(getattr(sched, "fallback_reasons", {})),
         "waits_overridden": getattr(sched, "waits_overridden", 0),
     }
+
+
+def _calibration_version(sched: Any) -> int:
+    cal = getattr(getattr(sched, "rl_state", None), "calibrator", None)
+    return cal.version if cal is not None else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
