@@ -67,7 +67,7 @@ def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, 
     policy, belief = arm_spec(spec, arm)
     t0 = time.perf_counter()
     done, m = simulate(RunSpec(scenario, policy, seed, load, duration, belief=belief), sc)
-    cals = [done.calibrator] if getattr(done, "calibrator", None) else list(getattr(done, "calibrators", {}).values())
+    cals = [sim.calibrator for sim in getattr(done, "replicas", [done]) if sim.calibrator is not None]
     fits = [f for c in cals for f in c.summary()["models"].values()]
     return {"scenario": scenario, "truth": truth, "spec": spec, "arm": arm, "load": load, "seed": seed,
             "weighted": float(m["weighted_slo_attainment"]), "failed": int(m["requests_failed"]),

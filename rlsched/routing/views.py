@@ -46,9 +46,11 @@ from functools import partial
 from typing import Any
 
 from rlsched.sim.cost import CostModel
+from rlsched.sim.online import HIGH, LOW, refresh
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import simulated
+from rlsched.sim.truth import rescaled
 from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal, StageView
 
 INF = math.inf
@@ -62,6 +64,8 @@ MAX_LISTED = 1024
 """Most requests a state may list as running or finished (a batch is at most ``max_num_seqs``,
 which the schema caps lower): a longer list is refused as oversized."""
 MAX_ID_CHARS = 512
+SCALE_LOW, SCALE_HIGH = LOW / HIGH, HIGH / LOW
+"""Bounds of a published calibration scale (the attention scale is a ratio of two calibrated ones)."""
 SILENCE_S = 30.0
 """Default bound on a replica's silence past its predicted end, in the router's (profile) seconds."""
 VIEWS = ("engine", "ledger", "replica")
@@ -91,6 +95,9 @@ class ReplicaState:
     running: tuple[tuple[str, int], ...]
     finished: tuple[str, ...] = ()
     preempted: tuple[tuple[str, int], ...] = ()
+    calibration: Calibration | None = None
+    """The replica's online calibration (``rlsched.sim.online``): its version and per model its ``(time,
+    attention, memory)`` scales over the shipped profile; None: it sent none (as shipped)."""
 
     @classmethod
     def read(cls, raw: Any) -> ReplicaState:
@@ -107,7 +114,33 @@ class ReplicaState:
         running = tuple(_pairs(raw.get("running", ()), "state.running"))
         finished = tuple(_ids(raw.get("finished", ()), "state.finished"))
         preempted = tuple(_pairs(raw.get("preempted", ()), "state.preempted"))
-        return cls(seq, float(remaining), running, finished, preempted)
+        cal = raw.get(CALIBRATION_KEY)
+        return cls(seq, float(remaining), running, finished, preempted, None if cal is None else _calibration(cal))
+
+
+Calibration = tuple[int, tuple[tuple[str, float, float, float], ...]]
+CALIBRATION_KEY = "cal"
+MAX_CALIBRATED_MODELS = 64
+
+
+def _calibration(raw: Any) -> Calibration:
+    """``{"version": V, "scales": {MODEL: [time, quadratic, memory]}}`` checked (``state.cal``)."""
+    if not isinstance(raw, Mapping):
+        raise StateError(f"state.cal: a mapping expected, not {type(raw).__name__}")
+    version, scales = raw.get("version"), raw.get("scales", {})
+    if type(version) is not int or version < 0:
+        raise StateError(f"state.cal.version: an integer >= 0 expected, not {version!r:.80}")
+    if not isinstance(scales, Mapping) or len(scales) > MAX_CALIBRATED_MODELS:
+        raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
+    out = []
+    for model, values in scales.items():
+        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or len(values) != 3 or not all(
+                not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= SCALE_HIGH
+                for v in values):
+            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory], each in [{SCALE_LOW:g}, "
+                             f"{SCALE_HIGH:g}], expected, not {model!r:.80}: {values!r:.80}")
+        out.append((model, *map(float, values)))
+    return version, tuple(out)
 
 
 def _listed(value: Any, where: str) -> Sequence[Any]:
@@ -137,11 +170,22 @@ def _pairs(value: Any, where: str) -> Iterable[tuple[str, int]]:
 
 
 def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int]], finished: Iterable[Any] = (),
-                  preempted: Iterable[tuple[Any, int]] = ()) -> dict[str, Any]:
+                  preempted: Iterable[tuple[Any, int]] = (), calibration: Calibration | None = None) -> dict[str, Any]:
     """The wire form of a replica's state (module docstring); ids are sent as strings."""
-    return {"v": STATE_VERSION, "seq": seq, "remaining_s": max(float(remaining_s), 0.0),
-            "running": [[str(rid), int(done)] for rid, done in running], "finished": [str(r) for r in finished],
-            "preempted": [[str(rid), int(done)] for rid, done in preempted]}
+    state = {"v": STATE_VERSION, "seq": seq, "remaining_s": max(float(remaining_s), 0.0),
+             "running": [[str(rid), int(done)] for rid, done in running], "finished": [str(r) for r in finished],
+             "preempted": [[str(rid), int(done)] for rid, done in preempted]}
+    if calibration is not None:
+        version, scales = calibration
+        state[CALIBRATION_KEY] = {"version": version, "scales": {m: [t, q, mem] for m, t, q, mem in scales}}
+    return state
+
+
+def calibration_of(calibrator: Any) -> Calibration | None:
+    """What a replica publishes of its ``CostCalibrator`` (None: none, or never moved)."""
+    if calibrator is None or not calibrator.version:
+        return None
+    return calibrator.version, tuple((m, *s) for m, s in sorted(calibrator.scales().items()))
 
 
 class LedgerReplica:
@@ -151,6 +195,9 @@ class LedgerReplica:
 
     def __init__(self, slot: int, cost: CostModel, config: ServingConfig, silence_s: float = SILENCE_S) -> None:
         self.slot, self.cost, self.config, self.silence_s = slot, cost, config, silence_s
+        self.shipped = cost
+        """The replica's profile as deployed; ``cost`` is it at the replica's last published calibration."""
+        self.calibration_version = 0
         self.step_mode = config.step_mode
         self.now = 0.0
         self.waiting: dict[int, RequestRecord] = {}
@@ -228,6 +275,8 @@ class LedgerReplica:
         if state.seq <= self._seq:
             return False
         self._seq, self._heard_s, self.fallback = state.seq, now, None
+        if state.calibration is not None and state.calibration[0] != self.calibration_version:
+            self._calibrate(*state.calibration)
         for rid in state.finished:
             iid = iid_of(rid)
             if iid is not None:
@@ -249,6 +298,15 @@ class LedgerReplica:
             cfg = self.config
             self._step_s = self.cost.batch_step_time(running) + cfg.engine_overhead_ms / 1e3
         return True
+
+    def _calibrate(self, version: int, scales: tuple[tuple[str, float, float, float], ...]) -> None:
+        """The replica's calibration ``version``: the ledger's work and predicted ends re-costed on it (models
+        the profile does not hold are ignored)."""
+        known = {m: (t, q, mem) for m, t, q, mem in scales if m in self.shipped.models}
+        self.calibration_version = version
+        self.cost = rescaled(self.shipped, known, f"published-v{version}") if known else self.shipped
+        refresh(self._followed.values(), self.cost)
+        self.journal.restart()
 
     def refuse(self, reason: str) -> None:
         """A message that could not be read: the ledger alone until the next valid state."""
@@ -459,7 +517,7 @@ class ViewRouter:
         # the engine publishes its profile's prediction of the running batch, not when it really ends
         left = max(sim.predicted_end_s - sim.now, 0.0) if sim.running and sim.gpu_end_s != INF else 0.0
         state = replica_state(self._seq[slot], left, [(r.request.id, r.steps_done) for r in sim.running],
-                              self._finished[slot], preempted)
+                              self._finished[slot], preempted, calibration_of(sim.calibrator))
         self._finished[slot] = []
         return state
 

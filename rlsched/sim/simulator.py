@@ -94,19 +94,17 @@ class Simulator:
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF, truth: CostModel | None = None,
-                 calibrate: bool | CostCalibrator = True) -> None:
+                 calibrate: bool = True) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
         self.truth = truth
         """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
         check; ``cost`` is what decisions read. None: ``cost`` is the truth."""
         self._true: dict[int, RequestRecord] = {}
         """Records at the true cost, by request id (only with ``truth``)."""
-        self.calibrator: CostCalibrator | None = (
-            calibrate if isinstance(calibrate, CostCalibrator) else
-            CostCalibrator(cost) if calibrate and truth is not None else None)
-        """Online calibration (``rlsched.sim.online``): every batch observed, ``cost`` its current version
-        (a calibrator may be shared by the replicas of one kind and their central queue). None without a
-        ``truth``: every observation would equal its prediction, so a calibrator could never move."""
+        self.calibrator: CostCalibrator | None = CostCalibrator(cost) if calibrate and truth is not None else None
+        """Online calibration (``rlsched.sim.online``): every batch observed, ``cost`` its current version,
+        as each replica's engine plugin calibrates on its own batches. None without a ``truth``: every
+        observation would equal its prediction, so a calibrator could never move."""
         self._version = 0
         self._observing: tuple[float, float, float] | None = None
         self.step_mode = config.step_mode
@@ -142,6 +140,9 @@ class Simulator:
         """Callbacks ``f(record)`` run when a request arrives (policies' history features)."""
         self.on_finish: list[Hook] = []
         """Callbacks ``f(record)`` run when a request completes or fails (env rewards)."""
+        self.on_calibrate: list[Callable[[Simulator], None]] = []
+        """Callbacks ``f(self)`` run when this simulator's calibrator moved ``cost`` (a central queue adopts
+        it, as the engine's central pool adopts a replica's published calibration)."""
         self.on_change: list[Callable[[Simulator], None]] = []
         """Callbacks ``f(self)`` run after the running batch changed (a batch started, ended, failed or was
         preempted): what a replica publishes to a router (``routing.views``)."""
@@ -353,13 +354,20 @@ class Simulator:
                                     [r.steps_done for r in batch]) if fits else None
 
     def _adopt(self) -> None:
-        """Take the calibrator's newest version: records re-costed, the journal restarted (every policy's
-        queue index re-ranks once)."""
+        """Take the calibrator's newest version (``on_calibrate`` hears of it)."""
         cal = self.calibrator
         if cal is None or cal.version == self._version:
             return
-        self._version, self.cost = cal.version, cal.cost
-        refresh(self.records.values(), self.cost)
+        self._version = cal.version
+        self.adopt_cost(cal.cost)
+        for callback in self.on_calibrate:
+            callback(self)
+
+    def adopt_cost(self, cost: CostModel) -> None:
+        """Decide on ``cost`` from now on (a calibration version, this replica's or one it heard of): live
+        records re-costed, the journal restarted (every policy's queue index re-ranks once)."""
+        self.cost = cost
+        refresh(self.records.values(), cost)
         self.journal.restart()
 
     def _true_records(self, batch: list[RequestRecord]) -> list[RequestRecord]:

@@ -33,11 +33,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
-from rlsched.sim.online import CostCalibrator
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
 from rlsched.sim.view import StageView
@@ -114,12 +114,10 @@ class Stage:
             dup = next(i for i, n in Counter(ids).items() if n > 1)
             raise InvalidRequest("id", dup, "duplicate request id in the workload")
         self.specs = tuple(replicas)
-        self.calibrators: dict[int, CostCalibrator] = {}
-        """Online calibration, one per replica kind (its cost object), shared by its replicas — which pool
-        their evidence — and its central view; only for replicas with a ``truth`` (``Simulator``)."""
-        if calibrate:
-            self.calibrators = {id(r.cost): CostCalibrator(r.cost) for r in replicas if r.truth is not None}
-        self.replicas = [Simulator([], r.cost, r.serving, horizon_s, r.truth, self._calibrator(r)) for r in replicas]
+        self.replicas = [Simulator([], r.cost, r.serving, horizon_s, r.truth, calibrate) for r in replicas]
+        """Each calibrates its own cost on its own batches (``calibrate``; only with a ``truth``), as each
+        replica's engine plugin does; a router hears of it in the replica's published state
+        (``routing.views``), a central queue adopts it (``_open_central``)."""
         self.horizon_s, self.seed = horizon_s, seed
         self.now = 0.0
         self.routed: dict[int, int] = {}
@@ -235,9 +233,6 @@ class Stage:
             return t
         return wake
 
-    def _calibrator(self, spec: ReplicaSpec) -> CostCalibrator | bool:
-        return self.calibrators.get(id(spec.cost), False)
-
     def _all(self) -> list[Simulator]:
         return [*self.replicas, *self.hubs]
 
@@ -292,7 +287,7 @@ class Stage:
         for spec in self.specs:
             self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
         firsts = [next(s for s, k in zip(self.specs, self._kind) if k == i) for i in range(len(kinds))]
-        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s, calibrate=self._calibrator(s)) for s in firsts]
+        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s) for s in firsts]
         self._woken_for = [INF] * len(self.replicas)
         policies = []
         for view in self.hubs:
@@ -300,8 +295,11 @@ class Stage:
             policy.reset(view)
             policies.append(policy)
         forward: Callable[[RequestRecord], None] = self._forward_finish
-        for sim in self.replicas:  # the central policies' history sees every finish
+        for r, sim in enumerate(self.replicas):  # the central policies' history sees every finish
             sim.on_finish.append(forward)
+            # a replica's new calibration reaches its kind's central view (the engine's central pool takes it
+            # from the replica's next published state: milliseconds later, not modelled)
+            sim.on_calibrate.append(partial(_adopt_in, self.hubs[self._kind[r]]))
         return policies
 
     def _forward_finish(self, rec: RequestRecord) -> None:
@@ -387,6 +385,10 @@ def simulated(stage: StageView, router: str) -> Stage:
         raise ConfigError("router", f"{router} runs on the simulator's stage only (it reads the replicas' "
                                     f"true state), not on {type(stage).__name__}")
     return stage
+
+
+def _adopt_in(hub: Simulator, replica: Simulator) -> None:
+    hub.adopt_cost(replica.cost)
 
 
 def _arrival(req: Request) -> float:

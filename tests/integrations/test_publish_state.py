@@ -63,3 +63,14 @@ def test_a_state_never_lists_more_than_the_router_reads() -> None:
     msg = pub.message()
     assert len(msg["finished"]) == MAX_LISTED and msg["finished"][-1] == f"r2-{MAX_LISTED - 1}"
     ReplicaState.read(msg)
+
+
+def test_the_calibration_taken_with_a_state_travels_with_it() -> None:
+    pub = StatePublisher(Clock(0.0))
+    cal = (2, (("qwen-image", 1.3, 1.0, 1.0),))
+    pub.update([("a", 0)], end_s=1.0, calibration=cal)
+    msg = pub.message()
+    assert msg is not None and msg["cal"] == {"version": 2, "scales": {"qwen-image": [1.3, 1.0, 1.0]}}
+    assert ReplicaState.read(msg).calibration == cal
+    pub.update([("b", 0)], end_s=2.0)
+    assert "cal" not in (pub.message() or {})  # as shipped: nothing to say

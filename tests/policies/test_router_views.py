@@ -101,6 +101,12 @@ def good() -> dict:
     (lambda d: d.update(finished="a"), "state.finished"),
     (lambda d: d.update(finished=[f"r{i}" for i in range(MAX_LISTED + 1)]), "oversized"),
     (lambda d: d.update(preempted=[["", 1]]), "state.preempted"),
+    (lambda d: d.update(cal=[1]), "state.cal: a mapping expected"),
+    (lambda d: d.update(cal={"version": -1}), "state.cal.version"),
+    (lambda d: d.update(cal={"version": 1, "scales": {"m": [1.0, 1.0]}}), "state.cal.scales"),
+    (lambda d: d.update(cal={"version": 1, "scales": {"m": [1.0, 1e9, 1.0]}}), "state.cal.scales"),
+    (lambda d: d.update(cal={"version": 1, "scales": {str(i): [1, 1, 1] for i in range(65)}}),
+     "a mapping of at most 64 models expected"),
 ])
 def test_a_malformed_state_is_refused_naming_its_field(mutate, field: str) -> None:
     raw = good()
@@ -131,6 +137,26 @@ def test_a_state_moves_requests_to_running_and_an_older_one_is_ignored() -> None
     assert led.publish(0, replica_state(3, 0.0, [], ["a"]), now=15.0) is None
     assert not view.running and sorted(view.waiting) == [2, 3] and led.outstanding(0) == 2
     assert led.publish(5, good(), now=15.0) == "unrouted"
+
+
+def test_a_published_calibration_re_costs_the_ledger_and_a_new_version_only_once() -> None:
+    led = ledger()
+    view = led.views[0]
+    before = {rid: r.work_s for rid, r in view.waiting.items()}
+    cal = (3, (("qwen-image", 1.5, 1.0, 1.1), ("not-in-the-profile", 2.0, 1.0, 1.0)))
+    raw = replica_state(1, 5.0, [("a", 0)], calibration=cal)
+    assert raw["cal"] == {"version": 3, "scales": {"qwen-image": [1.5, 1.0, 1.1],
+                                                    "not-in-the-profile": [2.0, 1.0, 1.0]}}
+    assert ReplicaState.read(raw).calibration == cal
+    assert led.publish(0, raw, now=1.0) is None
+    assert view.calibration_version == 3 and view.shipped is COST and view.cost is not COST
+    assert all(r.work_s == pytest.approx(1.5 * before[rid]) for rid, r in view.waiting.items())
+    shipped = COST.model("qwen-image")
+    assert view.cost.model("qwen-image").act_gb_per_ktok == pytest.approx(1.1 * shipped.act_gb_per_ktok)
+    cost = view.cost
+    assert led.publish(0, replica_state(2, 4.0, [("a", 0)], calibration=cal), now=2.0) is None
+    assert view.cost is cost  # the same version: nothing re-costed
+    assert led.publish(0, replica_state(3, 3.0, [("a", 0)]), now=3.0) is None and view.cost is cost
 
 
 def test_a_malformed_state_falls_back_to_the_ledger_until_the_next_good_one() -> None:

@@ -5,9 +5,10 @@ import dataclasses
 import pytest
 
 from rlsched.errors import ConfigError
-from rlsched.evaluation import RunSpec, prepare, simulate
+from rlsched.evaluation import RunSpec, prepare, prepare_stage, simulate
 from rlsched.policies import make_policy
 from rlsched.policies.base import calibrates
+from rlsched.routing.routers import make_router
 from rlsched.sim import ServingConfig, Simulator, load_scenario
 from rlsched.sim.cost import load_profile
 from rlsched.sim.online import HIGH, CostCalibrator, refresh
@@ -99,14 +100,27 @@ def test_a_calibrating_simulator_recovers_the_true_belief_and_rebuilds_the_polic
     assert abs(got["calibrated"] - got["reference"]) < 0.25 * (got["reference"] - got["deployed"])
 
 
-def test_replicas_of_a_kind_pool_their_evidence_and_the_central_queue_reads_it() -> None:
+def test_each_replica_calibrates_on_its_own_and_the_central_queue_adopts_the_latest() -> None:
     sc = dataclasses.replace(load_scenario("qwen-image-8gpu"), truth=Truth(time_scale=1.3))
     stage, _ = simulate(RunSpec("qwen-image-8gpu", f"{STATIC}@central", seed=1000, duration_s=600), sc)
-    (cal,) = stage.calibrators.values()
-    assert cal.version >= 1 and all(sim.calibrator is cal for sim in (*stage.replicas, *stage.hubs))
-    assert all(sim.cost is cal.cost for sim in stage.hubs)
+    cals = [sim.calibrator for sim in stage.replicas]
+    assert len({id(c) for c in cals}) == len(cals) and all(c.version >= 1 for c in cals)
+    (hub,) = stage.hubs
+    assert hub.calibrator is None and any(hub.cost is c.cost for c in cals)
     off, _ = simulate(RunSpec("qwen-image-8gpu", f"{STATIC};calibrate=off@central", seed=1000, duration_s=600), sc)
-    assert off.calibrators == {} and all(sim.calibrator is None for sim in off.replicas)
+    assert all(sim.calibrator is None for sim in off.replicas) and off.hubs[0].cost is off.specs[0].cost
+
+
+def test_a_router_hears_each_replicas_calibration_in_its_published_state() -> None:
+    sc = dataclasses.replace(load_scenario("qwen-image-8gpu"), truth=Truth(time_scale=1.3))
+    stage = prepare_stage(RunSpec("qwen-image-8gpu", f"{STATIC}@rlsched", seed=1000, duration_s=600), sc)
+    router = make_router("rlsched", STATIC)
+    stage.run([make_policy(STATIC) for _ in stage.replicas], router)
+    views = router.ledger.views
+    assert all(views[r].calibration_version == sim.calibrator.version >= 1 for r, sim in enumerate(stage.replicas))
+    view, sim = views[0], stage.replicas[0]
+    assert view.cost.model("qwen-image").a_s == pytest.approx(sim.cost.model("qwen-image").a_s)
+    assert view.shipped is stage.specs[0].cost
 
 
 def test_the_calibrate_option() -> None:

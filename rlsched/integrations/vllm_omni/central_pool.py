@@ -110,6 +110,8 @@ class CentralStagePool(LedgerStagePool):
         self._views: list[PluginState] = []
         self._policies: list[Any] = []
         self._kind_of: dict[int, int] = {}
+        self._adopted: dict[int, int] = {}
+        """Per replica slot, the calibration version its kind's view last adopted from it."""
         """Replica slot -> its cost model's index in ``_views``."""
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
@@ -402,8 +404,21 @@ class CentralStagePool(LedgerStagePool):
                                 self._lead_s)
 
     def _state_heard(self, slot: int) -> None:
+        self._adopt_calibration(slot)
         if self._parked:
             self._kick()  # a replica may take its next batch now
+
+    def _adopt_calibration(self, slot: int) -> None:
+        """A replica published a new calibration (``routing.views``): its kind's central view decides on it
+        from now on, as the simulator's central queue adopts its replicas' (``Stage._open_central``)."""
+        with self._lock:
+            view, k = self._ledger.views.get(slot), self._kind_of.get(slot)
+            if view is None or k is None or k >= len(self._views):
+                return
+            if self._adopted.get(slot, 0) == view.calibration_version:
+                return
+            self._adopted[slot] = view.calibration_version
+            self._views[k].adopt_cost(view.cost)
 
     def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]] | None:
         """The central policy's batch for ``slot`` (bound, out of the queue); [] to wait; None when it failed."""
@@ -559,9 +574,9 @@ class CentralStagePool(LedgerStagePool):
             cost = self._cost_of(slot)
             self._kind_of[slot] = kinds.setdefault(id(cost), (len(kinds), cost))[0]
         costs = [cost for _, cost in kinds.values()]
-        if len(costs) == len(self._views) and all(v.cost is c for v, c in zip(self._views, costs)):
+        if len(costs) == len(self._views) and all(v.shipped is c for v, c in zip(self._views, costs)):
             return
-        self._views = []
+        self._views, self._adopted = [], {}
         for cost in costs:
             view = PluginState(cost, self._ledger.config, self.router_settings, clock=self._clock)
             view._t0 = self._t0  # one clock with the ledger

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.routing.views import CARRIER_KEY, MAX_LISTED, replica_state
+from rlsched.routing.views import CARRIER_KEY, MAX_LISTED, Calibration, replica_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,8 @@ class Published:
     running: tuple[tuple[str, int], ...]
     finished: tuple[str, ...] = ()
     preempted: tuple[tuple[str, int], ...] = ()
+    calibration: Calibration | None = None
+    """The scheduler's online calibration when the state was taken (``routing.views.calibration_of``)."""
 
 
 class StatePublisher:
@@ -46,7 +48,7 @@ class StatePublisher:
         """The highest seq that ``message`` turned into a wire dict (written by the reading thread)."""
 
     def update(self, running: Iterable[tuple[str, int]], end_s: float, finished: Iterable[str] = (),
-               preempted: Iterable[tuple[str, int]] = ()) -> Published:
+               preempted: Iterable[tuple[str, int]] = (), calibration: Calibration | None = None) -> Published:
         """Take a new state (seq + 1); returns it. O(batch + what it lists)."""
         prev = self.latest
         fin, pre = tuple(finished), tuple(preempted)
@@ -54,7 +56,7 @@ class StatePublisher:
             fin = tuple(dict.fromkeys(prev.finished + fin))
             pre = tuple({rid: (rid, done) for rid, done in prev.preempted + pre}.values())
         state = Published(0 if prev is None else prev.seq + 1, end_s, tuple(running), fin[-MAX_LISTED:],
-                          pre[-MAX_LISTED:])
+                          pre[-MAX_LISTED:], calibration)
         self.latest = state
         return state
 
@@ -67,7 +69,7 @@ class StatePublisher:
             self._sent = state.seq
         remaining = state.end_s - self._clock() if state.running else 0.0
         msg = replica_state(state.seq, remaining if math.isfinite(remaining) else 0.0, state.running,
-                            state.finished, state.preempted)
+                            state.finished, state.preempted, state.calibration)
         if carrier:
             msg[CARRIER_KEY] = True
         return msg

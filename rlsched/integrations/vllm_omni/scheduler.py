@@ -68,6 +68,7 @@ from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.policies.base import calibrates
+from rlsched.routing.views import calibration_of
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.online import CostCalibrator
 from rlsched.sim.request import RequestRecord
@@ -310,7 +311,8 @@ class _PolicyScheduling:
             steps = [self._steps_done(rid) for rid in running]
             now = self._clock()
             end = now + self._predicted_s(running, steps) if running else now
-            built = self.publisher.update(zip(running, steps), end, done, preempted)
+            calibration = calibration_of(getattr(self.rl_state, "calibrator", None))
+            built = self.publisher.update(zip(running, steps), end, done, preempted, calibration)
             if at_schedule and changed:
                 self._carrier = built
             if len(listed) > 1 << 16:  # ids the engine never popped (a bug upstream): bounded memory

@@ -393,10 +393,16 @@ class PluginState:
             parts = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx, steps_done)
             if not cal.observe(batch[0].request.model, parts, seconds):
                 return False
-            self.cost = cal.cost
-            refresh(self.records.values(), self.cost)
-            self.journal.restart()
+        self.adopt_cost(cal.cost)
         return True
+
+    def adopt_cost(self, cost: CostModel) -> None:
+        """Decide on ``cost`` from now on (a replica's published calibration, in a central view): every live
+        record re-costed, the journal restarted."""
+        with self._lock:
+            self.cost = cost
+            refresh(self.records.values(), cost)
+            self.journal.restart()
 
     def note_preempted(self, name: str) -> None:
         """``name`` was moved from running back to the head of vLLM's queue (step mode);
