@@ -214,16 +214,16 @@ class RlschedRouter(_Followed):
 
     def reset(self, stage: StageView) -> None:
         super().reset(stage)
-        self._records: dict[tuple[int, Hashable], tuple[RequestRecord, bool]] = {}
+        self._records: dict[tuple[int, Hashable], tuple[object, RequestRecord, bool]] = {}
 
     def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> tuple[RequestRecord, bool]:
         """A record of ``request``'s shape at replica ``i`` and whether that replica's GPU holds it alone
-        (cost figures and memory depend on the key only)."""
+        (cost figures and memory depend on the key only, at the replica's cost: a new calibration, a new one)."""
         shape = self._records.get((i, key))
-        if shape is None:
+        if shape is None or shape[0] is not sim.cost:
             rec = sim.cost.record(request)
-            shape = self._records[(i, key)] = (rec, sim.cost.fits([rec]))
-        return shape
+            shape = self._records[(i, key)] = (sim.cost, rec, sim.cost.fits([rec]))
+        return shape[1], shape[2]
 
     def route(self, request: Request, stage: StageView) -> int:
         # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
