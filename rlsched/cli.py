@@ -14,7 +14,9 @@ from rlsched.errors import MissingExtra, RlschedError
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "simulate": ("rlsched simulate --scenario default --compare fifo,edf,static:agents/tuned/default.json",
                  "rlsched simulate --scenario my-workload.yaml --policy edf --seed 0 --json",
-                 "rlsched simulate --scenario qwen-image-8gpu --replicas 8 --policy edf@rlsched"),
+                 "rlsched simulate --scenario qwen-image-8gpu --replicas 8 --policy edf@rlsched",
+                 "rlsched simulate --scenario default --truth time_scale=1.3 --compare "
+                 "'static:agents/tuned/default.json,static:agents/tuned/default.json;calibrate=off'"),
     "eval": ("rlsched eval --scenarios default,bursty --policies fifo,edf,rl:checkpoints/default --out results/mine",),
     "tune": ("rlsched tune --scenario default --trials 40 --seeds 0,1,2,3,4,5 --loads 0.5,1,1.5 "
              "--out agents/tuned/mine.json",),

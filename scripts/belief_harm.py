@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=None, help="arrival window per run (default: each scenario's)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default="results/belief")
+    ap.add_argument("--doc", help="also fill this page's <!-- belief:start --> .. <!-- belief:end --> block")
     args = ap.parse_args(argv)
     scenarios = args.scenarios.split(",")
     seeds, loads = [int(s) for s in args.seeds.split(",")], [float(x) for x in args.loads.split(",")]
@@ -165,8 +166,20 @@ def main(argv: list[str] | None = None) -> int:
             lines += table(rows, sc, truth, loads, seeds)
     lines.append(f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {args.workers} workers).")
     write_atomic(out / "belief.md", "\n".join(lines) + "\n")
+    if args.doc:
+        fill(Path(args.doc), "\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def fill(page: Path, text: str) -> None:
+    """Replace what is between the page's belief markers with ``text``."""
+    doc = page.read_text()
+    head, start, rest = doc.partition("<!-- belief:start -->")
+    _, end, tail = rest.partition("<!-- belief:end -->")
+    if not start or not end:
+        raise SystemExit(f"{page}: no <!-- belief:start --> .. <!-- belief:end --> block")
+    write_atomic(page, f"{head}{start}\n{text}\n{end}{tail}")
 
 
 if __name__ == "__main__":

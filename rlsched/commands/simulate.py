@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import warnings
@@ -17,6 +18,7 @@ from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
 from rlsched.policies import policy_names
 from rlsched.sim import Scenario, load_scenario
+from rlsched.sim.truth import Truth
 
 
 @command("simulate", "Simulate a scenario under one policy (or --compare several) and print metrics.")
@@ -40,6 +42,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "@lookahead[:H], @hindsight[:H]: the offline look-ahead teachers, slow)")
     p.add_argument("--sp", type=flag(bounds.SP_DEGREE), default=1,
                    help="GPUs per replica, sequence-parallel (needs a profile with an sp block)")
+    p.add_argument("--truth", metavar="KEY=VALUE,...",
+                   help="the GPU runs at another cost than the profile every decision reads (the scenario's "
+                        "truth: key): time_scale=1.3 (30%% slower), quadratic_scale=2 (attention x2), "
+                        "memory_scale=1.15, profile=NAME; policies calibrate online unless they say "
+                        "calibrate=off (docs/calibration.md)")
     p.add_argument("--records", metavar="PATH",
                    help="write one CSV row per request; with --compare one file per policy, the policy "
                         "inserted before the suffix (r.csv: r.fifo.csv, r.sjf.csv, ...)")
@@ -50,6 +57,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
+    if args.truth is not None:
+        scenario = dataclasses.replace(scenario, truth=Truth.parse(args.truth, "--truth"))
+        scenario.true_cost()  # a profile without the scenario's models: refused before any run
     policies = [p.strip() for p in args.compare.split(",")] if args.compare else [args.policy]
     records = records_paths(args.records, policies, bool(args.compare)) if args.records else {}
     rows: list[dict[str, Any]] = []
@@ -71,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         r = rows[0]
         title = (f"{scenario.name} ({r['mode']} mode, seed {args.seed}, rate x{args.rate_scale}): "
                  f"{r['requests_total']} requests")
+        if not scenario.truth.exact:
+            title += f"; the GPU at {scenario.truth.label()}"
         if scenario.replicas:  # the scenario's own pool (--replicas/--sp apply to one-GPU scenarios)
             title += f" on {r['replicas']} replicas, {r['gpus']} GPUs"
         elif "per_replica" in r:

@@ -25,7 +25,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
+from rlsched.errors import ConfigError
 from rlsched.sim.cost import CFGCost, CostModel, ModelCost, SPCost, load_profile
+from rlsched.sim.schema import TruthSpec, raised_config_error, schema_error
 
 _TIME = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2", "encode_s", "decode_s_per_mpx")
 _SP_TIME = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok", "ring_sync_s_per_degree")
@@ -56,12 +60,36 @@ class Truth:
         base = load_profile(self.profile) if self.profile and not own_profile else belief
         return scaled(base, self.time_scale, self.quadratic_scale, self.memory_scale)
 
+    @classmethod
+    def parse(cls, text: str, where: str) -> Truth:
+        """``time_scale=1.3,quadratic_scale=2`` or ``profile=NAME`` (the ``truth:`` keys, comma-separated),
+        checked as the scenario key is; ``ConfigError`` naming ``where`` and the key otherwise."""
+        pairs = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq:
+                raise ConfigError(where, f"{part!r}: expected KEY=VALUE (keys: {', '.join(TruthSpec.model_fields)})")
+            pairs[key.strip()] = value.strip()
+        numbers = {k: _number(v) if k != "profile" else v for k, v in pairs.items()}
+        try:
+            spec = TruthSpec.model_validate(numbers)
+        except ValidationError as exc:
+            raise raised_config_error(exc) or schema_error(exc, where) from None
+        return cls(**spec.model_dump())
+
     def label(self) -> str:
         """Short text for tables and logs: ``profile=X time×1.3 attn×2 mem×1.15`` (``exact``)."""
         parts = [f"profile={self.profile}"] if self.profile else []
         parts += [f"{what}×{scale:g}" for what, scale in (("time", self.time_scale), ("attn", self.quadratic_scale),
                                                            ("mem", self.memory_scale)) if scale != 1.0]
         return " ".join(parts) or "exact"
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the schema names the key and says what it expected
 
 
 EXACT = Truth()

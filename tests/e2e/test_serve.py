@@ -27,6 +27,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TIME_SCALE = 50.0
 """Profile seconds per wall second: a 12 s Qwen-Image request takes 0.24 s here."""
 N_REQUESTS = 16
+CALIBRATION_REQUESTS = 28
+"""Enough waves (mostly of one or two requests at ×2 the default rate) for the warm-up, the 8 batches a
+calibration waits for, and moves after."""
+TRUTH_ENV = "RLSCHED_EXECUTOR_TRUTH"
+"""``harness.cost_executor.TRUTH_ENV`` (this module imports no vLLM: the server runs in its own venv)."""
 BUDGET = ("--decision-budget-ms", "20")
 """On this 2-core CI machine the stage process's other threads hold the GIL long enough that a few
 decisions ran over a 0.5 ms budget (``slow`` fallbacks; the default is now 5 ms); 20 ms leaves
@@ -167,3 +172,25 @@ def _planned(index: int, send_s: float, priority: str, slo_s: float, size: int, 
 
     req = Request(index, send_s * TIME_SCALE, "qwen-image", "image", size, size, 1, steps, True, priority, slo_s)
     return loadgen.plan([req], TIME_SCALE)[0]
+
+
+def test_the_plugin_calibrates_a_profile_the_gpu_does_not_match(serve: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor runs 30 % slower than the profile the plugin is deployed with (``RLSCHED_EXECUTOR_TRUTH``):
+    the plugin, timing each wave on its clock, refits the profile's time scale to within 10 % of 1.3 and
+    exports it; every request is still served once."""
+    monkeypatch.setenv(TRUTH_ENV, "time_scale=1.3")
+    server = serve(*doc_deploy_args(), "--time-scale", str(TIME_SCALE), *BUDGET)
+    reqs = load_scenario("default").requests(seed=1, rate_scale=2.0, duration_s=1200)
+    planned = loadgen.plan(reqs, TIME_SCALE, max_requests=CALIBRATION_REQUESTS)
+    results = loadgen.run(server.url, planned, timeout_s=60, workers=CALIBRATION_REQUESTS)
+    assert [r.error for r in results if not r.ok] == []
+    batches = served_batches(server)
+    assert Counter(i for b in batches for i in b) == Counter(p.index for p in planned)
+    m = server.metrics()
+    assert len(batches) >= 12, len(batches)  # 2 warm-up + 8 before a first move, and some after
+    assert total(m, "rlsched_calibration_version") >= 1, {k: v for k, v in m.items() if "calibration" in k}
+    assert total(m, "rlsched_calibration_scale", term="time") == pytest.approx(1.3, rel=0.10)
+    log = server.server_log.read_text(errors="replace")
+    assert re.search(r"rlsched: cost profile \S+ calibrated, version 1: ", log), server.log_tail()
+    assert total(m, "rlsched_fallbacks_total") == 0

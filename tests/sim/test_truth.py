@@ -148,3 +148,15 @@ def test_step_mode_runs_each_step_at_the_true_cost() -> None:
     rec = sim.records[0]
     true = slow.record(rec.request)
     assert rec.finish_s == pytest.approx(true.work_s) and rec.finish_s == pytest.approx(1.3 * rec.work_s)
+
+
+def test_a_truth_in_one_line_is_checked_as_the_key_is() -> None:
+    assert Truth.parse("time_scale=1.3, quadratic_scale=2", "X") == Truth(time_scale=1.3, quadratic_scale=2.0)
+    assert Truth.parse("profile=flux1-dev-h100", "X") == Truth("flux1-dev-h100")
+    assert Truth.parse("", "X").exact
+    with pytest.raises(ConfigError, match=r"^X: 'time_scale': expected KEY=VALUE \(keys: profile, time_scale"):
+        Truth.parse("time_scale", "X")
+    with pytest.raises(ConfigError, match=r"^X: time_scale: .*number"):
+        Truth.parse("time_scale=fast", "X")
+    with pytest.raises(ConfigError, match=r"^X: speed: unknown key"):
+        Truth.parse("speed=2", "X")

@@ -17,6 +17,7 @@ GPU; it never serves real images.
 ``EXECUTED`` keeps, per process, the request ids of every call in order; the stage process
 also appends one JSON line per call to ``$RLSCHED_EXECUTOR_LOG`` when that is set, so a
 test can compare the batches the engine ran with the batches the policy chose.
+``$RLSCHED_EXECUTOR_TRUTH`` makes it execute at another cost than the plugin believes (``TRUTH_ENV``).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ from rlsched.integrations.vllm_omni.scheduler import replica_devices
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.truth import Truth
 
 LOG_ENV = "RLSCHED_EXECUTOR_LOG"
+TRUTH_ENV = "RLSCHED_EXECUTOR_TRUTH"
+"""``time_scale=1.3`` or ``profile=NAME`` (``rlsched.sim.truth.Truth.parse``): execute at that cost instead of
+the plugin's profile (a GPU the profile does not describe: the online calibration's end-to-end test)."""
 EXECUTED: list[list[str]] = []
 
 
@@ -49,6 +54,9 @@ class CostProfileExecutor(DiffusionExecutor):
     def _init_executor(self) -> None:
         self.settings = PluginConfig.from_od_config(self.od_config)
         self.cost: CostModel = load_profile(self.settings.profile)
+        truth = os.environ.get(TRUTH_ENV)
+        if truth:  # the GPU this executor plays differs from the profile the plugin believes
+            self.cost = Truth.parse(truth, TRUTH_ENV).apply(self.cost) or self.cost
         model = self.settings.model or next(iter(self.cost.models))
         self._model = self.cost.model(model)
         self._records: dict[str, RequestRecord] = {}
