@@ -1,8 +1,8 @@
 """Online calibration: the cost profile refitted from what the GPU is seen to take.
 
 Every decision reads a profile fitted offline; the GPU a user serves on differs (``rlsched.sim.truth``
-measures the harm). ``CostCalibrator`` watches each batch — its duration from start to end, and its
-peak memory — and refits the profile's coefficients per model:
+measures the harm). ``CostCalibrator`` watches each batch's duration from start to end and refits the profile's
+time coefficients per model:
 
 * **Time.** A batch's duration under the current cost splits into ``O`` (the engine's overheads, which
   the profile does not hold), the attention part ``A`` (the ``c·ΣQ`` term over the steps) and the rest
@@ -12,20 +12,19 @@ peak memory — and refits the profile's coefficients per model:
   attention kernel that scales worse than the profile's gives ``θ₂ > θ₁``: the profile's own form,
   re-weighted (the two terms whose ratio changes across stacks, attention backends and resolutions),
   rather than a residual model that would need features the scheduler does not have.
-* **Memory.** Peak activation memory observed over the profile's prediction, kept conservative: the
-  largest ratio of the recent batches (an under-estimate raises it at the first batch that shows it;
-  a lower ratio takes ``min_batches`` batches), and an OOM counts as at least the GPU's free memory.
+* **Memory** is not refitted yet: no engine reads a batch's peak memory (NVML samples periodically), so
+  the memory scale stays 1 — in the simulator too, which calibrates on what the engine observes.
 
 It is bounded (every scale in ``[LOW, HIGH]``), robust (Huber weights once the fit has evidence; the first
 ``warmup`` batches of a model — compilation, autotuning — are not counted), anchored on the shipped
 profile (a ridge prior of weight ``prior`` — a tenth of one batch's evidence by default, which decides only
 what the batches cannot tell apart — pulls the time scale to 1 and the attention scale to the time scale;
 on ``default`` a prior worth 4 batches left a 2048² image 15 % under-predicted after 370 batches of an
-attention ×2 truth, 0.1 leaves 1.4 %), and quiet: a model's
-scales move only after ``min_batches`` batches and only when one changes by more than ``MOVE``; each
-move is a new ``version`` of the calibrated ``cost`` (the same class and layout as the profile, so
-every consumer reads it unchanged). Old evidence fades (``forget`` per batch) so the fit follows a
-drifting GPU. Exact observations (the profile is the truth) never move it.
+attention ×2 truth, 0.1 leaves 1.4 %), and quiet: a model's scales move only after ``min_batches``
+batches and only when one changes by more than ``MOVE``; each move is a new ``version`` of the
+calibrated ``cost`` (the same class and layout as the profile, so every consumer reads it unchanged).
+Old evidence fades (``forget`` per batch) so the fit follows a drifting GPU. Exact observations (the
+profile is the truth) never move it.
 
 Numbers the scheduler takes to be true of every request are unchanged: tokens, shapes, deadlines.
 A state that adopts a new version refreshes its waiting and running records' cost figures and
@@ -35,7 +34,6 @@ restarts its journal, so a policy's queue index re-ranks them once (``refresh``)
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +52,7 @@ HUBER = 0.25
 
 @dataclass
 class _ModelFit:
-    """The evidence on one model: ``S θ = b`` of the weighted least squares, the memory ratios."""
+    """The evidence on one model: ``S θ = b`` of the weighted least squares."""
 
     seen: int = 0
     counted: int = 0
@@ -67,7 +65,7 @@ class _ModelFit:
     moved_at: int = 0
     """Batches seen when its scales last moved (0: never)."""
     memory: float = 1.0
-    ratios: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    """Memory scale: 1 until something reads a batch's peak memory (``scales``' third term, published)."""
 
 
 class CostCalibrator:
@@ -128,22 +126,6 @@ class CostCalibrator:
         if fit.counted < self.min_batches:
             return False
         return self._move(model, fit, _solve(fit.s, fit.b, self.prior), fit.memory)
-
-    def observe_memory(self, model: str, predicted_gb: float, observed_gb: float) -> bool:
-        """A batch of ``model`` whose activations and decode peaks the current cost put at ``predicted_gb``
-        peaked at ``observed_gb`` (weights excluded); True when the calibrated cost moved."""
-        if not predicted_gb > 0 or not math.isfinite(observed_gb):
-            return False
-        fit = self._fit(model)
-        fit.ratios.append(fit.memory * observed_gb / predicted_gb)
-        scale = _clip(max(fit.ratios))
-        if scale < fit.memory and len(fit.ratios) < self.min_batches:
-            return False  # lowering the memory estimate needs evidence; raising it never waits
-        return self._move(model, fit, fit.theta, scale)
-
-    def observe_oom(self, model: str, predicted_gb: float, free_gb: float) -> bool:
-        """A batch the current cost put at ``predicted_gb`` did not fit ``free_gb``: at least that much."""
-        return self.observe_memory(model, predicted_gb, free_gb * (1 + MOVE))
 
     # ------------------------------------------------------------------ versions
     def _move(self, model: str, fit: _ModelFit, theta: tuple[float, float], memory: float) -> bool:

@@ -102,8 +102,9 @@ class Simulator:
         self._true: dict[int, RequestRecord] = {}
         """Records at the true cost, by request id (only with ``truth``)."""
         self.calibrator: CostCalibrator | None = CostCalibrator(cost) if calibrate and truth is not None else None
-        """Online calibration (``rlsched.sim.online``): every batch observed, ``cost`` its current version,
-        as each replica's engine plugin calibrates on its own batches. None without a ``truth``: every
+        """Online calibration (``rlsched.sim.online``): every batch that runs is timed, ``cost`` is the
+        calibrator's current version — as each replica's engine plugin calibrates on its own batches, and
+        like it on time alone (no engine reads a batch's peak memory yet). None without a ``truth``: every
         observation would equal its prediction, so a calibrator could never move."""
         self._version = 0
         self._observing: tuple[float, float, float] | None = None
@@ -162,7 +163,6 @@ class Simulator:
         return best
 
     def _fire(self, kind: int, t: float) -> None:
-        self._adopt()
         self.now = t
         self._idle_until_event = False
         if kind == _END:
@@ -197,14 +197,12 @@ class Simulator:
         """An arrival routed here from outside at ``now`` (>= this simulator's clock)."""
         if now < self.now:
             raise InvalidDecision(f"request {req.id} delivered at {now} before the replica's clock {self.now}")
-        self._adopt()
         self.now = now
         self._idle_until_event = False
         self._arrive(req)
 
     def wake(self) -> None:
         """Something outside changed (a replica fell idle): decide again at the next chance."""
-        self._adopt()
         self._idle_until_event = False
 
     def release(self, ids: Iterable[int]) -> list[RequestRecord]:
@@ -261,8 +259,10 @@ class Simulator:
             cfg = self.config
             duration = self.truth.batch_duration(true, self.step_mode, cfg.engine_overhead_ms,
                                                  cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
-        if self.calibrator is not None:
-            self._observe(batch, mem, capacity)
+        if self.calibrator is not None and mem <= capacity:  # the engine times each batch that runs
+            cfg = self.config
+            self._observing = self.calibrator.parts(batch, self.step_mode, cfg.engine_overhead_ms,
+                                                    cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
         if mem > capacity:
             self._fail_oom(batch)
             self._changed()
@@ -337,22 +337,6 @@ class Simulator:
         self._compact()
 
     # ------------------------------------------------------------ calibration
-    def _observe(self, batch: list[RequestRecord], mem: float, capacity: float) -> None:
-        """What the engine sees of a batch it starts: its peak memory now (or its OOM), its duration at
-        its end (``_end_batch``)."""
-        cal = self.calibrator
-        assert cal is not None
-        self._adopt()  # another replica of this kind may have moved it since this one's last event
-        model, weights = batch[0].request.model, self._weights_gb
-        predicted = sum(r.mem_gb for r in batch)
-        fits = mem <= capacity
-        if (cal.observe_memory(model, predicted, mem - weights) if fits
-                else cal.observe_oom(model, predicted, capacity - weights)):
-            self._adopt()
-        cfg = self.config
-        self._observing = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx,
-                                    [r.steps_done for r in batch]) if fits else None
-
     def _adopt(self) -> None:
         """Take the calibrator's newest version (``on_calibrate`` hears of it)."""
         cal = self.calibrator

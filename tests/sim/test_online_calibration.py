@@ -66,14 +66,6 @@ def test_an_outlier_moves_it_less_than_a_trend() -> None:
     assert cal.version == 0
 
 
-def test_memory_rises_at_once_and_an_oom_counts_as_at_least_the_free_memory() -> None:
-    cal = CostCalibrator(COST)
-    assert cal.observe_memory("qwen-image", 10.0, 11.5) and cal.scales()["qwen-image"][2] == pytest.approx(1.15)
-    cal2 = CostCalibrator(COST)
-    assert cal2.observe_oom("qwen-image", 10.0, 12.0) and cal2.scales()["qwen-image"][2] > 1.2
-    assert not cal.observe_memory("qwen-image", 11.5, 10.0)  # lower needs min_batches of evidence
-
-
 def test_refresh_recosts_waiting_records_only() -> None:
     slow = scaled(COST, time_scale=2.0)
     recs = [COST.record(make_request(i, size=1024)) for i in range(2)]

@@ -357,7 +357,7 @@ class _PolicyScheduling:
         scales = cal.scales().get(model, (1.0, 1.0, 1.0))
         self.metrics.set_calibration(cal.version, scales)
         _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f",
-                    st.shipped.name, cal.version, model, *scales)
+                  st.shipped.name, cal.version, model, *scales)
 
     def _steps_done(self, request_id: str) -> int:
         """Denoise steps done (step mode: vLLM-Omni's progress; a request-mode wave starts at 0)."""
