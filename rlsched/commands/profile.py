@@ -1,5 +1,6 @@
-"""``rlsched profile fit|measure|predict``: cost profiles from measurements, measurements from this device,
-and what a profile predicts for one request (on one GPU or with sequence parallelism)."""
+"""``rlsched profile fit|measure|predict|calibrate``: cost profiles from measurements, measurements from this
+device, what a profile predicts for one request (on one GPU or with sequence parallelism), and a profile with
+the plugin's online calibration applied."""
 
 from __future__ import annotations
 
@@ -57,6 +58,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--model", help="model of the profile (default: its only model)")
     q.add_argument("--json", action="store_true", help="print a JSON object (latency_s, peak_gb_per_gpu, ...)")
     q.set_defaults(handler=run_predict)
+    c = sub.add_parser("calibrate", help="a profile with the plugin's online calibration applied, written out as "
+                                         "a profile file with its provenance (docs/calibration.md)",
+                       formatter_class=HelpFormatter)
+    c.add_argument("--log", type=Path, help="a vllm serve log: the newest 'rlsched: cost profile ... calibrated' "
+                                            "line of each model (and the profile it names)")
+    c.add_argument("--scales", help="instead of --log: MODEL=TIME,ATTENTION[,MEMORY];... (rlsched_calibration_scale)")
+    c.add_argument("--profile", help="the profile the scales apply to (default: the one the log names)")
+    c.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    c.set_defaults(handler=run_calibrate)
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -103,6 +113,32 @@ def _residual_table(rows: list[dict], name: str) -> None:
                   str(r["cfg"]).lower(), r["parallel"], r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
                   f"{r['error']:+.1%}")
     Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200).print(t)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from rlsched.atomic import input_file
+    from rlsched.profiling.calibrated import calibrated_profile, parse_scales, render, scales_from_log
+
+    if (args.log is None) == (args.scales is None):
+        raise ConfigError("--log/--scales", "give one: the server log the plugin wrote, or the scales")
+    check_out_file(args.out, "--out")
+    if args.log is not None:
+        logged, version, scales = scales_from_log(input_file(args.log, "--log").read_text(errors="replace"),
+                                                  str(args.log))
+        profile = args.profile or logged
+        provenance = f"online calibration version {version} of {logged} (rlsched plugin), from {args.log}"
+    else:
+        if not args.profile:
+            raise ConfigError("--profile", "--scales needs the profile they apply to")
+        scales, profile = parse_scales(args.scales, "--scales"), args.profile
+        provenance = f"online calibration of {profile}: scales {args.scales}"
+    data = calibrated_profile(profile, scales, provenance)
+    scaled = ", ".join(f"{m} time x{t:g}, attention x{q:g}, memory x{mem:g}" for m, (t, q, mem) in scales.items())
+    header = (f"{profile} with an online calibration applied ({scaled}).\n"
+              "Written by `rlsched profile calibrate`; its provenance is the last line of sources.")
+    write_atomic(args.out, render(data, header), "--out")
+    print(f"rlsched: wrote {args.out} ({data['name']}: {scaled})", file=sys.stderr)
+    return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:

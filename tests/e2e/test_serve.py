@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from rlsched import loadgen
+from rlsched.profiling.calibrated import calibrated_profile, scales_from_log
 from rlsched.sim import load_scenario
+from rlsched.sim.cost import profile_from_dict
 from tests.e2e.harness import REPO, Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -192,5 +194,10 @@ def test_the_plugin_calibrates_a_profile_the_gpu_does_not_match(serve: Any,
     assert total(m, "rlsched_calibration_version") >= 1, {k: v for k, v in m.items() if "calibration" in k}
     assert total(m, "rlsched_calibration_scale", term="time") == pytest.approx(1.3, rel=0.10)
     log = server.server_log.read_text(errors="replace")
-    assert re.search(r"rlsched: cost profile \S+ calibrated, version 1: ", log), server.log_tail()
+    profile, version, scales = scales_from_log(log, "server.log")  # what `rlsched profile calibrate --log` reads
+    assert version == total(m, "rlsched_calibration_version") and scales["qwen-image"][0] == pytest.approx(
+        total(m, "rlsched_calibration_scale", term="time"), abs=1e-3)
+    written = profile_from_dict(calibrated_profile(profile, scales, "e2e"), "calibrated")
+    shipped = load_scenario("default").cost().model("qwen-image")
+    assert written.model("qwen-image").a_s == pytest.approx(1.3 * shipped.a_s, rel=0.10)
     assert total(m, "rlsched_fallbacks_total") == 0
