@@ -45,7 +45,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests
 
 bench: $(VENV)/.installed
-	@for b in sim projection env decision route backlog stage; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
+	@for b in sim projection env decision route backlog stage calibration; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
 	@if [ -f $(VLLM_VENV)/.installed ]; then echo "== rlsched bench plugin"; $(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 --json; \
 	else echo "== rlsched bench plugin: skipped, needs the vLLM tier (make $(VLLM_VENV)/.installed; make bench-plugin)"; fi
 

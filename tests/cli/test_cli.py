@@ -65,6 +65,13 @@ def test_bench_route_times_every_router_spec() -> None:
     assert out["router"]["calls"] >= 100 and 0 < out["router"]["cpu"]["p50_us"] <= out["router"]["cpu"]["p99_us"]
 
 
+def test_bench_calibration_prices_a_batch_and_a_version() -> None:
+    out = json.loads(rlsched("bench", "calibration", "--repeats", "1", "--json").stdout)
+    assert 0 < out["batch_of_1_us"] and 0 < out["batch_of_4_us"]
+    kinds = ("recost", "decision", "first_decision_after")
+    assert all(out[f"{what}_{n}_ms"] > 0 for what in kinds for n in (256, 4096))
+
+
 def test_shed_lost_rejects_with_a_reason_and_counts_add_up() -> None:
     args = ("simulate", "--scenario", "default", "--duration", "1800", "--load", "2", "--json")
     out = json.loads(rlsched(*args, "--policy", "static:;shed_lost=true").stdout)
