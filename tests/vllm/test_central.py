@@ -594,3 +594,29 @@ def test_a_replica_seen_through_the_ledger_is_handed_a_batch_only_when_nothing_s
         assert len(handed) >= 12 and [h for h in handed if h[1]] == []
         assert not rig.pool.router_fallbacks and not rig.errors()
     run(go())
+
+
+def test_a_replicas_published_calibration_reaches_the_central_view_once_per_version() -> None:
+    """A replica's state carries its calibration (``state.cal``): the router's ledger view of it and the
+    central view of its kind decide on it, the parked requests re-costed; the same version again changes
+    nothing (the central view's queue index is not rebuilt for it)."""
+    async def go() -> None:
+        rig = Rig(2, "edf", seqs=1)
+        for rid in ("a", "b", "c", "d"):
+            await rig.add(rid)
+        await rig.settle()
+        view = rig.pool._views[0]
+        before = {iid: r.work_s for iid, r in view.records.items()}
+        assert before and view.cost is BASE
+        cal = {"version": 2, "scales": {"qwen-image": [1.3, 1.0, 1.0]}}
+        running = [rid for rid, slot in rig.sent().items() if slot == 0]
+        await rig.hear(0, 10.0, running, raw=rig.replicas[0].state(10.0, running, cal=cal))
+        assert view.cost is rig.pool._ledger.views[0].cost is not BASE and view.shipped is BASE
+        assert view.cost.model("qwen-image").a_s == pytest.approx(1.3 * BASE.model("qwen-image").a_s)
+        assert all(r.work_s == pytest.approx(1.3 * before[iid]) for iid, r in view.records.items())
+        end = view.journal.end
+        await rig.hear(0, 9.0, running, raw=rig.replicas[0].state(9.0, running, cal=cal))
+        assert view.journal.end == end  # the same version: nothing re-costed
+        assert rig.pool.router_states == {"taken": 2}
+
+    run(go())
