@@ -69,11 +69,28 @@ def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, 
     done, m = simulate(RunSpec(scenario, policy, seed, load, duration, belief=belief), sc)
     cals = [sim.calibrator for sim in getattr(done, "replicas", [done]) if sim.calibrator is not None]
     fits = [f for c in cals for f in c.summary()["models"].values()]
+    converged = [converged_at(f["moves"], TRUTHS[truth]) for f in fits]
     return {"scenario": scenario, "truth": truth, "spec": spec, "arm": arm, "load": load, "seed": seed,
             "weighted": float(m["weighted_slo_attainment"]), "failed": int(m["requests_failed"]),
             "batches": int(m["batches"]), "versions": sum(c.version for c in cals),
             "last_move": max((f["last_moved_at_batch"] for f in fits), default=0),
+            "converged_at": None if None in converged else max(converged, default=0),
             "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+CONVERGED = 0.05
+"""A fit has converged once its time and attention scales are within 5 % of the truth's and stay there."""
+
+
+def converged_at(moves: list[tuple[int, float, float]], truth: Truth) -> int | None:
+    """Batches seen when the calibration came within ``CONVERGED`` of ``truth`` for good (0: never had to move;
+    None: it never did). Calibrations only move time and attention, so a memory truth needs no move."""
+    want = (truth.time_scale, truth.time_scale * truth.quadratic_scale)
+    at = 0 if want == (1.0, 1.0) else None
+    for seen, t1, t2 in moves:
+        close = abs(t1 / want[0] - 1) <= CONVERGED and abs(t2 / want[1] - 1) <= CONVERGED
+        at = (seen if at is None else at) if close else None
+    return at
 
 
 def table(rows: list[dict[str, Any]], scenario: str, truth: str, loads: list[float], seeds: list[int]) -> list[str]:
@@ -110,7 +127,8 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
     OOM failures per arm, the latest batch at which a calibration still moved."""
     out = ["| scenario | truth | deployed − reference, worst cell | calibrated − reference at ×1, ×1.25: "
            "worst | cells within 2 points (×1, ×1.25) | OOM failures deployed / calibrated / reference | "
-           "last calibration move (batch, max) |", "|---|---|---|---|---|---|---|"]
+           "batches until the fit is within 5 % for good (max; runs that never were) | last calibration move "
+           "(batch, max) |", "|---|---|---|---|---|---|---|---|"]
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
         for truth in TRUTHS:
             mine = [r for r in rows if r["scenario"] == scenario and r["truth"] == truth]
@@ -125,11 +143,14 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
             far = max(band, key=lambda c: abs(diff(*c, "calibrated")))
             within = sum(abs(diff(*c, "calibrated")) <= 2 for c in band)
             oom = "/".join(str(sum(r["failed"] for r in mine if r["arm"] == a)) for a in ARMS)
-            last = max(r["last_move"] for r in mine if r["arm"] == "calibrated")
+            cal = [r for r in mine if r["arm"] == "calibrated"]
+            last = max(r["last_move"] for r in cal)
+            settled = [r["converged_at"] for r in cal if r["converged_at"] is not None]
+            never = sum(r["converged_at"] is None for r in cal)
             out.append(f"| {scenario} | {truth} | {diff(*worst, 'deployed'):+.1f} "
                        f"(`{short(worst[0])}` ×{worst[1]:g}) | "
                        f"{diff(*far, 'calibrated'):+.1f} (`{short(far[0])}` ×{far[1]:g}) | {within} of {len(band)} | "
-                       f"{oom} | {last} |")
+                       f"{oom} | {max(settled, default=0)}; {never} of {len(cal)} | {last} |")
     return out + [""]
 
 

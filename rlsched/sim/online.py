@@ -64,6 +64,8 @@ class _ModelFit:
     """(θ₁, θ₂) in the current version (relative to the shipped profile)."""
     moved_at: int = 0
     """Batches seen when its scales last moved (0: never)."""
+    moves: list[tuple[int, float, float]] = field(default_factory=list)
+    """Every move: (batches seen, θ₁, θ₂) — how fast it converged (``summary``)."""
     memory: float = 1.0
     """Memory scale: 1 until something reads a batch's peak memory (``scales``' third term, published)."""
 
@@ -134,6 +136,7 @@ class CostCalibrator:
         if all(abs(n / o - 1) <= MOVE for n, o in zip(new, old)):
             return False
         fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
+        fit.moves.append((fit.seen, *theta))
         self.version += 1
         self.cost = rescaled(self.base, self.scales(), f"calibrated-v{self.version}")
         self._derived(self.cost)
@@ -150,7 +153,7 @@ class CostCalibrator:
         """Version, per-model scales and evidence (batches seen), for logs and results."""
         return {"version": self.version, "models": {
             m: {"time": f.theta[0], "attention": f.theta[1], "memory": f.memory, "batches": f.seen,
-                "last_moved_at_batch": f.moved_at}
+                "last_moved_at_batch": f.moved_at, "moves": list(f.moves)}
             for m, f in self._fits.items()}}
 
 
