@@ -20,7 +20,10 @@ changes)::
 ``remaining_s`` is the running batch's predicted time left when the message was built, on the plugin's
 (time-scaled) clock, so no clock is shared between processes; ``running`` the running requests with
 their denoise steps done; ``finished`` those that ended since the previous state, ``preempted`` those
-that left the running batch unfinished since then (step mode), with their steps done. A carrier
+that left the running batch unfinished since then (step mode), with their steps done; ``cal`` (only once the
+replica's online calibration has moved, ``rlsched.sim.online``) its version and per model its ``[time,
+quadratic, memory]`` scales over the shipped profile — a view re-costs what it follows on a new version
+(``"cal": {"version": 3, "scales": {"qwen-image": [1.3, 1.0, 1.0]}}``). A carrier
 output's state also holds ``"carrier": true`` (``CARRIER_KEY``): the router pool swallows that output.
 Requests are named by their vLLM ids. The waiting order is not sent: a replica's rlsched policy runs
 deadline order, which the router's model assumes already.
