@@ -8,6 +8,7 @@ import pytest
 from rlsched.errors import ConfigError
 from rlsched.evaluation import RunSpec, prepare, prepare_stage, simulate
 from rlsched.policies import make_policy
+from rlsched.routing.routers import run_spec
 from rlsched.sim import Decision, ServingConfig, Simulator, load_scenario
 from rlsched.sim.cost import load_profile
 from rlsched.sim.request import COMPLETED, FAILED_OOM
@@ -16,6 +17,7 @@ from rlsched.sim.truth import Truth, scaled
 from tests.conftest import make_request
 
 COST = load_profile("qwen-image-h200")
+STATIC_SPEC = "static:agents/tuned/default.json"
 CONFIG = ServingConfig("request", 4, 0.0)
 
 
@@ -160,3 +162,41 @@ def test_a_truth_in_one_line_is_checked_as_the_key_is() -> None:
         Truth.parse("time_scale=fast", "X")
     with pytest.raises(ConfigError, match=r"^X: speed: unknown key"):
         Truth.parse("speed=2", "X")
+
+
+def test_a_truth_equal_to_the_profile_changes_nothing() -> None:
+    """The truth's code path (true records, a calibrator, the believed end) with a truth equal to the profile
+    gives exactly the records of no truth at all: a run with a truth differs by the truth alone."""
+    sc = load_scenario("default")
+    spec = RunSpec("default", STATIC_SPEC, seed=1000, duration_s=1800)
+    same = dataclasses.replace(sc, truth=Truth(profile=sc.profile))
+    with_truth = prepare(spec, same)
+    assert with_truth.truth is not None and with_truth.calibrator is not None
+    with_truth.run(make_policy(STATIC_SPEC))
+    plain = prepare(spec, sc).run(make_policy(STATIC_SPEC))
+    key = [(r.request.id, r.first_scheduled_s, r.finish_s, r.status, r.batch_id) for r in plain.records.values()]
+    assert [(r.request.id, r.first_scheduled_s, r.finish_s, r.status, r.batch_id)
+            for r in with_truth.records.values()] == key
+    assert with_truth.calibrator.version == 0
+
+
+def test_late_binding_hands_off_on_the_believed_end_and_the_batch_waits_at_the_replica() -> None:
+    """The central queue is told a wave's predicted end: on a GPU 30 % slower the next batch is handed within
+    the lead of that prediction — before the wave really ends — and waits queued there until it does."""
+    sc = dataclasses.replace(load_scenario("qwen-image-8gpu"), truth=Truth(time_scale=1.3))
+    stage = prepare_stage(RunSpec("qwen-image-8gpu", f"{STATIC_SPEC};calibrate=off@central", seed=1000,
+                                  duration_s=600), sc)
+    handed: list[tuple[float, float, float]] = []
+    for sim in stage.replicas:
+        orig = sim.receive
+
+        def receive(req, now, sim=sim, orig=orig):
+            handed.append((now, sim.predicted_end_s, sim.gpu_end_s))
+            orig(req, now)
+        sim.receive = receive  # type: ignore[method-assign]
+    run_spec(stage, f"{STATIC_SPEC};calibrate=off@central")
+    early = [(t, pred, end) for t, pred, end in handed if end != math.inf]
+    assert early and all(pred - stage.lead_s <= t < end and pred < end for t, pred, end in early)
+    # handed on the belief: well before the true end less the lead (on the true end, none would be)
+    assert sum(t < end - stage.lead_s for t, _, end in early) > len(early) // 2
+    assert all(r.status == COMPLETED for r in stage.records.values())
