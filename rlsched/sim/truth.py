@@ -7,7 +7,7 @@ backend, ``torch.compile``, FP8, step skipping). ``Truth`` says how: execute on 
     truth: {time_scale: 1.3}                  # every time term 30 % slower than believed
     truth: {quadratic_scale: 2.0}             # the attention term (∝ tokens²) twice the belief: shape-dependent
     truth: {memory_scale: 1.15}               # activations and decode peaks 15 % above the belief
-    truth: {profile: wan22-a14b-h200-sglang}  # another profile altogether (its GPU memory too)
+    truth: {profile: qwen-image-a100-vllm-omni}  # another profile altogether (its GPU memory too)
 
 The simulator then runs every batch (its duration, its memory, the OOM check) at the true cost, while
 policies, routers, the central queue and every published prediction read the scenario's ``profile:`` —
