@@ -21,7 +21,7 @@ from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kin
 from rlsched.routing.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import summarize
-from rlsched.sim.truth import BELIEFS
+from rlsched.sim.truth import BELIEFS, decided_on
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,7 @@ def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
         sc = sc.with_serving(mode=spec.mode)
     cost = sc.cost()
     reqs = sc.requests(spec.seed, spec.rate_scale, spec.duration_s, spec.trace, cost=cost)
-    truth = sc.true_cost(cost)
-    if spec.belief == "truth" and truth is not None:
-        cost, truth = truth, None
+    cost, truth = decided_on(spec.belief, cost, sc.true_cost(cost))
     return Simulator(reqs, cost, sc.serving, truth=truth, calibrate=calibrates(spec.policy))
 
 
@@ -157,7 +155,7 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     """A fresh ``Stage`` holding the seeded workload of ``spec`` (not yet run): the scenario's own
     replicas, or ``spec.replicas`` replicas of ``spec.sp_degree`` GPUs of a one-GPU scenario
     (arrivals scaled × replicas)."""
-    from rlsched.sim.stage import ReplicaSpec, Stage
+    from rlsched.sim.stage import Stage
 
     if sc.replicas and (spec.replicas, spec.sp_degree) != (1, 1):
         raise ConfigError("--replicas", f"scenario {sc.name!r} declares its own replicas ({sc.gpus} GPUs); "
@@ -170,12 +168,10 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     calibrate = calibrates(split_pair(spec.policy)[0])
     if sc.replicas:
         return Stage(reqs, sc.replica_specs(cost, spec.belief), seed=spec.seed, calibrate=calibrate)
-    wide, truth = sp_cost(sc, cost, spec.sp_degree), sc.true_cost(cost)
-    true_wide = sp_cost(sc, truth, spec.sp_degree) if truth is not None else None
-    if spec.belief == "truth" and true_wide is not None:
-        wide, true_wide = true_wide, None
-    return Stage(reqs, [ReplicaSpec(f"r{i}", wide, sc.serving, true_wide) for i in range(spec.replicas)],
-                 seed=spec.seed, calibrate=calibrate)
+    truth = sc.true_cost(cost)
+    wide, true_wide = decided_on(spec.belief, sp_cost(sc, cost, spec.sp_degree),
+                                 sp_cost(sc, truth, spec.sp_degree) if truth is not None else None)
+    return Stage.uniform(reqs, spec.replicas, wide, sc.serving, seed=spec.seed, truth=true_wide, calibrate=calibrate)
 
 
 def sp_cost(sc: Scenario, cost: Any, sp_degree: int) -> Any:

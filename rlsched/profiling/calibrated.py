@@ -20,14 +20,13 @@ import yaml
 
 from rlsched.errors import ConfigError
 from rlsched.sim.cost import PROFILE_DIR, profile_from_dict
+from rlsched.sim.truth import MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS
 from rlsched.sim.yamlio import read_yaml
 
 LOG_LINE = re.compile(r"rlsched: cost profile (?P<profile>\S+) calibrated, version (?P<version>\d+): (?P<model>\S+) "
                       r"time x(?P<time>[0-9.]+), attention x(?P<attention>[0-9.]+), memory x(?P<memory>[0-9.]+)")
 """The plugin's log line for a calibration version (``RLRequestScheduler._calibrated``)."""
 Scales = dict[str, tuple[float, float, float]]
-_STEP = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
-_SP = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok", "ring_sync_s_per_degree")
 
 
 def scales_from_log(text: str, where: str) -> tuple[str, int, Scales]:
@@ -78,14 +77,13 @@ def calibrated_profile(profile: str, scales: Scales, provenance: str) -> dict[st
             raise ConfigError(f"{path}: models", f"no model {name!r} to calibrate (it holds {sorted(models)})")
         m = models[name]
         step = m["step"]
-        for key in _STEP:
-            if key in step:
-                step[key] = _round(step[key] * time * (attention if key == "c_s_per_gtok2" else 1.0))
-        for key in ("encode_s", "decode_s_per_mpx"):
-            m[key] = _round(m[key] * time)
-        for key in ("act_gb_per_ktok", "vae_gb_per_mpx"):
+        for key in TIME_TERMS:  # the step's coefficients sit in the file's step: block
+            where = step if key in STEP_TERMS else m
+            if key in where:
+                where[key] = _round(where[key] * time * (attention if key == "c_s_per_gtok2" else 1.0))
+        for key in MEMORY_TERMS:
             m[key] = _round(m[key] * memory)
-        for key in _SP:
+        for key in SP_TIME_TERMS:
             if isinstance(m.get("sp"), dict) and m["sp"].get(key) is not None:
                 m["sp"][key] = _round(m["sp"][key] * time)
         if isinstance(m.get("cfg_parallel"), dict):

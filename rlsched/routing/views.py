@@ -185,10 +185,8 @@ def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int
 
 
 def calibration_of(calibrator: Any) -> Calibration | None:
-    """What a replica publishes of its ``CostCalibrator`` (None: none, or never moved)."""
-    if calibrator is None or not calibrator.version:
-        return None
-    return calibrator.version, tuple((m, *s) for m, s in sorted(calibrator.scales().items()))
+    """What a replica publishes of its ``CostCalibrator`` (None: none, or never moved): built once per version."""
+    return None if calibrator is None else calibrator.published
 
 
 class LedgerReplica:

@@ -80,6 +80,9 @@ class CostCalibrator:
         self.cost = cost
         """The calibrated profile of the current ``version`` (the shipped one at version 0)."""
         self.version = 0
+        self.published: tuple[int, tuple[tuple[str, float, float, float], ...]] | None = None
+        """What a replica publishes of this version (``routing.views.calibration_of``): the version and per
+        model ``(name, time, quadratic, memory)``, sorted; None before the first move."""
         self.warmup, self.min_batches, self.prior, self.forget = warmup, min_batches, prior, forget
         self._fits: dict[str, _ModelFit] = {}
         self._derived(cost)
@@ -138,7 +141,9 @@ class CostCalibrator:
         fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
         fit.moves.append((fit.seen, *theta))
         self.version += 1
-        self.cost = rescaled(self.base, self.scales(), f"calibrated-v{self.version}")
+        scales = self.scales()
+        self.cost = rescaled(self.base, scales, f"calibrated-v{self.version}")
+        self.published = self.version, tuple((m, *s) for m, s in sorted(scales.items()))
         self._derived(self.cost)
         return True
 

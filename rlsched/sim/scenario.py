@@ -27,7 +27,7 @@ from rlsched.sim.request import Request
 from rlsched.sim.schema import LineOf, group_name, validate_scenario
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import ReplicaSpec
-from rlsched.sim.truth import EXACT, Truth
+from rlsched.sim.truth import EXACT, Truth, decided_on
 from rlsched.sim.yamlio import read_yaml_lines
 
 ENVS_DIR = data_dir("envs")
@@ -153,8 +153,7 @@ class Scenario:
                 self._check_shapes(wide)
             except (ConfigError, TraceFormatError) as exc:
                 raise ConfigError(where, f"a shape cannot run on this group: {exc}") from None
-            if belief == "truth" and true_wide is not None:
-                wide, true_wide = true_wide, None
+            wide, true_wide = decided_on(belief, wide, true_wide)
             name = group_name(g.name, g.profile or self.profile, g.sp_degree, g.cfg_parallel)
             out += [ReplicaSpec(f"{name}-{j}", wide, self.serving, true_wide) for j in range(g.count)]
         return out

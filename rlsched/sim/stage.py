@@ -135,9 +135,12 @@ class Stage:
 
     @classmethod
     def uniform(cls, requests: Sequence[Request], replicas: int, cost: CostModel, serving: ServingConfig,
-                horizon_s: float = INF, seed: int = 0) -> Stage:
-        """``replicas`` replicas of one cost model (a profile, or a profile at a layout) and config."""
-        return cls(requests, [ReplicaSpec(f"r{i}", cost, serving) for i in range(replicas)], horizon_s, seed)
+                horizon_s: float = INF, seed: int = 0, truth: CostModel | None = None,
+                calibrate: bool = True) -> Stage:
+        """``replicas`` replicas of one cost model (a profile, or a profile at a layout) and config, each GPU
+        running at ``truth`` (None: ``cost``)."""
+        return cls(requests, [ReplicaSpec(f"r{i}", cost, serving, truth) for i in range(replicas)], horizon_s, seed,
+                   calibrate)
 
     # ------------------------------------------------------------------ runs
     def run(self, policies: Sequence[PolicyLike], router: Router | None = None,
@@ -260,7 +263,7 @@ class Stage:
         if not future_s >= 0:
             raise ConfigError("stage.fork", f"future_s must be >= 0, not {future_s!r}")
         ahead = [] if future_s == 0 else [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s]
-        fork = Stage(ahead, self.specs, self.horizon_s if horizon_s is None else horizon_s, self.seed)
+        fork = Stage(ahead, self.specs, self.horizon_s if horizon_s is None else horizon_s, self.seed, calibrate=False)
         fork.replicas = [sim.fork(0.0) for sim in self.replicas]
         fork.now = self.now
         fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}

@@ -31,9 +31,14 @@ from rlsched.errors import ConfigError
 from rlsched.sim.cost import CFGCost, CostModel, ModelCost, SPCost, load_profile
 from rlsched.sim.schema import TruthSpec, raised_config_error, schema_error
 
-_TIME = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2", "encode_s", "decode_s_per_mpx")
-_SP_TIME = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok", "ring_sync_s_per_degree")
-_MEMORY = ("act_gb_per_ktok", "vae_gb_per_mpx")
+STEP_TERMS = ("floor_s", "a_s", "b_s_per_mtok", "c_s_per_gtok2")
+"""A model's denoise-step coefficients (a profile file's ``step:`` block)."""
+TIME_TERMS = (*STEP_TERMS, "encode_s", "decode_s_per_mpx")
+"""What ``time_scale`` multiplies on a model (and ``SP_TIME_TERMS`` of its ``sp`` block)."""
+SP_TIME_TERMS = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok",
+                 "ring_sync_s_per_degree")
+MEMORY_TERMS = ("act_gb_per_ktok", "vae_gb_per_mpx")
+"""What ``memory_scale`` multiplies (the weights are known to the byte)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,12 @@ BELIEFS = ("profile", "truth")
 """What decisions read: the scenario's profile (as deployed), or its truth (deployed with the true profile)."""
 
 
+def decided_on(belief: str, cost: CostModel, true: CostModel | None) -> tuple[CostModel, CostModel | None]:
+    """(what decisions read, what the GPU runs at — None: the same) of a replica believing ``cost`` on a GPU
+    that runs at ``true``: ``belief="truth"`` decides on the truth too (``BELIEFS``)."""
+    return (true, None) if belief == "truth" and true is not None else (cost, true)
+
+
 def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.0,
            memory_scale: float = 1.0) -> CostModel:
     """``cost`` with every model's coefficients scaled (see the module docstring); ``cost`` itself
@@ -114,9 +125,9 @@ def rescaled(cost: CostModel, scales: dict[str, tuple[float, float, float]], tag
 
 
 def _scaled_model(m: ModelCost, time: float, quad: float, memory: float) -> ModelCost:
-    changes: dict[str, object] = {k: getattr(m, k) * time for k in _TIME}
+    changes: dict[str, object] = {k: getattr(m, k) * time for k in TIME_TERMS}
     changes["c_s_per_gtok2"] = m.c_s_per_gtok2 * time * quad
-    changes.update({k: getattr(m, k) * memory for k in _MEMORY})
+    changes.update({k: getattr(m, k) * memory for k in MEMORY_TERMS})
     if m.sp is not None:
         changes["sp"] = _scaled_sp(m.sp, time)
     if m.cfg_parallel is not None:
@@ -125,7 +136,7 @@ def _scaled_model(m: ModelCost, time: float, quad: float, memory: float) -> Mode
 
 
 def _scaled_sp(sp: SPCost, time: float) -> SPCost:
-    return dataclasses.replace(sp, **{k: getattr(sp, k) * time for k in _SP_TIME if getattr(sp, k) is not None})
+    return dataclasses.replace(sp, **{k: getattr(sp, k) * time for k in SP_TIME_TERMS if getattr(sp, k) is not None})
 
 
 def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
@@ -133,4 +144,5 @@ def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
                                link_gb_s=cfg.link_gb_s / time if time > 0 else math.inf)  # time 0: no exchange
 
 
-__all__ = ["BELIEFS", "EXACT", "Truth", "rescaled", "scaled"]
+__all__ = ["BELIEFS", "EXACT", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS", "TIME_TERMS", "Truth", "decided_on",
+           "rescaled", "scaled"]
