@@ -187,3 +187,17 @@ def test_a_calls_work_does_not_grow_with_the_queue() -> None:
     ratios = {(r["mode"], r["policy"]): r["work_ratio"] for r in result["depth_ratios"]}
     assert set(ratios) == {(m, p) for m in MODES for p in (NATIVE, *bench.POLICIES)}
     assert all(ratio <= 1.5 for ratio in ratios.values()), ratios
+
+
+def test_the_bench_plugin_does_not_calibrate_on_its_instant_batches() -> None:
+    """The fake runner's waves take microseconds: a calibrator would fit a GPU 4x faster than the profile
+    at some call and change what the policies decide mid-bench (work at 4,096 waiting 1.34-1.76x that at
+    1,024 for pick when it did). Asked for, calibration stays on."""
+    from rlsched.integrations.vllm_omni.harness import overhead
+
+    for policy, calibrated in (("fifo", False), ("fifo;calibrate=on", True)):
+        sched = overhead.plugin_scheduler(policy, step=False)
+        try:
+            assert (sched.rl_state.calibrator is not None) is calibrated, policy
+        finally:
+            overhead.close(sched)

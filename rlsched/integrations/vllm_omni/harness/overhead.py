@@ -70,6 +70,7 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import DeadlineRunner
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler, freeze_gc_heap
+from rlsched.policies.base import CALIBRATE, parse_spec
 
 SIZES = (512, 768, 1024, 1328)
 """Height = width of the requests: four compatibility keys, mixed in the queue."""
@@ -155,8 +156,14 @@ def native_scheduler(step: bool) -> Any:
 
 def plugin_scheduler(policy: str, step: bool, decision_thread: str = "auto") -> Any:
     """The plugin as served: default ``PluginConfig`` except no NVML (and ``decision_thread``);
-    its own metrics registry."""
+    its own metrics registry; no online calibration unless ``policy`` asks for it (``calibrate=off``
+    added): the fake runner's batches take microseconds, and a calibrator would learn from them a GPU
+    4x faster than the profile (its bound), which changes what a policy decides, and so its work, by
+    chance of when the fit moves. What a calibration's version costs the next decisions is
+    ``rlsched bench calibration``'s."""
     cls = RLStepScheduler if step else RLRequestScheduler
+    if CALIBRATE not in parse_spec(policy).options:
+        policy = f"{policy};{CALIBRATE}=off"
     settings = PluginConfig(policy=policy, telemetry=False, decision_thread=decision_thread)
     sched = cls(policy, settings, metrics=PluginMetrics(CollectorRegistry()))
     sched.initialize(od())
