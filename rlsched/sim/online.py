@@ -12,8 +12,15 @@ time coefficients per model:
   attention kernel that scales worse than the profile's gives ``θ₂ > θ₁``: the profile's own form,
   re-weighted (the two terms whose ratio changes across stacks, attention backends and resolutions),
   rather than a residual model that would need features the scheduler does not have.
-* **Memory** is not refitted yet: no engine reads a batch's peak memory (NVML samples periodically), so
-  the memory scale stays 1 — in the simulator too, which calibrates on what the engine observes.
+* **Memory** is learned from the two memory facts the engine has: the device's total memory, read before
+  the first decision (``observe_capacity``: a GPU smaller than the profile's), and a batch that failed out
+  of memory (``observe_oom``). That batch's true memory was more than the GPU holds, so the model's memory
+  scale is at least the one at which its believed memory reaches the GPU's; it is raised to that bound and
+  ``OOM_MARGIN`` more at once (a new version; no minimum of evidence: an OOM costs a whole batch), unless
+  the batch was already believed too large (a request no GPU holds, started because nothing else could).
+  No engine reads a batch's peak memory (NVML "used" holds PyTorch's cached blocks, near the peak of any
+  batch seen so far), so nothing lowers it, and a batch that ran tells nothing — in the simulator too,
+  which calibrates on what the engine observes.
 
 It is bounded (every scale in ``[LOW, HIGH]``), robust (Huber weights once the fit has evidence; the first
 ``warmup`` batches of a model — compilation, autotuning — are not counted), anchored on the shipped
@@ -48,6 +55,9 @@ MOVE = 0.02
 """A scale moves (a new version) only when it changes by more than 2 %: decisions do not churn on noise."""
 HUBER = 0.25
 """Relative residual past which an observation is down-weighted (a batch 25 % off the current fit)."""
+OOM_MARGIN = 0.05
+"""An OOM raises the memory scale 5 % past the least that explains it: the bound alone would leave the next
+batch of the same size believed to fit exactly, and fail again."""
 
 
 @dataclass
@@ -67,7 +77,7 @@ class _ModelFit:
     moves: list[tuple[int, float, float]] = field(default_factory=list)
     """Every move: (batches seen, θ₁, θ₂) — how fast it converged (``summary``)."""
     memory: float = 1.0
-    """Memory scale: 1 until something reads a batch's peak memory (``scales``' third term, published)."""
+    """Memory scale: 1 until an OOM raises it (``observe_oom``; ``scales``' third term, published)."""
 
 
 class CostCalibrator:
@@ -84,6 +94,8 @@ class CostCalibrator:
         """What a replica publishes of this version (``routing.views.calibration_of``): the version and per
         model ``(name, time, quadratic, memory)``, sorted; None before the first move."""
         self.warmup, self.min_batches, self.prior, self.forget = warmup, min_batches, prior, forget
+        self.room = 1.0
+        """The profile's room for activations over the device's (``observe_capacity``; 1: as believed)."""
         self._fits: dict[str, _ModelFit] = {}
         self._derived(cost)
 
@@ -132,6 +144,38 @@ class CostCalibrator:
             return False
         return self._move(model, fit, _solve(fit.s, fit.b, self.prior), fit.memory)
 
+    def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
+        """``batch`` (records at the current version) failed out of memory; True when the calibrated cost
+        moved (its model's memory scale raised: the module docstring)."""
+        cost, model = self.cost, batch[0].request.model
+        activations = sum(r.mem_gb for r in batch)
+        if not activations > 0:
+            return False
+        fit = self._fit(model)
+        scale = fit.memory * self.room  # the memory scale ``cost`` holds now
+        bound = scale * (cost.gpu_memory_gb - cost.weights_gb) / activations
+        if bound <= scale:  # already believed not to fit (a request no GPU holds, run as nothing else could):
+            return False    # the belief explains the OOM; raising it would creep at each such request
+        return self._move(model, fit, fit.theta, _clip(bound * (1 + OOM_MARGIN) / self.room))
+
+    def observe_capacity(self, total_gb: float) -> bool:
+        """The GPU's memory as the device reports it (NVML's total: a hardware fact, unlike its "used"). When
+        it is less than the profile's by more than ``MOVE``, every model's memory scale is multiplied by
+        ``room``: the room for activations the profile believes over the room there is, ``(C − W) / (total −
+        W)`` (W the weights), so exactly the batches that fit the device fit the calibrated cost — one
+        number the replica already publishes, unbounded by ``HIGH`` (a hardware fact, not a fit). True when
+        the cost moved. A device larger than the profile's is left as it is: the profile's capacity may hold
+        a reserve the engine keeps."""
+        base = self.base
+        if not (math.isfinite(total_gb) and base.weights_gb < total_gb < base.gpu_memory_gb * (1 - MOVE)):
+            return False
+        room = (base.gpu_memory_gb - base.weights_gb) / (total_gb - base.weights_gb)
+        if abs(room / self.room - 1) <= MOVE:
+            return False
+        self.room = room
+        self._new_version()
+        return True
+
     # ------------------------------------------------------------------ versions
     def _move(self, model: str, fit: _ModelFit, theta: tuple[float, float], memory: float) -> bool:
         old = (*fit.theta, fit.memory)
@@ -140,24 +184,33 @@ class CostCalibrator:
             return False
         fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
         fit.moves.append((fit.seen, *theta))
+        self._new_version()
+        return True
+
+    def _new_version(self) -> None:
         self.version += 1
         scales = self.scales()
         self.cost = rescaled(self.base, scales, f"calibrated-v{self.version}")
         self.published = self.version, tuple((m, *s) for m, s in sorted(scales.items()))
         self._derived(self.cost)
-        return True
 
     def scales(self) -> dict[str, tuple[float, float, float]]:
         """Per model ``(time, quadratic, memory)`` scales of the current version over the shipped profile
         (``rlsched.sim.truth``'s terms: time scales every time coefficient, quadratic the attention term
-        once more)."""
-        return {m: (f.theta[0], f.theta[1] / f.theta[0], f.memory) for m, f in self._fits.items()
-                if (*f.theta, f.memory) != (1.0, 1.0, 1.0)}
+        once more; memory holds the device's ``room``)."""
+        out = {}
+        for m in self.base.models:
+            f = self._fits.get(m) or _ModelFit()
+            s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room)
+            if s != (1.0, 1.0, 1.0):
+                out[m] = s
+        return out
 
     def summary(self) -> dict[str, Any]:
-        """Version, per-model scales and evidence (batches seen), for logs and results."""
-        return {"version": self.version, "models": {
-            m: {"time": f.theta[0], "attention": f.theta[1], "memory": f.memory, "batches": f.seen,
+        """Version, the device's memory ``room``, per-model scales (memory: the one decisions use, ``room``
+        included) and evidence (batches seen), for logs and results."""
+        return {"version": self.version, "room": self.room, "models": {
+            m: {"time": f.theta[0], "attention": f.theta[1], "memory": f.memory * self.room, "batches": f.seen,
                 "last_moved_at_batch": f.moved_at, "moves": list(f.moves)}
             for m, f in self._fits.items()}}
 
@@ -188,4 +241,4 @@ def _clip(v: float) -> float:
     return min(max(v, LOW), HIGH)
 
 
-__all__ = ["HIGH", "LOW", "MOVE", "CostCalibrator", "refresh"]
+__all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "CostCalibrator", "refresh"]

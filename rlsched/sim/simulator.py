@@ -94,7 +94,7 @@ class Simulator:
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF, truth: CostModel | None = None,
-                 calibrate: bool = True) -> None:
+                 calibrate: bool = True, retry_oom: bool | None = None) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
         self.truth = truth
         """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
@@ -102,11 +102,17 @@ class Simulator:
         self._true: dict[int, RequestRecord] = {}
         """Records at the true cost, by request id (only with ``truth``)."""
         self.calibrator: CostCalibrator | None = CostCalibrator(cost) if calibrate and truth is not None else None
-        """Online calibration (``rlsched.sim.online``): every batch that runs is timed, ``cost`` is the
-        calibrator's current version — as each replica's engine plugin calibrates on its own batches, and
-        like it on time alone (no engine reads a batch's peak memory yet). None without a ``truth``: every
-        observation would equal its prediction, so a calibrator could never move."""
-        self._version = 0
+        """Online calibration (``rlsched.sim.online``): every batch that runs is timed and every batch that
+        fails out of memory raises the memory scale, ``cost`` is the calibrator's current version — as each
+        replica's engine plugin calibrates on its own batches. None without a ``truth``: every observation
+        would equal its prediction, so a calibrator could never move."""
+        if self.calibrator is not None and truth is not None and self.calibrator.observe_capacity(truth.gpu_memory_gb):
+            self.cost = self.calibrator.cost  # the plugin reads the device's memory before its first decision
+        self.retry_oom = self.calibrator is not None if retry_oom is None else retry_oom
+        """Request mode: an out-of-memory batch's requests go back to the queue once (``_out_of_memory``), as
+        the plugin does when it calibrates (None: when this simulator calibrates; a simulator that plays the
+        GPU under a real plugin is told)."""
+        self._version = self.calibrator.version if self.calibrator is not None else 0
         self._observing: tuple[float, float, float] | None = None
         self.step_mode = config.step_mode
         self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
@@ -133,6 +139,9 @@ class Simulator:
         """Activation memory × time of every batch run (GB·s; the weights are resident throughout)."""
         self.batch_sizes: list[int] = []
         self.oom_batches = 0
+        self.oom_retries = 0
+        """Requests an OOM sent back to the queue (``_out_of_memory``)."""
+        self._oom_retried: set[int] = set()
         self._batch_mem_gb = 0.0
         self._batch_start_s = 0.0
         self.last_batch: list[RequestRecord] = []
@@ -264,7 +273,7 @@ class Simulator:
             self._observing = self.calibrator.parts(batch, self.step_mode, cfg.engine_overhead_ms,
                                                     cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
         if mem > capacity:
-            self._fail_oom(batch)
+            self._out_of_memory(batch)
             self._changed()
             return
         for rec in batch:
@@ -391,8 +400,29 @@ class Simulator:
         if done:
             self._changed()
 
-    def _fail_oom(self, batch: list[RequestRecord]) -> None:
+    def _out_of_memory(self, batch: list[RequestRecord]) -> None:
+        """``batch`` failed out of memory: vLLM-Omni fails every request in it (its execution-error path).
+        With a calibrator (the plugin's) the memory scale rises (``CostCalibrator.observe_oom``); with
+        ``retry_oom``, in request mode, each request the GPU can hold alone (at the cost now believed) goes
+        back to the head of the queue once, failing at a second OOM (a wave keeps nothing of a request after
+        an error). Step mode fails them: the worker keeps a request's denoise state and refuses it as a new
+        request."""
         self.oom_batches += 1
+        cal = self.calibrator
+        if cal is not None and cal.observe_oom(batch):
+            self._adopt()
+        retry = ([r for r in batch if r.request.id not in self._oom_retried and self.cost.fits([r])]
+                 if self.retry_oom and not self.step_mode else [])
+        if retry:
+            self.oom_retries += len(retry)
+            self._oom_retried.update(r.request.id for r in retry)
+            for rec in retry:
+                self.journal.append(ENQUEUED, rec)
+            self.waiting = {**{r.request.id: r for r in retry}, **self.waiting}
+        again = {id(r) for r in retry}
+        self._fail_oom([r for r in batch if id(r) not in again])
+
+    def _fail_oom(self, batch: list[RequestRecord]) -> None:
         for rec in batch:
             if math.isnan(rec.first_scheduled_s):
                 rec.first_scheduled_s = self.now

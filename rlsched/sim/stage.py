@@ -289,8 +289,9 @@ class Stage:
         kinds: dict[tuple[int, ServingConfig], int] = {}
         for spec in self.specs:
             self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
-        firsts = [next(s for s, k in zip(self.specs, self._kind) if k == i) for i in range(len(kinds))]
-        self.hubs = [Simulator([], s.cost, s.serving, self.horizon_s) for s in firsts]
+        firsts = [self._kind.index(i) for i in range(len(kinds))]
+        # a replica's cost: what the shipped profile became before its first decision (the device's memory)
+        self.hubs = [Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s) for r in firsts]
         self._woken_for = [INF] * len(self.replicas)
         policies = []
         for view in self.hubs:

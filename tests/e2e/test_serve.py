@@ -201,3 +201,26 @@ def test_the_plugin_calibrates_a_profile_the_gpu_does_not_match(serve: Any,
     shipped = load_scenario("default").cost().model("qwen-image")
     assert written.model("qwen-image").a_s == pytest.approx(1.3 * shipped.a_s, rel=0.10)
     assert total(m, "rlsched_fallbacks_total") == 0
+
+
+def test_an_oom_in_the_engine_is_retried_once_and_no_request_is_lost(serve: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's activations take 4x the profile's memory (``RLSCHED_EXECUTOR_TRUTH``): three 1536²
+    images fit the profile together (66 + 3 x 7.9 GB of 141) but not the GPU (66 + 3 x 31.5). The engine's
+    first wave raises "CUDA out of memory"; the plugin queues the three again once, raises its memory scale,
+    and serves them in waves that fit (one at a time: seed-memory keeps a fifth of the room and counts each
+    request 1.2x) — every request answered once, the OOM counted and logged."""
+    monkeypatch.setenv(TRUTH_ENV, "memory_scale=4")
+    server = serve("--policy", "seed-memory", "--profile", "qwen-image-h200-vllm-omni", "--max-num-seqs", "4",
+                   "--request-batch-max-wait-ms", "500", "--time-scale", str(TIME_SCALE), *BUDGET)
+    planned = [_planned(i, 0.0, "batch", 1e5, 1536, steps=4) for i in range(3)]
+    results = loadgen.run(server.url, planned, timeout_s=60, workers=3)
+    assert [r.error for r in results if not r.ok] == []
+    batches = served_batches(server)  # the wave that ran out of memory ran nothing
+    assert sorted(i for b in batches for i in b) == [0, 1, 2] and max(map(len, batches)) < 3, batches
+    m = server.metrics()
+    assert total(m, "rlsched_oom_requests_total", outcome="retried") == 3
+    assert total(m, "rlsched_oom_requests_total", outcome="failed") == 0
+    assert total(m, "rlsched_calibration_scale", term="memory") > 1.0
+    assert "ran out of memory on a batch of 3: 3 queued again, 0 failed" in server.server_log.read_text(
+        errors="replace")

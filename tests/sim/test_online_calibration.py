@@ -128,3 +128,72 @@ def test_a_fork_does_not_teach_the_calibrator() -> None:
                     truth=slow)
     fork = sim.fork()
     assert fork.calibrator is None and sim.calibrator is not None
+
+
+def _batch(cost, sizes):
+    return [cost.record(make_request(i, size=s)) for i, s in enumerate(sizes)]
+
+
+def test_an_oom_raises_the_memory_scale_just_past_what_explains_it_and_only_once() -> None:
+    cal = CostCalibrator(COST)
+    batch = _batch(COST, (2048, 2048, 2048))  # 56 GB of activations, believed to fit the 75 GB of room
+    free = COST.gpu_memory_gb - COST.weights_gb
+    assert COST.fits(batch)
+    assert cal.observe_oom(batch) and cal.version == 1
+    assert cal.scales()["qwen-image"] == pytest.approx((1.0, 1.0, free / sum(r.mem_gb for r in batch) * 1.05))
+    refresh(batch, cal.cost)
+    assert not cal.cost.fits(batch)  # the batch that failed is believed too large now
+    assert not cal.observe_oom(batch) and cal.version == 1  # a batch the belief explains moves nothing
+
+
+def test_a_device_smaller_than_the_profiles_scales_the_room_for_activations_exactly() -> None:
+    cal = CostCalibrator(COST)
+    assert not cal.observe_capacity(COST.gpu_memory_gb * 0.99) and not cal.observe_capacity(2 * COST.gpu_memory_gb)
+    assert cal.observe_capacity(80.0) and cal.version == 1
+    room = (COST.gpu_memory_gb - COST.weights_gb) / (80.0 - COST.weights_gb)
+    assert room > HIGH  # a hardware fact, not a fit: not bounded
+    assert cal.room == pytest.approx(room) and cal.scales()["qwen-image"][2] == pytest.approx(room)
+    for sizes in ((1024,), (1024, 1024), (1536,), (2048,), (512, 512, 512, 512)):
+        recs = _batch(COST, sizes)
+        on_device = COST.weights_gb + sum(r.mem_gb for r in recs) <= 80.0
+        assert cal.cost.fits(_batch(cal.cost, sizes)) == on_device, sizes
+    assert not cal.observe_capacity(80.0)  # read again: nothing new
+
+
+def _memory_sim(truth, mode: str, calibrate: bool = True, sizes=(1536, 1536, 1536)) -> Simulator:
+    """Three requests that fit together on the profile; ``truth``'s memory decides on the GPU."""
+    reqs = [make_request(i, size=s) for i, s in enumerate(sizes)]
+    return Simulator(reqs, COST, ServingConfig(mode, 4, 0.0), truth=truth, calibrate=calibrate)
+
+
+@pytest.mark.parametrize("calibrate", [True, False])
+def test_an_oom_batch_is_retried_once_in_request_mode_when_calibrating(calibrate: bool) -> None:
+    true = scaled(COST, memory_scale=2.5)  # 3 x 26 GB do not fit the 75 GB of room; two do
+    sim = _memory_sim(true, "request", calibrate)
+    sim.run(make_policy("seed-memory"))
+    statuses = [r.status for r in sim.records.values()]
+    if calibrate:
+        assert sim.oom_batches == 1 and sim.oom_retries == 3 and statuses == ["completed"] * 3
+        assert sim.calibrator.scales()["qwen-image"][2] > 1.0
+    else:  # vLLM-Omni's own behaviour: the batch's requests fail, each once
+        assert sim.oom_batches == 1 and sim.oom_retries == 0 and statuses == ["failed_oom"] * 3
+
+
+def test_step_mode_fails_an_oom_batch_and_a_request_no_gpu_holds_is_not_retried() -> None:
+    sim = _memory_sim(scaled(COST, memory_scale=2.5), "step")
+    sim.run(make_policy("seed-memory"))
+    assert sim.oom_retries == 0 and [r.status for r in sim.records.values()] == ["failed_oom"] * 3
+    sim = _memory_sim(scaled(COST, memory_scale=3.0), "request", sizes=(2560,))  # 88 GB alone, 75 GB of room
+    sim.run(make_policy("seed-memory"))
+    assert sim.oom_batches == 1 and sim.oom_retries == 0 and sim.records[0].status == "failed_oom"
+
+
+def test_a_simulator_on_a_smaller_gpu_decides_on_its_memory_from_the_first_decision() -> None:
+    true = load_profile("qwen-image-a100-vllm-omni")
+    sim = _memory_sim(true, "request", sizes=(1024, 1024, 1024, 1024))  # 4 x 4.7 GB: 18.7 GB > 13.9 of room
+    assert sim.calibrator.version == 1 and sim.cost is sim.calibrator.cost
+    sim.run(make_policy("seed-memory"))
+    assert sim.oom_batches == 0 and all(r.status == "completed" for r in sim.records.values())
+    off = _memory_sim(true, "request", calibrate=False, sizes=(1024, 1024, 1024, 1024))
+    off.run(make_policy("seed-memory"))
+    assert off.oom_batches == 1

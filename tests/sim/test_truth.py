@@ -11,7 +11,7 @@ from rlsched.policies import make_policy
 from rlsched.routing.routers import run_spec
 from rlsched.sim import Decision, ServingConfig, Simulator, load_scenario
 from rlsched.sim.cost import load_profile
-from rlsched.sim.request import COMPLETED, FAILED_OOM
+from rlsched.sim.request import COMPLETED, FAILED_OOM, WAITING
 from rlsched.sim.scenario import scenario_from_dict
 from rlsched.sim.truth import Truth, scaled
 from tests.conftest import make_request
@@ -67,11 +67,14 @@ def test_under_estimated_memory_fails_a_batch_the_profile_says_fits() -> None:
     n = int(free // per)
     assert n >= 1 and (n * per) * 1.15 > free  # fits the belief, not the truth
     reqs = [make_request(i, size=2048) for i in range(n)]
-    sim = Simulator(reqs, COST, ServingConfig("request", n, 0.0), truth=scaled(COST, memory_scale=1.15))
-    sim.advance_to_next_decision()
-    assert COST.fits(list(sim.waiting.values()))
-    sim.apply(Decision(batch=tuple(range(n))))
-    assert sim.oom_batches == 1 and all(r.status == FAILED_OOM for r in sim.records.values())
+    for calibrate in (False, True):  # on: the batch's requests are queued again (test_online_calibration)
+        sim = Simulator(reqs, COST, ServingConfig("request", n, 0.0), truth=scaled(COST, memory_scale=1.15),
+                        calibrate=calibrate)
+        sim.advance_to_next_decision()
+        assert COST.fits(list(sim.waiting.values()))
+        sim.apply(Decision(batch=tuple(range(n))))
+        assert sim.oom_batches == 1
+        assert all(r.status == (WAITING if calibrate else FAILED_OOM) for r in sim.records.values())
 
 
 def test_memory_used_is_the_true_batch_peak() -> None:

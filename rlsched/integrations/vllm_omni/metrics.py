@@ -27,6 +27,8 @@ name                                       type       labels              meanin
 ``rlsched_memory_headroom_bytes``          gauge      —                   GPU memory free, as telemetry last read it
 ``rlsched_calibration_version``            gauge      —                   online calibration's version (0: as shipped)
 ``rlsched_calibration_scale``              gauge      term                calibrated / shipped: time, attention, memory
+``rlsched_oom_requests_total``             counter    outcome             requests in a batch that ran out of memory:
+                                                                          ``retried`` (queued again) or ``failed``
 =========================================  =========  ==================  ==========================================
 """
 
@@ -216,6 +218,9 @@ class PluginMetrics(MetricSet):
         self.calibration_scale = make("Gauge", "rlsched_calibration_scale",
                                       "Calibrated over shipped profile coefficients: time (every time term), "
                                       "attention (the attention term), memory", ["term"])
+        self.oom_requests = make("Counter", "rlsched_oom_requests_total",
+                                 "Requests in a batch the engine ran out of memory on: retried (queued again, "
+                                 "once) or failed", ["outcome"])
         self.headroom = make("Gauge", "rlsched_memory_headroom_bytes",
                              "GPU memory free (total - used) as telemetry last read it", from_start=False)
         self._depth_gauges = None if model_name == UNKNOWN_MODEL else self._depth_per_class()

@@ -43,6 +43,7 @@ admission wait (``request_batch_max_wait_ms``), which runs before ``schedule()``
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import logging
@@ -54,7 +55,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
-from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
+from vllm_omni.diffusion.sched.interface import CachedRequestData, DiffusionSchedulerOutput
 
 from rlsched.errors import PolicyOutputError
 from rlsched.integrations.vllm_omni.config import PluginConfig
@@ -141,6 +142,10 @@ class _PolicyScheduling:
         self._reset_publishing()
         self._batch_start: tuple[Any, float] | None = None
         """The last ``schedule()``'s output and the plugin clock when it returned (``_time_batch``)."""
+        self._calibration_seen = 0
+        """The calibration version last logged and exported (``_calibrated``)."""
+        self._oom_retried: set[str] = set()
+        """Requests an out-of-memory batch sent back to the queue (once each; ``_out_of_memory``)."""
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
@@ -217,6 +222,7 @@ class _PolicyScheduling:
     def pop_request_state(self, request_id: str) -> Any:
         state = super().pop_request_state(request_id)  # type: ignore[misc]
         self._order.forget(request_id)
+        self._oom_retried.discard(request_id)
         if self.publisher is not None:
             if request_id in self._pub_listed:
                 self._pub_listed.discard(request_id)
@@ -248,6 +254,10 @@ class _PolicyScheduling:
             st.follow(self._running)  # what vLLM-Omni's own loop admitted leaves the policy's queue
         except Exception:
             self._fallback("internal_error")
+        try:
+            self._calibrated(st)  # a version the decision's telemetry read made (the device's memory)
+        except Exception:  # metrics and logs are advisory
+            pass
         if out.num_scheduled_reqs and not self._warming_up:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
         # after admission, not before: the gauge must not keep counting requests that just started
@@ -258,7 +268,12 @@ class _PolicyScheduling:
         return out
 
     def update_from_output(self, sched_output: Any, output: Any) -> set[str]:
-        self._time_batch(sched_output)  # before vLLM-Omni's update: the steps done are still the batch's
+        oom = self._out_of_memory(sched_output, output)
+        if oom is None:
+            self._time_batch(sched_output)  # before vLLM-Omni's update: the steps done are still the batch's
+        else:  # the batch did not run: nothing to time; what is retried is not vLLM-Omni's to finish
+            self._batch_start = None
+            sched_output = oom
         finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
         if self.publisher is not None:
             self._publish(finished, at_schedule=False)
@@ -349,10 +364,66 @@ class _PolicyScheduling:
         except Exception:  # metrics and calibration are advisory: the engine runs on
             _log.debug("rlsched: batch timing failed", exc_info=True)
 
+    def _out_of_memory(self, sched_output: Any, output: Any) -> Any:
+        """The engine ran out of memory on this batch (its execution-error path gives each request the
+        exception's text): None when it did not. Else the memory calibration learns from it
+        (``CostCalibrator.observe_oom``) and, in request mode with calibration on, each request the GPU can
+        hold alone (at the cost now believed) goes back to the head of the queue once, as a new request (a
+        wave keeps nothing of a request after an error);
+        returns the batch without them for vLLM-Omni to fail the rest (step mode: all of them — the worker
+        keeps a request's denoise state and refuses a second new-request payload for it). Counted
+        (``rlsched_oom_requests_total``); never raises into the engine."""
+        try:
+            ids = [rid for rid in sched_output.scheduled_request_ids if _is_oom(output.get_request_output(rid))]
+            if not ids:
+                return None
+            st = self.rl_state
+            retry: list[str] = []
+            if st is not None:
+                recs, _ = self._batch_records(tuple(ids), [self._steps_done(rid) for rid in ids])
+                if st.observe_oom(recs):
+                    self._calibrated(st)
+                if st.calibrator is not None and not self.step_mode:
+                    fits = {st.name(r.request.id) for r in recs if st.cost.fits([r])}  # alone, at the new cost
+                    # reversed: each goes to the head, so the batch keeps its order there
+                    retry = [rid for rid in reversed(ids)
+                             if rid in fits and rid not in self._oom_retried and self._requeue(rid)]
+                    retry.reverse()
+                    for rid in retry:  # the view's head in the batch's order, as vLLM-Omni's
+                        st.note_preempted(rid)
+            self._oom_retried.update(retry)
+            self.metrics.oom_requests.labels(outcome="retried").inc(len(retry))
+            self.metrics.oom_requests.labels(outcome="failed").inc(len(ids) - len(retry))
+            _log.warning("rlsched: the engine ran out of memory on a batch of %d: %d queued again, %d failed",
+                         len(ids), len(retry), len(ids) - len(retry))
+            if not retry:
+                return sched_output
+            again = set(retry)
+            return dataclasses.replace(
+                sched_output,
+                scheduled_new_reqs=[nr for nr in sched_output.scheduled_new_reqs if nr.request_id not in again],
+                scheduled_cached_reqs=CachedRequestData(request_ids=[
+                    rid for rid in sched_output.scheduled_cached_reqs.request_ids if rid not in again]))
+        except Exception:  # vLLM-Omni fails the batch as it would without the plugin
+            _log.debug("rlsched: out-of-memory handling failed", exc_info=True)
+            return None
+
+    def _requeue(self, request_id: str) -> bool:
+        """``request_id`` (running) back at the head of the queue as a request not yet started: vLLM-Omni's
+        ``preempt_request`` moves it (and ``_order`` follows), its status back to waiting makes the next
+        ``schedule()`` send it as a new request rather than as a cached one to resume. False when vLLM-Omni
+        keeps it running (a KV load in flight): it fails with the batch."""
+        if not self.preempt_request(request_id):
+            return False
+        self.get_request_state(request_id).status = DiffusionRequestStatus.WAITING  # type: ignore[attr-defined]
+        return True
+
     def _calibrated(self, st: PluginState) -> None:
-        """A new calibration version: logged, exported (the served model's scales)."""
+        """A new calibration version: logged, exported (the served model's scales); once each."""
         cal = st.calibrator
-        assert cal is not None
+        if cal is None or cal.version == self._calibration_seen:
+            return
+        self._calibration_seen = cal.version
         model = st.settings.model or next(iter(st.shipped.models))
         scales = cal.scales().get(model, (1.0, 1.0, 1.0))
         self.metrics.set_calibration(cal.version, scales)
@@ -528,6 +599,14 @@ class _PolicyScheduling:
         if list(itertools.islice(waiting, len(new))) != new:  # already at the head: FIFO-like choices
             self._order.move_to_head(waiting, new)  # O(batch · log queue), not a scan per request
         return max(1, len(self._running) + len(new))
+
+
+def _is_oom(req_output: Any) -> bool:
+    """An engine output carrying an out-of-memory error (``torch.OutOfMemoryError``'s text, "CUDA out of
+    memory. Tried to allocate ...", as vLLM-Omni's ``DiffusionOutput.from_exception`` keeps it)."""
+    result = getattr(req_output, "result", None)
+    error = getattr(result, "error", None)
+    return isinstance(error, str) and "out of memory" in error.lower()
 
 
 _REASONS = {PolicyOutputError: "nan"}

@@ -309,6 +309,8 @@ class PluginState:
         self.calibrator = calibrator
         """Online calibration (``rlsched.sim.online``; None: ``calibrate=off``): ``cost`` is its current
         version, ``observe_batch`` feeds it."""
+        self._capacity_read = False
+        """Whether the device's total memory has been read into the calibrator (``_read_telemetry``)."""
         self.shipped = calibrator.base if calibrator is not None else cost
         """The profile as deployed: default SLOs are a class's scale × a standalone time on it (what a user
         wrote them against), whatever the calibration says since."""
@@ -392,6 +394,18 @@ class PluginState:
         with self._lock:
             parts = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx, steps_done)
             if not cal.observe(batch[0].request.model, parts, seconds):
+                return False
+        self.adopt_cost(cal.cost)
+        return True
+
+    def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
+        """``batch`` failed out of memory in the engine: the calibrator raises its memory scale; True when the
+        cost moved (every live record re-costed, as ``observe_batch``)."""
+        cal = self.calibrator
+        if cal is None or not batch:
+            return False
+        with self._lock:
+            if not cal.observe_oom(batch):
                 return False
         self.adopt_cost(cal.cost)
         return True
@@ -535,6 +549,13 @@ class PluginState:
             self.telemetry = self._telemetry_source.read()
         except Exception:  # telemetry is advisory; the queue state alone still schedules
             self.telemetry = None
+        cal, sample = self.calibrator, self.telemetry
+        if cal is not None and not self._capacity_read and sample is not None and sample.known:
+            self._capacity_read = True  # the device's memory, once: a GPU smaller than the profile's
+            with self._lock:
+                moved = cal.observe_capacity(sample.memory_total_gb)
+            if moved:
+                self.adopt_cost(cal.cost)
 
     # ---------------------------------------------------------------- views
     def int_id(self, name: str) -> int | None:

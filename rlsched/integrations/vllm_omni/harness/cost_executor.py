@@ -18,6 +18,7 @@ GPU; it never serves real images.
 also appends one JSON line per call to ``$RLSCHED_EXECUTOR_LOG`` when that is set, so a
 test can compare the batches the engine ran with the batches the policy chose.
 ``$RLSCHED_EXECUTOR_TRUTH`` makes it execute at another cost than the plugin believes (``TRUTH_ENV``).
+A batch larger than the GPU's memory at that cost raises "CUDA out of memory", as PyTorch would.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ class CostProfileExecutor(DiffusionExecutor):
         return self.execute_batch(so)
 
     def execute_batch(self, so: Any) -> Any:
-        """Request mode: the whole wave runs to completion."""
+        """Request mode: the whole wave runs to completion (or raises out of memory, as a GPU would)."""
         ids = list(so.scheduled_request_ids)
         recs = [self._record(nr) for nr in so.scheduled_new_reqs]
+        self._check_memory(recs, [nr.request_id for nr in so.scheduled_new_reqs])
         duration = self.cost.batch_duration(recs) if recs else 0.0
         self._run(ids, duration, "request", so)
         outs = [RunnerOutput(request_id=nr.request_id, finished=True, result=self._image(nr.req))
@@ -93,6 +95,7 @@ class CostProfileExecutor(DiffusionExecutor):
         ids = list(so.scheduled_request_ids)
         known = [r for r in ids if r in self._records]
         recs = [self._records[r] for r in known]
+        self._check_memory(recs, known)
         done = [self._steps_done.get(r, 0) for r in known]
         duration = self.cost.batch_duration(recs, step_mode=True, steps_done=done) if recs else 0.0
         self._run(sorted(ids), duration, "step", so)
@@ -119,6 +122,19 @@ class CostProfileExecutor(DiffusionExecutor):
         rec = self.cost.record(req)
         self._records[new_req.request_id] = rec
         return rec
+
+    def _check_memory(self, recs: list[RequestRecord], ids: list[str]) -> None:
+        """A batch larger than the GPU's memory (at this executor's cost: ``$RLSCHED_EXECUTOR_TRUTH``'s)
+        raises what PyTorch raises, before any time passes; the batch's requests are forgotten (the engine
+        fails them, or the plugin sends them again as new requests)."""
+        if not recs or self.cost.fits(recs):
+            return
+        for rid in ids:
+            self._records.pop(rid, None)
+            self._steps_done.pop(rid, None)
+        need, have = self.cost.batch_memory_gb(recs), self.cost.gpu_memory_gb
+        raise RuntimeError(f"CUDA out of memory. The batch needs {need:.1f} GiB of the GPU's {have:.1f} GiB "
+                           f"(rlsched's cost-profile executor, profile {self.cost.name})")
 
     def _run(self, ids: list[str], duration: float, mode: str, so: Any) -> None:
         start = time.monotonic()

@@ -44,7 +44,7 @@ from rlsched.policies.base import calibrates
 from rlsched.sim import load_scenario
 from rlsched.sim.cost import CostModel
 from rlsched.sim.metrics import summarize
-from rlsched.sim.request import COMPLETED, FAILED_OOM, Request
+from rlsched.sim.request import COMPLETED, Request
 from rlsched.sim.simulator import Decision, ServingConfig, Simulator
 from rlsched.sim.telemetry import SimTelemetry
 from rlsched.sim.truth import Truth
@@ -116,15 +116,16 @@ def _registry() -> Any:
 
 def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingConfig, scheduler: Any,
                 clock: SimClock | None = None) -> LoopResult:
-    """Drive ``scheduler`` over ``requests`` with the simulator as clock and GPU."""
-    sim = Simulator(requests, cost, serving)
+    """Drive ``scheduler`` over ``requests`` with the simulator as clock and GPU (an out-of-memory batch's
+    requests queued again where the plugin retries them: a plugin that calibrates)."""
     state = getattr(scheduler, "rl_state", None)
+    sim = Simulator(requests, cost, serving, retry_oom=getattr(state, "calibrator", None) is not None)
     if state is not None:  # the simulator plays the GPU, so it also plays NVML
         state.use_telemetry(SimTelemetry(sim))
     clock = clock or SimClock()
     result = LoopResult(sim, scheduler=scheduler)
     arrivals = sorted(requests, key=lambda r: r.arrival_s)  # the simulator's order
-    nxt, inflight, end = 0, None, 0.0
+    nxt, inflight, end, oom = 0, None, 0.0, False
     wait = _AdmissionWait(scheduler)
 
     def arrive_until(t: float, nxt: int) -> int:
@@ -138,7 +139,7 @@ def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingCo
         if inflight is not None:  # the engine hears of a finished batch when the GPU ends it
             nxt = arrive_until(end, nxt)
             clock.t = end
-            _complete(scheduler, inflight, sim)
+            _complete(scheduler, inflight, sim, oom)
             inflight = None
         nxt = arrive_until(sim.now, nxt)
         clock.t = sim.now
@@ -151,11 +152,12 @@ def run_in_loop(requests: Sequence[Request], cost: CostModel, serving: ServingCo
         if not ids:
             raise RuntimeError(f"t={sim.now:.6f}: schedule() returned no batch while requests wait (a stall)")
         result.batches.append(tuple(sorted(ids)))
+        ooms = sim.oom_batches
         sim.apply(Decision(ids))
-        inflight, end = out, sim.gpu_end_s if sim.gpu_end_s != math.inf else sim.now
+        inflight, end, oom = out, sim.gpu_end_s if sim.gpu_end_s != math.inf else sim.now, sim.oom_batches > ooms
     if inflight is not None:
         clock.t = sim.now
-        _complete(scheduler, inflight, sim)
+        _complete(scheduler, inflight, sim, oom)
     return result
 
 
@@ -195,12 +197,13 @@ class _AdmissionWait:
         return False
 
 
-def _complete(scheduler: Any, out: Any, sim: Simulator) -> None:
-    """The worker's reply for a finished batch, then what the engine does with it."""
+def _complete(scheduler: Any, out: Any, sim: Simulator, oom: bool) -> None:
+    """The worker's reply for a finished batch (``oom``: it ran out of memory), then what the engine does
+    with it."""
     outputs = []
     for rid in out.scheduled_request_ids:
         rec = sim.records[int(rid)]
-        if rec.status == FAILED_OOM:
+        if oom:
             outputs.append(RunnerOutput(request_id=rid, finished=True,
                                         result=DiffusionOutput(error="CUDA out of memory (simulated)")))
         elif sim.step_mode:
