@@ -164,7 +164,7 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenarios", default=",".join(POLICIES))
-    ap.add_argument("--seeds", default="1000,1001,1002")
+    ap.add_argument("--seeds", default="1000,1001,1002,1003,1004")
     ap.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5")
     ap.add_argument("--duration", type=float, default=None, help="arrival window per run (default: each scenario's)")
     ap.add_argument("--workers", type=int, default=1)
