@@ -369,10 +369,10 @@ class _PolicyScheduling:
         exception's text): None when it did not. Else the memory calibration learns from it
         (``CostCalibrator.observe_oom``) and, in request mode with calibration on, each request the GPU can
         hold alone (at the cost now believed) goes back to the head of the queue once, as a new request (a
-        wave keeps nothing of a request after an error);
-        returns the batch without them for vLLM-Omni to fail the rest (step mode: all of them — the worker
-        keeps a request's denoise state and refuses a second new-request payload for it). Counted
-        (``rlsched_oom_requests_total``); never raises into the engine."""
+        wave keeps nothing of a request after an error); returns the batch without them, for vLLM-Omni to
+        fail the rest (step mode: all of them — the worker keeps a request's denoise state and refuses a
+        second new-request payload for it). Counted (``rlsched_oom_requests_total``); never raises into the
+        engine."""
         try:
             ids = [rid for rid in sched_output.scheduled_request_ids if _is_oom(output.get_request_output(rid))]
             if not ids:
