@@ -110,9 +110,9 @@ class CentralStagePool(LedgerStagePool):
         self._views: list[PluginState] = []
         self._policies: list[Any] = []
         self._kind_of: dict[int, int] = {}
+        """Replica slot -> its cost model's index in ``_views``."""
         self._adopted: dict[int, int] = {}
         """Per replica slot, the calibration version its kind's view last adopted from it."""
-        """Replica slot -> its cost model's index in ``_views``."""
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
         super().__init__(stage_id, clients, **kw)

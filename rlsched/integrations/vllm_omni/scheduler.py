@@ -274,6 +274,10 @@ class _PolicyScheduling:
         else:  # the batch did not run: nothing to time; what is retried is not vLLM-Omni's to finish
             self._batch_start = None
             sched_output = oom
+        try:
+            self._calibrated(self.rl_state)  # a version this batch's time or OOM made
+        except Exception:  # metrics and logs are advisory
+            pass
         finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
         if self.publisher is not None:
             self._publish(finished, at_schedule=False)
@@ -359,8 +363,7 @@ class _PolicyScheduling:
             self.metrics.record_batch(self._predicted(recs, done), observed)
             if st is not None:
                 self.metrics.set_headroom(st.telemetry)
-                if st.observe_batch(recs, done, observed):
-                    self._calibrated(st)
+                st.observe_batch(recs, done, observed)
         except Exception:  # metrics and calibration are advisory: the engine runs on
             _log.debug("rlsched: batch timing failed", exc_info=True)
 
@@ -381,8 +384,7 @@ class _PolicyScheduling:
             retry: list[str] = []
             if st is not None:
                 recs, _ = self._batch_records(tuple(ids), [self._steps_done(rid) for rid in ids])
-                if st.observe_oom(recs):
-                    self._calibrated(st)
+                st.observe_oom(recs)
                 if st.calibrator is not None and not self.step_mode:
                     fits = {st.name(r.request.id) for r in recs if st.cost.fits([r])}  # alone, at the new cost
                     # reversed: each goes to the head, so the batch keeps its order there
@@ -418,10 +420,11 @@ class _PolicyScheduling:
         self.get_request_state(request_id).status = DiffusionRequestStatus.WAITING  # type: ignore[attr-defined]
         return True
 
-    def _calibrated(self, st: PluginState) -> None:
-        """A new calibration version: logged, exported (the served model's scales); once each."""
-        cal = st.calibrator
-        if cal is None or cal.version == self._calibration_seen:
+    def _calibrated(self, st: PluginState | None) -> None:
+        """A new calibration version: logged, exported (the served model's scales); once each. Looked at
+        after each batch and each ``schedule()`` (whose telemetry read may bring the device's memory)."""
+        cal = st.calibrator if st is not None else None
+        if st is None or cal is None or cal.version == self._calibration_seen:
             return
         self._calibration_seen = cal.version
         model = st.settings.model or next(iter(st.shipped.models))

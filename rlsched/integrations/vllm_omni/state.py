@@ -387,27 +387,25 @@ class PluginState:
         """A batch (request mode: a wave; step mode: a step) took ``seconds`` on the plugin clock: the calibrator
         learns from it; True when the cost moved (a new version: every live record re-costed, the journal
         restarted so the policy's queue index re-ranks once)."""
-        cal = self.calibrator
-        if cal is None or not batch:
-            return False
-        cfg = self.config
-        with self._lock:
-            parts = cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx, steps_done)
-            if not cal.observe(batch[0].request.model, parts, seconds):
-                return False
-        self.adopt_cost(cal.cost)
-        return True
+        cal, cfg = self.calibrator, self.config
+        return cal is not None and bool(batch) and self._learned(lambda: cal.observe(
+            batch[0].request.model,
+            cal.parts(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx, steps_done),
+            seconds))
 
     def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
         """``batch`` failed out of memory in the engine: the calibrator raises its memory scale; True when the
         cost moved (every live record re-costed, as ``observe_batch``)."""
         cal = self.calibrator
-        if cal is None or not batch:
-            return False
+        return cal is not None and bool(batch) and self._learned(lambda: cal.observe_oom(batch))
+
+    def _learned(self, observe: Callable[[], bool]) -> bool:
+        """Run one of the calibrator's ``observe*`` under the lock; adopt its cost when it moved (True)."""
+        assert self.calibrator is not None
         with self._lock:
-            if not cal.observe_oom(batch):
+            if not observe():
                 return False
-        self.adopt_cost(cal.cost)
+        self.adopt_cost(self.calibrator.cost)
         return True
 
     def adopt_cost(self, cost: CostModel) -> None:
@@ -552,10 +550,7 @@ class PluginState:
         cal, sample = self.calibrator, self.telemetry
         if cal is not None and not self._capacity_read and sample is not None and sample.known:
             self._capacity_read = True  # the device's memory, once: a GPU smaller than the profile's
-            with self._lock:
-                moved = cal.observe_capacity(sample.memory_total_gb)
-            if moved:
-                self.adopt_cost(cal.cost)
+            self._learned(lambda: cal.observe_capacity(sample.memory_total_gb))
 
     # ---------------------------------------------------------------- views
     def int_id(self, name: str) -> int | None:
