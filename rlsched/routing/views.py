@@ -49,7 +49,7 @@ from functools import partial
 from typing import Any
 
 from rlsched.sim.cost import CostModel
-from rlsched.sim.online import HIGH, LOW, refresh
+from rlsched.sim.online import HIGH, LOW, ROOM_HIGH, refresh
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import simulated
@@ -68,7 +68,9 @@ MAX_LISTED = 1024
 which the schema caps lower): a longer list is refused as oversized."""
 MAX_ID_CHARS = 512
 SCALE_LOW, SCALE_HIGH = LOW / HIGH, HIGH / LOW
-"""Bounds of a published calibration scale (the attention scale is a ratio of two calibrated ones)."""
+"""Bounds of a published time or attention scale (the attention scale is a ratio of two calibrated ones)."""
+MEMORY_HIGH = HIGH * ROOM_HIGH
+"""Upper bound of a published memory scale: a fitted one times the device's room (``observe_capacity``)."""
 SILENCE_S = 30.0
 """Default bound on a replica's silence past its predicted end, in the router's (profile) seconds."""
 VIEWS = ("engine", "ledger", "replica")
@@ -138,10 +140,11 @@ def _calibration(raw: Any) -> Calibration:
     out = []
     for model, values in scales.items():
         if not isinstance(model, str) or not isinstance(values, (list, tuple)) or len(values) != 3 or not all(
-                not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= SCALE_HIGH
-                for v in values):
-            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory], each in [{SCALE_LOW:g}, "
-                             f"{SCALE_HIGH:g}], expected, not {model!r:.80}: {values!r:.80}")
+                not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= high
+                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH))):
+            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory], each at least {SCALE_LOW:g} "
+                             f"and at most {SCALE_HIGH:g} ({MEMORY_HIGH:g} for memory), expected, not "
+                             f"{model!r:.80}: {values!r:.80}")
         out.append((model, *map(float, values)))
     return version, tuple(out)
 

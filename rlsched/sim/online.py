@@ -57,6 +57,9 @@ MOVE = 0.02
 """A scale moves (a new version) only when it changes by more than 2 %: decisions do not churn on noise."""
 HUBER = 0.25
 """Relative residual past which an observation is down-weighted (a batch 25 % off the current fit)."""
+ROOM_HIGH = 1000.0
+"""Most the device's memory may scale activations (``observe_capacity``): past it no batch fits anyway (an
+H200 profile's 75 GB of room down to 75 MB), and a published scale stays a number a router can check."""
 OOM_MARGIN = 0.05
 """An OOM raises the memory scale 5 % past the least that explains it: the bound alone would leave the next
 batch of the same size believed to fit exactly, and fail again."""
@@ -165,13 +168,14 @@ class CostCalibrator:
         it is less than the profile's by more than ``MOVE``, every model's memory scale is multiplied by
         ``room``: the room for activations the profile believes over the room there is, ``(C − W) / (total −
         W)`` (W the weights), so exactly the batches that fit the device fit the calibrated cost — one
-        number the replica already publishes, unbounded by ``HIGH`` (a hardware fact, not a fit). True when
+        number the replica already publishes, bounded by ``ROOM_HIGH``, not ``HIGH`` (a hardware fact, not a
+        fit). True when
         the cost moved. A device larger than the profile's is left as it is: the profile's capacity may hold
         a reserve the engine keeps."""
         base = self.base
         if not (math.isfinite(total_gb) and base.weights_gb < total_gb < base.gpu_memory_gb * (1 - MOVE)):
             return False
-        room = (base.gpu_memory_gb - base.weights_gb) / (total_gb - base.weights_gb)
+        room = min((base.gpu_memory_gb - base.weights_gb) / (total_gb - base.weights_gb), ROOM_HIGH)
         if abs(room / self.room - 1) <= MOVE:
             return False
         self.room = room
@@ -243,4 +247,4 @@ def _clip(v: float) -> float:
     return min(max(v, LOW), HIGH)
 
 
-__all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "CostCalibrator", "refresh"]
+__all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "ROOM_HIGH", "CostCalibrator", "refresh"]

@@ -274,3 +274,18 @@ def test_a_router_reset_on_a_fork_has_bound_what_the_fork_holds_and_heard_its_st
         assert {r.request.id for r in view.running} == {r.request.id for r in sim.running}
         assert set(view.waiting) == set(sim.waiting)
         assert all(view.waiting[i].steps_done == rec.steps_done for i, rec in sim.waiting.items())
+
+
+def test_a_replica_on_a_much_smaller_gpu_publishes_a_calibration_routers_read() -> None:
+    """The device's memory scales a replica's memory past what a fit may (an H200 profile on 70 GB: 75 GB of
+    room believed, 4 there, x18.75); the state it publishes is read, not refused."""
+    from rlsched.routing.views import calibration_of
+    from rlsched.sim.online import CostCalibrator
+
+    cal = CostCalibrator(COST)
+    assert cal.observe_capacity(COST.weights_gb + (COST.gpu_memory_gb - COST.weights_gb) / 18.75)
+    state = ReplicaState.read(replica_state(1, 0.0, [], calibration=calibration_of(cal)))
+    assert state.calibration == cal.published and state.calibration[1][0][3] == pytest.approx(18.75)
+    raw = replica_state(1, 0.0, [], calibration=(1, (("qwen-image", 1.0, 1.0, 1e9),)))
+    with pytest.raises(StateError, match="state.cal.scales"):
+        ReplicaState.read(raw)
