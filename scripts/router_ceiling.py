@@ -1,4 +1,4 @@
-"""How much could a router gain over the strongest heuristic router? The ceilings of early binding.
+"""How much could a router or a central dispatcher gain over the strongest heuristic? The ceilings.
 
 On each multi-replica pool, on the same seeded workloads, runs:
 
@@ -11,10 +11,16 @@ On each multi-replica pool, on the same seeded workloads, runs:
   ``H`` seconds; ``rlsched.routing.teachers``);
 * the hindsight teacher ``static@hindsight:H;top=K`` (the same, the fork also receiving the
   next ``H`` seconds of real arrivals; at most ``K`` replicas tried: rlsched's choice and the
-  ``K-1`` best by realizable gain).
+  ``K-1`` best by realizable gain);
+* late binding's teachers ``static@central-lookahead:H`` (when a replica frees, each of the
+  central policy's candidate batches for it, and holding it idle, tried on a fork of the whole
+  stage holding the known requests, ``static@central`` finishing it over ``H`` seconds) and
+  ``static@central-hindsight:H`` (the forks also receive the next ``H`` s of arrivals);
 
 and writes the per-seed paired differences against the strongest heuristic router with 95 %
-intervals: ``OUT/ceiling.md``, ``ceiling.json`` (every run) and ``ceiling.png``. The teachers
+intervals, and every role's against the best *deployed* heuristic of the cell (the strongest
+router or ``static@central``, whichever meets more): ``OUT/ceiling.md``, ``ceiling.json``
+(every run) and ``ceiling.png``. ``--roles`` runs a subset. The teachers
 are slow by design (every arrival × replicas tried forks, each run forward), so the windows
 are short; ``video-8gpu`` (step mode) runs on its own (see ``SKIPPED``).
 
@@ -40,7 +46,7 @@ from rlsched.evaluation import BASELINE_STAGED, RunSpec, ci95_half_width, prepar
 from rlsched.parallel import run_tasks
 from rlsched.plotstyle import TABLE, style_of
 from rlsched.policies import make_policy
-from rlsched.routing.routers import make_router, run_spec, split_pair
+from rlsched.routing.routers import central_policies, check_spec, is_late, make_router, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import json_safe, summarize_stage
 
@@ -53,17 +59,26 @@ PLAIN = ("fifo@round-robin", "fifo@least-queue", "fifo@random", "edf@least-queue
 SKIPPED = {"video-8gpu": "not in the default set (step mode; measured on its own with 3600 s windows, "
                          "results/router-ceiling/video-8gpu: `--pools video-8gpu --duration 3600`)"}
 """Pools left out of the default set, and why."""
-ROLES = ("lookahead", "hindsight", "central", "learned")
+ROLES = ("lookahead", "hindsight", "central", "central-lookahead", "central-hindsight", "learned")
+TEACHER_ROLES = ("lookahead", "hindsight", "central-lookahead", "central-hindsight")
+REALIZABLE = ("lookahead", "central-lookahead")
+"""The teachers that decide on what an online scheduler knows: the room a learned policy could take."""
+ROOM_POINTS = 5.0
+"""Issue 37: a learned dispatcher is built only where the realizable teachers add at least this many
+points over the best deployed heuristic."""
 
 
-def specs(pool: str, horizon: float, top: int, learned: str = "") -> dict[str, str]:
-    """role -> spec on ``pool``: the rivals (``rival:…``), late binding, the two teachers and (with
-    ``learned``, a router checkpoint) the learned router behind the same replica policy."""
+def specs(pool: str, horizon: float, top: int, learned: str = "", roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+    """role -> spec on ``pool``: the rivals (``rival:…``), late binding, the teachers of ``roles`` and
+    (with ``learned``, a router checkpoint) the learned router behind the same replica policy."""
     s = f"static:agents/tuned/{TUNED[pool]}.json"
     out = {f"rival:{p}": p for p in (f"{s}@rlsched", *PLAIN)}
     out["central"] = f"{s}@central"
-    out["lookahead"] = f"{s}@lookahead:{horizon:g}"
-    out["hindsight"] = f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else "")
+    every = {"lookahead": f"{s}@lookahead:{horizon:g}",
+             "hindsight": f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else ""),
+             "central-lookahead": f"{s}@central-lookahead:{horizon:g}",
+             "central-hindsight": f"{s}@central-hindsight:{horizon:g}"}
+    out.update({role: spec for role, spec in every.items() if role in roles})
     if learned:
         out["learned"] = f"{s}@router:{learned}"
     return out
@@ -77,8 +92,16 @@ def run(task: tuple[str, str, int, float, float]) -> dict[str, Any]:
     stage = prepare_stage(RunSpec(pool, spec, seed, load, duration), load_scenario(pool))
     policy, router_spec = split_pair(spec)
     extra: dict[str, Any] = {}
-    if router_spec == "central":
-        run_spec(stage, spec)
+    if is_late(router_spec):
+        central, made = central_policies(router_spec, policy), []
+
+        def make() -> Any:
+            made.append(central())
+            return made[-1]
+
+        stage.run([make_policy("fifo") for _ in stage.replicas], central=make)
+        if hasattr(made[0], "looked"):
+            extra = {k: sum(getattr(p, k) for p in made) for k in ("looked", "changed", "held", "forks")}
     else:
         router = make_router(router_spec, policy)
         stage.run([make_policy(policy) for _ in stage.replicas], router)
@@ -114,24 +137,32 @@ def cells(rows: list[dict[str, Any]], pools: list[str], loads: list[float], seed
 
             rivals = [spec for role, spec in roles[pool].items() if role.startswith("rival:")]
             best = max(rivals, key=lambda spec: per_seed(spec).mean())
-            base = per_seed(best)
+            deployed = max([best, roles[pool]["central"]], key=lambda spec: per_seed(spec).mean())
+            base, top = per_seed(best), per_seed(deployed)
             cell: dict[str, Any] = {
                 "pool": pool, "load": load, "strongest": best, "strongest_value": 100 * float(base.mean()),
+                "deployed": deployed, "deployed_value": 100 * float(top.mean()),
                 "fifo_rr_slo": 100 * float(np.mean([slo[(pool, BASELINE_STAGED, load, s)] for s in seeds])),
                 "rivals": {spec: 100 * float(per_seed(spec).mean()) for spec in rivals}}
             for role in (r for r in ROLES if r in roles[pool]):
                 mine = per_seed(roles[pool][role])
-                diff = 100 * (mine - base)
-                cell[role] = {"value": 100 * float(mine.mean()), "diff": float(diff.mean()),
-                              "ci95": float(ci95_half_width(diff)),
-                              "ratio": float(mine.mean() / base.mean()) if base.mean() else math.nan}
-            teach = [r for r in rows if r["pool"] == pool and r["load"] == load and "looked" in r]
-            for r in teach:
-                role = "lookahead" if r["spec"] == roles[pool]["lookahead"] else "hindsight"
-                stats = cell[role].setdefault("bound_elsewhere", [])
+                cell[role] = {"value": 100 * float(mine.mean()), **paired(mine, base),
+                              "vs_deployed": paired(mine, top)}
+            spec_role = {spec: role for role, spec in roles[pool].items()}
+            for r in (r for r in rows if r["pool"] == pool and r["load"] == load and "looked" in r):
+                stats = cell[spec_role[r["spec"]]].setdefault("bound_elsewhere", [])
                 stats.append(r["changed"] / max(r["requests"], 1))
+            realizable = [cell[r]["vs_deployed"]["diff"] for r in REALIZABLE if r in cell]
+            cell["room"] = max(realizable) if realizable else math.nan
             out.append(cell)
     return out
+
+
+def paired(mine: np.ndarray, base: np.ndarray) -> dict[str, float]:
+    """``mine`` − ``base`` per seed in points: mean, 95 % half-width, and the ratio of the means."""
+    diff = 100 * (mine - base)
+    return {"diff": float(diff.mean()), "ci95": float(ci95_half_width(diff)),
+            "ratio": float(mine.mean() / base.mean()) if base.mean() else math.nan}
 
 
 def short(spec: str) -> str:
@@ -144,6 +175,16 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     seeds = meta["seeds"]
     learned = all("learned" in c for c in cs)
     windows = ", ".join(f"{p} {d:g} s" for p, d in meta["windows"].items())
+
+    def pm(c: dict[str, Any], role: str, key: str | None = None) -> str:
+        if role not in c:
+            return "—"
+        d = c[role][key] if key else c[role]
+        return f"{d['diff']:+.1f} ± {d['ci95']:.1f}"
+
+    def ratio(c: dict[str, Any], role: str) -> str:
+        return f"{c[role]['ratio']:.3f}" if role in c else "—"
+
     lines = [f"Router ceilings: class-weighted SLO attainment (%) of the strongest heuristic router (the best of "
              f"`static@rlsched` and the plain router × heuristic combinations, by mean, per cell) and each "
              f"teacher's paired difference to it (points, mean ± 95 % interval over evaluation seeds "
@@ -157,14 +198,11 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              + ("learned ÷ it | " if learned else "") + "look-ahead ÷ it | hindsight ÷ it |",
              "|---|---|---|---|---|" + "---|" * (7 if learned else 5)]
     for c in cs:
-        def pm(role: str) -> str:
-            return f"{c[role]['diff']:+.1f} ± {c[role]['ci95']:.1f}"  # noqa: B023
-
-        mine = (f"{pm('learned')} | ", f"{c['learned']['ratio']:.3f} | ") if learned else ("", "")
+        mine = (f"{pm(c, 'learned')} | ", f"{ratio(c, 'learned')} | ") if learned else ("", "")
         lines.append(f"| {c['pool']} | ×{c['load']:g} | {c['fifo_rr_slo']:.1f} % | `{short(c['strongest'])}` | "
-                     f"{c['strongest_value']:.1f} | {mine[0]}{pm('lookahead')} | {pm('hindsight')} | {pm('central')} | "
-                     f"{mine[1]}{c['lookahead']['ratio']:.3f} | {c['hindsight']['ratio']:.3f} |")
-    band = [c for c in cs if 40 <= c["fifo_rr_slo"] <= 80]
+                     f"{c['strongest_value']:.1f} | {mine[0]}{pm(c, 'lookahead')} | {pm(c, 'hindsight')} | "
+                     f"{pm(c, 'central')} | {mine[1]}{ratio(c, 'lookahead')} | {ratio(c, 'hindsight')} |")
+    band = [c for c in cs if 40 <= c["fifo_rr_slo"] <= 80 and "lookahead" in c and "hindsight" in c]
     lines.append("")
     if band:
         la = np.mean([c["lookahead"]["ratio"] for c in band])
@@ -182,10 +220,13 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                   f"the strongest in {len(above)} of the {len(band)} band cells"
                   + (f" ({', '.join(c['pool'] + ' ×' + format(c['load'], 'g') for c in above)})" if above else "")
                   + "."]
-    bound = [(c["pool"], c["load"], np.mean(c["lookahead"].get("bound_elsewhere", [0])),
-              np.mean(c["hindsight"].get("bound_elsewhere", [0]))) for c in cs]
-    lines += ["", "Share of arrivals the teachers bound elsewhere than rlsched's router would: "
-              + "; ".join(f"{p} ×{x:g} {100 * a:.1f} % / {100 * b:.1f} %" for p, x, a, b in bound) + "."]
+    early = [r for r in ("lookahead", "hindsight") if all(r in c for c in cs)]
+    if early:
+        bound = [(c["pool"], c["load"], *(np.mean(c[r].get("bound_elsewhere", [0])) for r in early)) for c in cs]
+        lines += ["", f"Share of arrivals the teachers ({' / '.join(early)}) bound elsewhere than rlsched's router "
+                  "would: " + "; ".join(f"{p} ×{x:g} " + " / ".join(f"{100 * v:.1f} %" for v in vs)
+                                        for p, x, *vs in bound) + "."]
+    lines += ["", *late_table(cs, learned, pm)]
     for pool, why in meta["skipped"].items():
         lines += ["", f"Not measured: {pool} — {why}."]
     reused = (f" in all: {meta['reused']} runs reused from the previous ceiling.json, the rest run now"
@@ -193,6 +234,35 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall{reused}, {meta['workers']} "
               f"workers)."]
     return "\n".join(lines) + "\n"
+
+
+def late_table(cs: list[dict[str, Any]], learned: bool, pm: Any) -> list[str]:
+    """Every role against the best *deployed* heuristic of each cell (the strongest router or late
+    binding), and the room the realizable teachers show (issue 37: a learned dispatcher only where it
+    is at least ``ROOM_POINTS``)."""
+    roles = [r for r in ("central-lookahead", "central-hindsight", "lookahead", "hindsight", "learned")
+             if any(r in c for c in cs) and (r != "learned" or learned)]
+    names = {"central-lookahead": "late look-ahead", "central-hindsight": "late hindsight",
+             "lookahead": "early look-ahead", "hindsight": "early hindsight", "learned": "learned router"}
+    out = ["Against the best deployed heuristic of each cell (`static@rlsched`, a plain router or `static@central`, "
+           "whichever meets more), points ± 95 %; room: the best realizable teacher's mean gain over it.", "",
+           "| pool | load | best deployed heuristic | its value | " + " | ".join(f"{names[r]} − it" for r in roles)
+           + " | room |", "|---|---|---|---|" + "---|" * (len(roles) + 1)]
+    for c in cs:
+        out.append(f"| {c['pool']} | ×{c['load']:g} | `{short(c['deployed'])}` | {c['deployed_value']:.1f} | "
+                   + " | ".join(pm(c, r, "vs_deployed") for r in roles) + f" | {c['room']:+.1f} |")
+    rooms = [c for c in cs if c["room"] >= ROOM_POINTS]
+    held = [c for c in cs if "central-lookahead" in c and c["central-lookahead"].get("bound_elsewhere")]
+    out.append("")
+    out.append(f"Cells where a realizable teacher adds ≥ {ROOM_POINTS:g} points over the best deployed heuristic: "
+               + (", ".join(f"{c['pool']} ×{c['load']:g} ({c['room']:+.1f})" for c in rooms) if rooms else
+                  "none") + ".")
+    if held:
+        out.append("Share of late binding's dispatches the look-ahead teacher decided otherwise than "
+                   "`static@central`: " + "; ".join(
+                       f"{c['pool']} ×{c['load']:g} {100 * np.mean(c['central-lookahead']['bound_elsewhere']):.1f} %"
+                       for c in held) + " (of requests).")
+    return out
 
 
 def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
@@ -206,6 +276,8 @@ def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
               ("static@central (late binding)", "central", style_of("static@central")),
               ("look-ahead teacher (realizable ceiling)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
               ("hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
+    if all("central-lookahead" in c for c in cs):
+        series.append(("late look-ahead teacher", "central-lookahead", replace(TABLE["lookahead"], linestyle="-")))
     if all("learned" in c for c in cs):
         series.append(("learned router", "learned", replace(TABLE["pick"], linestyle="-")))
     for ax, pool in zip(axes[0], pools):
@@ -216,6 +288,8 @@ def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
             x = x0 + (k - (len(series) - 1) / 2) * 0.012  # side by side, so the intervals do not hide each other
             if role is None:
                 y, e = np.array([c["strongest_value"] for c in pts]), np.zeros(len(pts))
+            elif role not in pts[0]:
+                continue
             else:  # the strongest's mean plus the paired difference, its interval as error bar
                 y = np.array([c["strongest_value"] + c[role]["diff"] for c in pts])
                 e = np.nan_to_num(np.array([c[role]["ci95"] for c in pts]))
@@ -246,6 +320,9 @@ def main() -> None:
                    help="a pool's own window (the trace's first hour is nearly empty at x0.5-x1)")
     p.add_argument("--horizon", type=float, default=180.0, help="seconds each fork runs (hindsight: and sees)")
     p.add_argument("--top", type=int, default=3, help="hindsight tries at most this many replicas (0: all)")
+    p.add_argument("--roles", default=",".join(TEACHER_ROLES),
+                   help=f"the teachers to run (comma-separated, of {', '.join(TEACHER_ROLES)}); the rivals and "
+                        "static@central always run")
     p.add_argument("--learned", default="checkpoints/router",
                    help="learned router checkpoint shown beside the teachers ('' for none)")
     p.add_argument("--reuse", action="store_true",
@@ -273,17 +350,19 @@ def main() -> None:
         if pool in windows:
             windows[pool] = float(secs)
     seeds = list(range(args.seed0, args.seed0 + args.seeds))
-    roles = {pool: specs(pool, args.horizon, args.top, args.learned) for pool in pools}
+    picked = tuple(args.roles.split(",")) if args.roles else ()
+    if set(picked) - set(TEACHER_ROLES):
+        p.error(f"--roles: unknown {', '.join(sorted(set(picked) - set(TEACHER_ROLES)))} "
+                f"(known: {', '.join(TEACHER_ROLES)})")
+    roles = {pool: specs(pool, args.horizon, args.top, args.learned, picked) for pool in pools}
     for pool in pools:  # every spec builds (files read) before the first run
         for spec in roles[pool].values():
             policy, router = split_pair(spec)
-            make_policy(policy)
-            if router != "central":
-                make_router(router, policy)
+            check_spec(spec)
     # the slowest first (hindsight, the heaviest load), so two workers finish together
     tasks = sorted(((pool, spec, s, load, windows[pool]) for pool in pools for load in loads for s in seeds
                     for spec in roles[pool].values()),
-                   key=lambda t: (-("@hindsight" in t[1]), -("@lookahead" in t[1]), -t[3], t[0], t[1], t[2]))
+                   key=lambda t: (-("hindsight" in t[1]), -("lookahead" in t[1]), -t[3], t[0], t[1], t[2]))
     from rich.progress import Progress
 
     out = Path(args.out)

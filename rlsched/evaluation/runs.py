@@ -18,7 +18,7 @@ from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import run_tasks
 from rlsched.policies import make_policy
 from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kind
-from rlsched.routing.routers import ROUTER_KINDS, check_spec, router_kind, split_pair, split_view
+from rlsched.routing.routers import ROUTER_KINDS, check_spec, is_late, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.metrics import summarize
 from rlsched.sim.truth import BELIEFS, decided_on
@@ -46,8 +46,8 @@ class StageSpec:
 
     @property
     def late(self) -> bool:
-        """Late binding (``@central``)."""
-        return self.routed and self.router == "central"
+        """Late binding (``@central``, or its teacher ``@central-lookahead``)."""
+        return self.routed and is_late(self.router)
 
     @property
     def policy_spec(self) -> PolicySpec:
@@ -61,7 +61,7 @@ class StageSpec:
     @property
     def router_kind(self) -> str:
         """The router's kind (``rlsched.routing.routers.ROUTER_KINDS``; ``central``)."""
-        return "central" if self.late else router_kind(parse_spec(self.router).name)
+        return router_kind(parse_spec(self.router).name)
 
     @property
     def view(self) -> str | None:

@@ -38,6 +38,7 @@ from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spe
 from rlsched.routing.views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.simulator import PolicyLike
 from rlsched.sim.stage import INF, Router, Stage
 from rlsched.sim.view import JournalFollower, QueueView, ReplicaView, StageView
 
@@ -292,6 +293,14 @@ TEACHERS: dict[str, str] = {
 """Routers that simulate the stage's replica policy on forks (``POLICY@lookahead``): name ->
 ``"module:factory"`` (``f(PolicySpec, policy spec) -> Router``), lazily imported. Offline only."""
 
+CENTRAL_TEACHERS: dict[str, str] = {
+    "central-lookahead": "rlsched.routing.teachers:central_lookahead",
+    "central-hindsight": "rlsched.routing.teachers:central_hindsight",
+}
+"""Central policies that simulate the stage on forks (late binding's teachers, ``POLICY@central-lookahead``
+and ``@central-hindsight``): name -> ``"module:factory"`` (``f(PolicySpec, policy spec) -> central policy``),
+lazily imported. Offline only."""
+
 ROUTER_KINDS: dict[str, str] = {
     "round-robin": "heuristic",
     "random": "heuristic",
@@ -302,6 +311,8 @@ ROUTER_KINDS: dict[str, str] = {
     "router": "learned",
     "lookahead": "teacher",
     "hindsight": "teacher",
+    "central-lookahead": "teacher",
+    "central-hindsight": "teacher",
 }
 """Each router's kind, which reports ask instead of matching names: ``heuristic`` (vLLM-Omni's and the
 plain routers a user could switch on), ``predictive`` (rlsched's, on the cost model), ``learned``,
@@ -405,25 +416,45 @@ def split_pair(spec: str) -> tuple[str, str]:
     return policy, router
 
 
+def is_late(router: str) -> bool:
+    """``router`` binds late (one central queue): ``central``, or a central teacher (``CENTRAL_TEACHERS``)."""
+    return router == "central" or parse_spec(router).name in CENTRAL_TEACHERS
+
+
+def central_policies(router: str, policy: str) -> Callable[[], PolicyLike]:
+    """Late binding: what makes the central policy of each replica kind — ``policy`` itself (``@central``)
+    or a central teacher over it; built once here, so a bad spec fails before a run."""
+    make_policy(policy)
+    if router == "central":
+        return lambda: make_policy(policy)
+    parsed = parse_spec(router)
+    teacher: Callable[[PolicySpec, str], PolicyLike] = _load(CENTRAL_TEACHERS[parsed.name])
+    teacher(parsed, policy)
+    return lambda: teacher(parsed, policy)
+
+
 def check_spec(spec: str) -> None:
     """Build ``POLICY[@ROUTER]``'s parts once (reads any file they name), so a typo or a missing
     checkpoint fails before a grid runs."""
     policy, router = split_pair(spec)
     make_policy(policy)
-    if router != "central":
+    if is_late(router):
+        central_policies(router, policy)
+    else:
         make_router(router, policy)
 
 
 def run_spec(stage: Stage, spec: str) -> Stage:
     """Run ``POLICY@ROUTER`` on ``stage``: that policy on every replica behind that router, or —
     ``@central``, late binding — that policy picking batches from one queue for replicas that run
-    what they are handed (``fifo``). Returns the finished stage."""
+    what they are handed (``fifo``; ``@central-lookahead``: late binding's teacher over that policy).
+    Returns the finished stage."""
     policy, router = split_pair(spec)
-    if router == "central":
-        return stage.run([make_policy("fifo") for _ in stage.replicas], central=lambda: make_policy(policy))
+    if is_late(router):
+        return stage.run([make_policy("fifo") for _ in stage.replicas], central=central_policies(router, policy))
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["ROUTERS", "ROUTER_KINDS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec", "LeastQueue",
-           "LeastWork", "QueueWork", "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin", "make_router",
-           "router_kind", "run_spec", "split_pair", "split_view"]
+__all__ = ["CENTRAL_TEACHERS", "ROUTERS", "ROUTER_KINDS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec",
+           "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin",
+           "central_policies", "is_late", "make_router", "router_kind", "run_spec", "split_pair", "split_view"]

@@ -37,12 +37,13 @@ import math
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy
+from rlsched.policies.candidates import candidate_batches, fits
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
-from rlsched.sim.simulator import PolicyLike, Simulator
+from rlsched.sim.simulator import Decision, PolicyLike, Simulator
 from rlsched.sim.stage import Router, Stage, simulated
-from rlsched.sim.view import StageView
+from rlsched.sim.view import QueueView, StageView
 
 DEFAULT_HORIZON_S = 300.0
 """How far each fork is run (and, for ``hindsight``, how far ahead it sees arrivals)."""
@@ -162,12 +163,96 @@ class LookaheadRouter:
 
     def _fresh(self) -> PolicyLike:
         """A new replica policy, as ``make_policy(self.policy)`` makes it (without re-reading its files)."""
-        p = self._prototype
-        if type(p) is ProjectedPolicy:
-            fresh = ProjectedPolicy(p.params, p.config)
-            fresh.name = p.name
-            return fresh
-        return copy.deepcopy(p)
+        return fresh_policy(self._prototype)
+
+
+DEFAULT_HOLD_S = 2.0
+"""How long the late-binding teacher's "hold" option keeps a freed replica idle at most (it decides
+again at the stage's next event before that)."""
+REPLICA_POLICY = "fifo"
+"""What a replica runs of what the central queue hands it under late binding (``run_spec``)."""
+
+
+class CentralLookahead:
+    """Late binding's realizable look-ahead teacher: a central policy (``POLICY@central-lookahead``).
+
+    When a replica frees and the base central policy (``POLICY``) proposes a batch for it, it tries
+    each of the base's candidate batches that fits (``candidate_batches``: the proposal first) and
+    *holding* the replica idle (until the stage's next event, ``hold_s`` at most), each on a fork of
+    the whole stage taken at that decision (``Stage.fork_deciding``: every replica's queue and wave,
+    the central queue, no arrivals to come), lets the base central policy and FIFO replicas finish
+    the fork over ``horizon_s`` seconds, and decides what scores best (``outcome_value``; ties: the
+    first, the base's proposal). Offline (every option is a whole-stage run); a ceiling of what a
+    central dispatcher choosing among the same candidates could gain, on what it knows."""
+
+    name = "central-lookahead"
+
+    def __init__(self, policy: str, horizon_s: float = DEFAULT_HORIZON_S, hold_s: float = DEFAULT_HOLD_S,
+                 future_s: float = 0.0, name: str = "central-lookahead") -> None:
+        """``future_s`` > 0: hindsight, each fork also receives the real arrivals of the next ``future_s``
+        seconds (``POLICY@central-hindsight``, a ceiling no online dispatcher reaches)."""
+        where = f"router {name}"
+        if not (math.isfinite(horizon_s) and horizon_s > 0):
+            raise ConfigError(where, f"the horizon must be a number of seconds > 0, not {horizon_s!r}")
+        if not (math.isfinite(hold_s) and hold_s >= 0):
+            raise ConfigError(where, f"hold must be a number of seconds >= 0 (0: never hold), not {hold_s!r}")
+        self.name, self.horizon_s, self.hold_s, self.future_s = name, horizon_s, hold_s, future_s
+        self._prototype = make_policy(policy)
+        self.base = fresh_policy(self._prototype)
+        self.stage: Stage | None = None
+        self.looked = 0
+        """Decisions at which more than one option was simulated."""
+        self.changed = 0
+        """Decisions other than the base's proposal (a hold included)."""
+        self.held = 0
+        """Decisions to hold the freed replica."""
+        self.forks = 0
+        """Forks run (one per option tried)."""
+
+    def bind_stage(self, stage: Stage) -> None:
+        """The stage whose central queue this policy serves (``Stage._open_central`` calls it)."""
+        self.stage = stage
+
+    def reset(self, state: Simulator) -> None:
+        self.base.reset(state)
+
+    def decide(self, state: QueueView) -> Decision:
+        decision = self.base.decide(state)
+        stage = self.stage
+        if stage is None or stage.dispatching is None or not decision.batch:
+            return decision
+        options = [decision]
+        if isinstance(self.base, ProjectedPolicy):
+            options += [Decision(b, reject=decision.reject, reason=decision.reason)
+                        for b in candidate_batches(self.base, state, decision.batch)[1:] if fits(state, b)]
+        if self.hold_s > 0:
+            options.append(Decision(wait_until=state.now + self.hold_s, reject=decision.reject,
+                                    reason=decision.reason))
+        self.looked += 1
+        scores = [self.value(stage, option) for option in options]
+        best = max(range(len(options)), key=scores.__getitem__)  # ties: the first, the base's proposal
+        self.changed += best != 0
+        self.held += not options[best].batch
+        return options[best]
+
+    def value(self, stage: Stage, decision: Decision) -> float:
+        """The score of the stage forked with ``decision`` taken for the replica being served."""
+        fork = stage.fork_deciding(decision, stage.now + self.horizon_s, self.future_s)
+        fork.run([make_policy(REPLICA_POLICY) for _ in fork.replicas], central=self._fresh)
+        self.forks += 1
+        return outcome_value(fork)
+
+    def _fresh(self) -> PolicyLike:
+        return fresh_policy(self._prototype)
+
+
+def fresh_policy(prototype: PolicyLike) -> PolicyLike:
+    """A new policy made as ``prototype`` was (without re-reading its files)."""
+    if type(prototype) is ProjectedPolicy:
+        fresh = ProjectedPolicy(prototype.params, prototype.config)
+        fresh.name = prototype.name
+        return fresh
+    return copy.deepcopy(prototype)
 
 
 def is_idle(stage: Stage, r: int) -> bool:
@@ -207,6 +292,30 @@ def _teacher(spec: PolicySpec, policy: str, hindsight: bool) -> LookaheadRouter:
     return LookaheadRouter(policy, horizon, horizon if hindsight else 0.0, base, int(top), str(spec))
 
 
+def _central_teacher(spec: PolicySpec, policy: str, hindsight: bool) -> CentralLookahead:
+    options = dict(spec.options)
+    hold = options.pop("hold", str(DEFAULT_HOLD_S))
+    if options:
+        raise ConfigError(f"router {spec}", f"takes only the option hold=SECONDS (got {', '.join(options)})")
+    numbers = []
+    for what, text in (("the horizon", spec.arg or str(DEFAULT_HORIZON_S)), ("hold", hold)):
+        try:
+            numbers.append(float(text))
+        except ValueError:
+            raise ConfigError(f"router {spec}", f"{what} must be a number of seconds, not {text!r}") from None
+    return CentralLookahead(policy, numbers[0], numbers[1], numbers[0] if hindsight else 0.0, str(spec))
+
+
+def central_lookahead(spec: PolicySpec, policy: str) -> CentralLookahead:
+    """``POLICY@central-lookahead[:H][;hold=S]``: late binding's realizable teacher (``CentralLookahead``)."""
+    return _central_teacher(spec, policy, hindsight=False)
+
+
+def central_hindsight(spec: PolicySpec, policy: str) -> CentralLookahead:
+    """``POLICY@central-hindsight[:H][;hold=S]``: the same, each fork also seeing the next ``H`` s of arrivals."""
+    return _central_teacher(spec, policy, hindsight=True)
+
+
 def lookahead(spec: PolicySpec, policy: str) -> LookaheadRouter:
     """``POLICY@lookahead[:H][;base=ROUTER]``: the realizable teacher."""
     return _teacher(spec, policy, hindsight=False)
@@ -217,4 +326,6 @@ def hindsight(spec: PolicySpec, policy: str) -> LookaheadRouter:
     return _teacher(spec, policy, hindsight=True)
 
 
-__all__ = ["DEFAULT_HORIZON_S", "LookaheadRouter", "hindsight", "is_idle", "lookahead", "outcome_value"]
+__all__ = ["DEFAULT_HOLD_S", "DEFAULT_HORIZON_S", "CentralLookahead", "LookaheadRouter", "central_hindsight",
+           "central_lookahead",
+           "fresh_policy", "hindsight", "is_idle", "lookahead", "outcome_value"]

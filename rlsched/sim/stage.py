@@ -131,6 +131,12 @@ class Stage:
         """Late binding: ``takes_next_batch``'s lead (seconds on this stage's clock)."""
         self._woken_for: list[float] = []
         """Late binding: per replica, the running wave whose end (less the lead) already woke the stage."""
+        self.dispatching: int | None = None
+        """Late binding: the replica a central policy is deciding for, during its ``decide`` (a
+        look-ahead teacher forks the stage for it: ``fork_deciding``); None between decisions."""
+        self._resume: tuple[int, Decision] | None = None
+        """A fork taken at a central decision: the replica and the decision tried for it, carried
+        out when the fork runs, before anything else (``fork_deciding``)."""
         self._next = 0
 
     @classmethod
@@ -181,10 +187,15 @@ class Stage:
             hubs = self._open_central(central)
         elif router is not None:
             router.reset(self)
+        elif self.hubs:
+            raise ConfigError("stage", "a fork of a late-binding stage runs with a central policy, not routed")
         who = getattr(router, "name", router) if router is not None else "routing()"
         sims = self._all()
         hub = len(self.replicas)  # the central views' first index in sims, when there are any
         arrivals, n = self._arrivals, len(self._arrivals)
+        if self._resume is not None:  # a fork taken at a central decision: it goes on from that decision
+            (r, decision), self._resume = self._resume, None
+            self._dispatch(hubs, start=r, decided=decision)
         for sim, policy in zip(self.replicas, policies):  # a fork starts mid-instant: who must decide now does
             while sim.needs_decision:
                 sim.apply(policy.decide(sim))
@@ -256,17 +267,30 @@ class Stage:
         > 0: hindsight). ``routed`` holds the present requests. The fork runs (``run``) until
         ``horizon_s`` (None: this stage's horizon); its policies and router are the caller's,
         made fresh (a router reset on the fork sees its queues). Finished requests, statistics
-        and callbacks are not copied. Early binding only: a stage under late binding holds
-        requests in its central views, which a fork does not copy, so it is refused."""
-        if self.hubs:
-            raise ConfigError("stage.fork", "a late-binding stage (central queue) cannot be forked")
+        and callbacks are not copied. Late binding: the central views are forked too (their
+        waiting requests, clock and timer) and the fork runs with a central policy of the
+        caller's, made fresh per kind (``run(..., central=...)``); its arrivals wait centrally."""
         if not future_s >= 0:
             raise ConfigError("stage.fork", f"future_s must be >= 0, not {future_s!r}")
         ahead = [] if future_s == 0 else [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s]
         fork = Stage(ahead, self.specs, self.horizon_s if horizon_s is None else horizon_s, self.seed, calibrate=False)
         fork.replicas = [sim.fork(0.0) for sim in self.replicas]
+        fork.hubs = [view.fork(0.0) for view in self.hubs]
+        fork._kind, fork._woken_for, fork.lead_s = list(self._kind), list(self._woken_for), self.lead_s
         fork.now = self.now
         fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}
+        return fork
+
+    def fork_deciding(self, decision: Decision, horizon_s: float | None = None, future_s: float = 0.0) -> Stage:
+        """Late binding, inside a central policy's ``decide`` (``dispatching`` set): a fork
+        (``fork(future_s, horizon_s)``; 0: realizable) in which ``decision`` is what the central policy
+        decided for the replica being served — a batch handed to it, or a wait that holds it idle — and
+        the dispatch of this instant goes on from there as the real one would (the replicas after it,
+        the kind's view not woken again) when the fork runs."""
+        if self.dispatching is None:
+            raise ConfigError("stage.fork_deciding", "only inside a central policy's decision (late binding)")
+        fork = self.fork(future_s, horizon_s)
+        fork._resume = (self.dispatching, decision)
         return fork
 
     def bind(self, request: Request, replica: int) -> None:
@@ -286,17 +310,21 @@ class Stage:
         return self.hubs[0] if self.hubs else None
 
     def _open_central(self, make: Callable[[], PolicyLike]) -> list[PolicyLike]:
-        kinds: dict[tuple[int, ServingConfig], int] = {}
-        for spec in self.specs:
-            self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
-        firsts = [self._kind.index(i) for i in range(len(kinds))]
-        # a replica's cost: what the shipped profile became before its first decision (the device's memory)
-        self.hubs = [Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s) for r in firsts]
-        self._woken_for = [INF] * len(self.replicas)
+        if not self.hubs:  # a fork has its parent's views already
+            kinds: dict[tuple[int, ServingConfig], int] = {}
+            for spec in self.specs:
+                self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
+            firsts = [self._kind.index(i) for i in range(len(kinds))]
+            # a replica's cost: what the shipped profile became before its first decision (the device's memory)
+            self.hubs = [Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s) for r in firsts]
+            self._woken_for = [INF] * len(self.replicas)
         policies = []
         for view in self.hubs:
             policy = make()
             policy.reset(view)
+            bind = getattr(policy, "bind_stage", None)  # a look-ahead teacher forks the stage it decides for
+            if bind is not None:
+                bind(self)
             policies.append(policy)
         forward: Callable[[RequestRecord], None] = self._forward_finish
         for r, sim in enumerate(self.replicas):  # the central policies' history sees every finish
@@ -316,13 +344,15 @@ class Stage:
             view.receive(req, self.now)
         return len(self.replicas)
 
-    def _dispatch(self, policies: list[PolicyLike]) -> list[int]:
+    def _dispatch(self, policies: list[PolicyLike], start: int = 0, decided: Decision | None = None) -> list[int]:
         """Hand the central policies' batches to idle replicas with nothing queued, lowest first
         (each decided in that replica's kind's view); returns the simulators touched (the
-        replicas served, and the central views)."""
+        replicas served, and the central views). A fork goes on from replica ``start``, whose
+        decision is ``decided`` (its kind's view woken for it at the instant forked)."""
         touched = list(range(len(self.replicas), len(self.replicas) + len(self.hubs)))
-        woken = [False] * len(self.hubs)
-        for r, sim in enumerate(self.replicas):
+        woken = [decided is not None and self._kind[start] == k for k in range(len(self.hubs))]
+        for r in range(start, len(self.replicas)):
+            sim = self.replicas[r]
             if not self.hubs[0].waiting:
                 break
             busy = sim.gpu_end_s != INF
@@ -338,7 +368,14 @@ class Stage:
                 view.wake()
             if not view.needs_decision:
                 continue
-            decision = policies[k].decide(view)
+            if decided is not None and r == start:
+                decision = decided
+            else:
+                self.dispatching = r
+                try:
+                    decision = policies[k].decide(view)
+                finally:
+                    self.dispatching = None
             if decision.reject:
                 view.apply(Decision(reject=decision.reject, reason=decision.reason))
                 self._drop_elsewhere(k, decision.reject)
