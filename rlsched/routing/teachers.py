@@ -42,7 +42,7 @@ from rlsched.policies.projected import ProjectedPolicy
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
 from rlsched.sim.simulator import Decision, PolicyLike, Simulator
-from rlsched.sim.stage import Router, Stage, simulated
+from rlsched.sim.stage import Hold, Router, Stage, simulated
 from rlsched.sim.view import QueueView, StageView
 
 DEFAULT_HORIZON_S = 300.0
@@ -166,9 +166,9 @@ class LookaheadRouter:
         return fresh_policy(self._prototype)
 
 
-DEFAULT_HOLD_S = 2.0
-"""How long the late-binding teacher's "hold" option keeps a freed replica idle at most (it decides
-again at the stage's next event before that)."""
+DEFAULT_HOLD_S = 5.0
+"""How long the late-binding teacher's "hold" option keeps a freed replica idle (``Hold``): the central
+queue serves the other replicas meanwhile."""
 REPLICA_POLICY = "fifo"
 """What a replica runs of what the central queue hands it under late binding (``run_spec``)."""
 
@@ -178,7 +178,7 @@ class CentralLookahead:
 
     When a replica frees and the base central policy (``POLICY``) proposes a batch for it, it tries
     each of the base's candidate batches that fits (``candidate_batches``: the proposal first) and
-    *holding* the replica idle (until the stage's next event, ``hold_s`` at most), each on a fork of
+    *holding* the replica idle for ``hold_s`` (``Hold``: the others are served meanwhile), each on a fork of
     the whole stage taken at that decision (``Stage.fork_deciding``: every replica's queue and wave,
     the central queue, no arrivals to come), lets the base central policy and FIFO replicas finish
     the fork over ``horizon_s`` seconds, and decides what scores best (``outcome_value``; ties: the
@@ -226,8 +226,7 @@ class CentralLookahead:
             options += [Decision(b, reject=decision.reject, reason=decision.reason)
                         for b in candidate_batches(self.base, state, decision.batch)[1:] if fits(state, b)]
         if self.hold_s > 0:
-            options.append(Decision(wait_until=state.now + self.hold_s, reject=decision.reject,
-                                    reason=decision.reason))
+            options.append(Hold(wait_until=state.now + self.hold_s, reject=decision.reject, reason=decision.reason))
         self.looked += 1
         scores = [self.value(stage, option) for option in options]
         best = max(range(len(options)), key=scores.__getitem__)  # ties: the first, the base's proposal

@@ -73,6 +73,14 @@ def next_batch_s(queued: int, running: bool, end_s: float, step_mode: bool, lead
 
 
 @dataclass(frozen=True)
+class Hold(Decision):
+    """Late binding, a central policy's decision for the replica being served: keep *it* idle until
+    ``wait_until`` (a held replica takes nothing from the central queue before then), while the queue
+    goes on serving the others — unlike a plain wait, which pauses the whole kind's view (a batch
+    waiting to fill). A look-ahead teacher tries it: a freed slow replica left for a faster one."""
+
+
+@dataclass(frozen=True)
 class ReplicaSpec:
     """One replica: its name, its cost model (the profile at this replica's layout) and its
     scheduler settings."""
@@ -131,6 +139,8 @@ class Stage:
         """Late binding: ``takes_next_batch``'s lead (seconds on this stage's clock)."""
         self._woken_for: list[float] = []
         """Late binding: per replica, the running wave whose end (less the lead) already woke the stage."""
+        self._held_until: list[float] = []
+        """Late binding: per replica, until when a central decision holds it idle (``Hold``)."""
         self.dispatching: int | None = None
         """Late binding: the replica a central policy is deciding for, during its ``decide`` (a
         look-ahead teacher forks the stage for it: ``fork_deciding``); None between decisions."""
@@ -277,6 +287,7 @@ class Stage:
         fork.replicas = [sim.fork(0.0) for sim in self.replicas]
         fork.hubs = [view.fork(0.0) for view in self.hubs]
         fork._kind, fork._woken_for, fork.lead_s = list(self._kind), list(self._woken_for), self.lead_s
+        fork._held_until = list(self._held_until)
         fork.now = self.now
         fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}
         return fork
@@ -318,6 +329,7 @@ class Stage:
             # a replica's cost: what the shipped profile became before its first decision (the device's memory)
             self.hubs = [Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s) for r in firsts]
             self._woken_for = [INF] * len(self.replicas)
+            self._held_until = [-INF] * len(self.replicas)
         policies = []
         for view in self.hubs:
             policy = make()
@@ -355,6 +367,8 @@ class Stage:
             sim = self.replicas[r]
             if not self.hubs[0].waiting:
                 break
+            if self.now < self._held_until[r]:
+                continue
             busy = sim.gpu_end_s != INF
             if not takes_next_batch(len(sim.waiting), busy or bool(sim.running), sim.predicted_end_s, self.now,
                                     sim.step_mode, self.lead_s):
@@ -379,6 +393,11 @@ class Stage:
             if decision.reject:
                 view.apply(Decision(reject=decision.reject, reason=decision.reason))
                 self._drop_elsewhere(k, decision.reject)
+            if isinstance(decision, Hold) and decision.wait_until is not None and decision.wait_until > self.now:
+                self._held_until[r] = decision.wait_until
+                view.apply(Decision(wait_until=decision.wait_until))  # its timer: the stage decides again then
+                view.wake()  # the view serves the kind's other replicas at once
+                continue
             if not decision.batch:
                 view.apply(Decision(wait_until=decision.wait_until))
                 continue
@@ -436,4 +455,4 @@ def _arrival(req: Request) -> float:
     return req.arrival_s
 
 
-__all__ = ["CENTRAL_LEAD_S", "ReplicaSpec", "Router", "Stage", "next_batch_s", "simulated", "takes_next_batch"]
+__all__ = ["CENTRAL_LEAD_S", "Hold", "ReplicaSpec", "Router", "Stage", "next_batch_s", "simulated", "takes_next_batch"]
