@@ -68,16 +68,18 @@ ROOM_POINTS = 5.0
 points over the best deployed heuristic."""
 
 
-def specs(pool: str, horizon: float, top: int, learned: str = "", roles: tuple[str, ...] = ROLES) -> dict[str, str]:
+def specs(pool: str, horizon: float, top: int, learned: str = "", roles: tuple[str, ...] = ROLES,
+          hold: float | None = None) -> dict[str, str]:
     """role -> spec on ``pool``: the rivals (``rival:…``), late binding, the teachers of ``roles`` and
     (with ``learned``, a router checkpoint) the learned router behind the same replica policy."""
     s = f"static:agents/tuned/{TUNED[pool]}.json"
     out = {f"rival:{p}": p for p in (f"{s}@rlsched", *PLAIN)}
     out["central"] = f"{s}@central"
+    held = f";hold={hold:g}" if hold is not None else ""
     every = {"lookahead": f"{s}@lookahead:{horizon:g}",
              "hindsight": f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else ""),
-             "central-lookahead": f"{s}@central-lookahead:{horizon:g}",
-             "central-hindsight": f"{s}@central-hindsight:{horizon:g}"}
+             "central-lookahead": f"{s}@central-lookahead:{horizon:g}{held}",
+             "central-hindsight": f"{s}@central-hindsight:{horizon:g}{held}"}
     out.update({role: spec for role, spec in every.items() if role in roles})
     if learned:
         out["learned"] = f"{s}@router:{learned}"
@@ -320,6 +322,8 @@ def main() -> None:
                    help="a pool's own window (the trace's first hour is nearly empty at x0.5-x1)")
     p.add_argument("--horizon", type=float, default=180.0, help="seconds each fork runs (hindsight: and sees)")
     p.add_argument("--top", type=int, default=3, help="hindsight tries at most this many replicas (0: all)")
+    p.add_argument("--hold", type=float, default=None,
+                   help="seconds late binding's teachers may hold a freed replica (default: theirs, 5; 0: never)")
     p.add_argument("--roles", default=",".join(TEACHER_ROLES),
                    help=f"the teachers to run (comma-separated, of {', '.join(TEACHER_ROLES)}); the rivals and "
                         "static@central always run")
@@ -354,7 +358,7 @@ def main() -> None:
     if set(picked) - set(TEACHER_ROLES):
         p.error(f"--roles: unknown {', '.join(sorted(set(picked) - set(TEACHER_ROLES)))} "
                 f"(known: {', '.join(TEACHER_ROLES)})")
-    roles = {pool: specs(pool, args.horizon, args.top, args.learned, picked) for pool in pools}
+    roles = {pool: specs(pool, args.horizon, args.top, args.learned, picked, args.hold) for pool in pools}
     for pool in pools:  # every spec builds (files read) before the first run
         for spec in roles[pool].values():
             policy, router = split_pair(spec)
@@ -388,6 +392,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
     cs = cells(rows, pools, loads, seeds, roles)
     meta = {"pools": pools, "loads": loads, "seeds": seeds, "windows": windows, "horizon_s": args.horizon,
+            "hold_s": args.hold,
             "top": args.top, "specs": roles, "skipped": {k: v for k, v in SKIPPED.items() if k not in pools},
             "workers": args.workers, "wall_s": wall + (earlier_s if reused else 0.0), "reused": reused,
             "learned": args.learned,

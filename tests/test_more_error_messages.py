@@ -132,11 +132,6 @@ def test_stage_only_refusals() -> None:
     with pytest.raises(ConfigError, match="runs on the simulator's stage only \\(it reads the replicas' true state\\), "
                                           "not on object"):
         simulated(object(), "lookahead")  # type: ignore[arg-type]
-    central = Stage([make_request(0)], [ReplicaSpec("r", load_profile("qwen-image-h200"),
-                                                    ServingConfig("request", 4))])
-    central.hubs = [object()]  # type: ignore[list-item]  # as under late binding
-    with pytest.raises(ConfigError, match="a late-binding stage \\(central queue\\) cannot be forked"):
-        central.fork()
 
 
 # ------------------------------------------------------------------ trace size bounds

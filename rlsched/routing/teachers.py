@@ -1,4 +1,4 @@
-"""Look-ahead routers: the ceilings of early binding on a multi-replica stage (offline; slow by design).
+"""Look-ahead teachers: the ceilings of early and late binding on a multi-replica stage (offline; slow by design).
 
 ``LookaheadRouter`` routes an arriving request by trying it on every replica it fits on:
 for each, it forks the whole stage (``Stage.fork``: every replica's queue, running batch,
@@ -23,6 +23,10 @@ a request still open at ``T`` with a later deadline counts neither way. The real
 teacher scores the requests it knows; hindsight also the arrivals it was shown. Replicas of
 one kind that are empty (nothing queued or running) are equivalent, so only the first is
 tried (the base router's choice where it is one of them).
+
+Late binding has its own teacher, a central policy: ``CentralLookahead`` (``POLICY@central-lookahead[:H]``,
+``POLICY@central-hindsight[:H]``, option ``;hold=S``) tries, whenever a replica frees, the central
+policy's candidate batches for it and holding it idle on forks of the whole stage (``Stage.fork_deciding``).
 
 The base router's state is a function of the replicas' queues (``rlsched``, ``least-work``,
 ``affinity`` follow the journals; a fork's are rebuilt from its queues), so a fresh one reset
@@ -227,6 +231,8 @@ class CentralLookahead:
                         for b in candidate_batches(self.base, state, decision.batch)[1:] if fits(state, b)]
         if self.hold_s > 0:
             options.append(Hold(wait_until=state.now + self.hold_s, reject=decision.reject, reason=decision.reason))
+        if len(options) < 2:
+            return decision
         self.looked += 1
         scores = [self.value(stage, option) for option in options]
         best = max(range(len(options)), key=scores.__getitem__)  # ties: the first, the base's proposal

@@ -192,13 +192,13 @@ class Stage:
             raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
         for sim, policy in zip(self.replicas, policies):
             policy.reset(sim)
+        if central is None and self.hubs:
+            raise ConfigError("stage", "a fork of a late-binding stage runs with a central policy, not routed")
         hubs: list[PolicyLike] = []
         if central is not None:
             hubs = self._open_central(central)
         elif router is not None:
             router.reset(self)
-        elif self.hubs:
-            raise ConfigError("stage", "a fork of a late-binding stage runs with a central policy, not routed")
         who = getattr(router, "name", router) if router is not None else "routing()"
         sims = self._all()
         hub = len(self.replicas)  # the central views' first index in sims, when there are any

@@ -14,9 +14,10 @@ import pytest
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.policies import make_policy
 from rlsched.routing.routers import make_router
-from rlsched.sim import Request
+from rlsched.sim import Request, ServingConfig, load_profile
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, RUNNING, WAITING
-from rlsched.sim.stage import Stage
+from rlsched.sim.simulator import Decision
+from rlsched.sim.stage import ReplicaSpec, Stage
 from tests.sim.test_stage import outcome, replicas, workload
 
 STATIC = "static:agents/tuned/default.json"
@@ -136,12 +137,71 @@ def test_two_forks_of_one_moment_run_the_same() -> None:
 
 def test_fork_and_bind_refuse_what_they_cannot_do() -> None:
     reqs = workload(40, rate=1.0)
-    late = Stage(reqs, replicas(2)).run([make_policy("fifo") for _ in range(2)], central=lambda: make_policy("edf"))
-    with pytest.raises(ConfigError, match="late-binding"):
-        late.fork()
     early = Stage(reqs, replicas(2))
     with pytest.raises(ConfigError, match="future_s"):
         early.fork(-1.0)
     fork = early.fork(math.inf)
     with pytest.raises(InvalidRequest, match="already"):
         fork.bind(reqs[3], 0)  # still among the fork's arrivals
+
+
+# ------------------------------------------------------------------ late binding
+class ForkingCentral:
+    """A central policy deciding as ``policy``; at its ``at``-th decision with a batch it also forks the
+    stage there (``Stage.fork_deciding``: the same decision, every arrival to come) and runs the fork on."""
+
+    def __init__(self, policy: str, at: int, seen: list[Stage]) -> None:
+        self.policy, self.base, self.at, self.seen = policy, make_policy(policy), at, seen
+        self.decided, self.stage = 0, None
+
+    def bind_stage(self, stage: Stage) -> None:
+        self.stage = stage
+
+    def reset(self, view: Any) -> None:
+        self.base.reset(view)
+
+    def decide(self, view: Any) -> Any:
+        decision = self.base.decide(view)
+        self.decided += bool(decision.batch)
+        if decision.batch and self.decided == self.at:
+            fork = self.stage.fork_deciding(decision, math.inf, future_s=math.inf)
+            held = sorted(rid for sim in [*fork.replicas, fork.central] for rid in sim.records)
+            fork.run([make_policy("fifo") for _ in fork.replicas], central=lambda: make_policy(self.policy))
+            self.seen.append((fork, held, self.stage.now))
+        return decision
+
+
+def late_kinds(mode: str) -> list[ReplicaSpec]:
+    """Three replicas of two kinds (the third an A100): two central views."""
+    return [*replicas(2, mode), ReplicaSpec("a100", load_profile("qwen-image-a100-vllm-omni"), ServingConfig(mode, 4))]
+
+
+@pytest.mark.parametrize("mode", ["request", "step"])
+@pytest.mark.parametrize("policy", ["edf", STATIC])
+@pytest.mark.parametrize("kinds", [1, 2])
+def test_a_late_binding_fork_at_a_central_decision_continues_exactly_as_the_original(
+        mode: str, policy: str, kinds: int) -> None:
+    reqs = workload(160, seed=7, rate=1.4)
+    specs = replicas(3, mode) if kinds == 1 else late_kinds(mode)
+    plain = Stage(reqs, specs, seed=4).run([make_policy("fifo") for _ in specs], central=lambda: make_policy(policy))
+    seen: list = []
+    original = Stage(reqs, specs, seed=4).run([make_policy("fifo") for _ in specs],
+                                              central=lambda: ForkingCentral(policy, 20, seen))
+    assert outcome(original.records) == outcome(plain.records)  # forking and running a fork left it untouched
+    assert original.routed == plain.routed
+    fork, held, now = seen[0]
+    assert len(held) > 3 and len(set(held)) == len(held) and fork.arrivals_left == 0
+    # the fork holds the requests not yet ended (each once: a queue's or the central one) and those to come
+    assert set(fork.records) == set(held) | {q.id for q in reqs if q.arrival_s > now}
+    assert outcome(fork.records) == {i: v for i, v in outcome(original.records).items() if i in fork.records}
+    assert all(v[0] in ENDED for v in outcome(fork.records).values())
+
+
+def test_a_late_binding_fork_refuses_a_router_and_fork_deciding_needs_a_decision() -> None:
+    reqs = workload(40, rate=1.0)
+    late = Stage(reqs, replicas(2)).run([make_policy("fifo") for _ in range(2)], central=lambda: make_policy("edf"))
+    fork = late.fork()
+    with pytest.raises(ConfigError, match="a fork of a late-binding stage runs with a central policy, not routed"):
+        fork.run([make_policy("fifo") for _ in range(2)], make_router("round-robin"))
+    with pytest.raises(ConfigError, match=r"only inside a central policy's decision \(late binding\)"):
+        late.fork_deciding(Decision((1,)))
