@@ -14,8 +14,10 @@ On each multi-replica pool, on the same seeded workloads, runs:
   ``K-1`` best by realizable gain);
 * late binding's teachers ``static@central-lookahead:H`` (when a replica frees, each of the
   central policy's candidate batches for it, and holding it idle, tried on a fork of the whole
-  stage holding the known requests, ``static@central`` finishing it over ``H`` seconds) and
-  ``static@central-hindsight:H`` (the forks also receive the next ``H`` s of arrivals);
+  stage holding the known requests, ``static@central`` finishing it over ``H`` seconds),
+  ``static@central-replay:H`` (realizable too: the forks also receive the last ``H`` s of
+  arrivals again, as the forecast of the next ``H``) and ``static@central-hindsight:H`` (the
+  forks receive the real next ``H`` s of arrivals);
 
 and writes the per-seed paired differences against the strongest heuristic router with 95 %
 intervals, and every role's against the best *deployed* heuristic of the cell (the strongest
@@ -59,9 +61,9 @@ PLAIN = ("fifo@round-robin", "fifo@least-queue", "fifo@random", "edf@least-queue
 SKIPPED = {"video-8gpu": "not in the default set (step mode; measured on its own with 3600 s windows, "
                          "results/router-ceiling/video-8gpu: `--pools video-8gpu --duration 3600`)"}
 """Pools left out of the default set, and why."""
-ROLES = ("lookahead", "hindsight", "central", "central-lookahead", "central-hindsight", "learned")
-TEACHER_ROLES = ("lookahead", "hindsight", "central-lookahead", "central-hindsight")
-REALIZABLE = ("lookahead", "central-lookahead")
+ROLES = ("lookahead", "hindsight", "central", "central-lookahead", "central-replay", "central-hindsight", "learned")
+TEACHER_ROLES = ("lookahead", "hindsight", "central-lookahead", "central-replay", "central-hindsight")
+REALIZABLE = ("lookahead", "central-lookahead", "central-replay")
 """The teachers that decide on what an online scheduler knows: the room a learned policy could take."""
 ROOM_POINTS = 5.0
 """Issue 37: a learned dispatcher is built only where the realizable teachers add at least this many
@@ -79,6 +81,7 @@ def specs(pool: str, horizon: float, top: int, learned: str = "", roles: tuple[s
     every = {"lookahead": f"{s}@lookahead:{horizon:g}",
              "hindsight": f"{s}@hindsight:{horizon:g}" + (f";top={top}" if top else ""),
              "central-lookahead": f"{s}@central-lookahead:{horizon:g}{held}",
+             "central-replay": f"{s}@central-replay:{horizon:g}{held}",
              "central-hindsight": f"{s}@central-hindsight:{horizon:g}{held}"}
     out.update({role: spec for role, spec in every.items() if role in roles})
     if learned:
@@ -242,16 +245,20 @@ def late_table(cs: list[dict[str, Any]], learned: bool, pm: Any) -> list[str]:
     """Every role against the best *deployed* heuristic of each cell (the strongest router or late
     binding), and the room the realizable teachers show (issue 37: a learned dispatcher only where it
     is at least ``ROOM_POINTS``)."""
-    roles = [r for r in ("central-lookahead", "central-hindsight", "lookahead", "hindsight", "learned")
-             if any(r in c for c in cs) and (r != "learned" or learned)]
-    names = {"central-lookahead": "late look-ahead", "central-hindsight": "late hindsight",
-             "lookahead": "early look-ahead", "hindsight": "early hindsight", "learned": "learned router"}
+    names = {"central-lookahead": "late look-ahead", "central-replay": "late replay",
+             "central-hindsight": "late hindsight", "lookahead": "early look-ahead",
+             "hindsight": "early hindsight", "learned": "learned router"}
+    roles = [r for r in names if any(r in c for c in cs) and (r != "learned" or learned)]
     out = ["Against the best deployed heuristic of each cell (`static@rlsched`, a plain router or `static@central`, "
-           "whichever meets more), points ± 95 %; room: the best realizable teacher's mean gain over it.", "",
-           "| pool | load | best deployed heuristic | its value | " + " | ".join(f"{names[r]} − it" for r in roles)
-           + " | room |", "|---|---|---|---|" + "---|" * (len(roles) + 1)]
+           "whichever meets more): class-weighted SLO attainment (%) of the deployable specs, each teacher's paired "
+           "difference to the best (points ± 95 %); room: the best realizable teacher's mean gain over it.", "",
+           "| pool | load | `fifo@round-robin` | `static@rlsched` | `static@central` | best deployed heuristic | "
+           + " | ".join(f"{names[r]} − it" for r in roles) + " | room |",
+           "|---|---|---|---|---|---|" + "---|" * (len(roles) + 1)]
     for c in cs:
-        out.append(f"| {c['pool']} | ×{c['load']:g} | `{short(c['deployed'])}` | {c['deployed_value']:.1f} | "
+        rlsched = next(v for spec, v in c["rivals"].items() if short(spec) == "static@rlsched")
+        out.append(f"| {c['pool']} | ×{c['load']:g} | {c['rivals'][BASELINE_STAGED]:.1f} | {rlsched:.1f} | "
+                   f"{c['central']['value']:.1f} | `{short(c['deployed'])}` | "
                    + " | ".join(pm(c, r, "vs_deployed") for r in roles) + f" | {c['room']:+.1f} |")
     rooms = [c for c in cs if c["room"] >= ROOM_POINTS]
     held = [c for c in cs if "central-lookahead" in c and c["central-lookahead"].get("bound_elsewhere")]
@@ -276,10 +283,14 @@ def plot(cs: list[dict[str, Any]], pools: list[str], path: Path) -> None:
     fig, axes = plt.subplots(1, len(pools), figsize=(4.6 * len(pools), 3.8), squeeze=False)
     series = [("strongest heuristic router", None, style_of("static@rlsched")),
               ("static@central (late binding)", "central", style_of("static@central")),
-              ("look-ahead teacher (realizable ceiling)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
-              ("hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
+              ("early look-ahead teacher (realizable)", "lookahead", replace(TABLE["lookahead"], linestyle="--")),
+              ("early hindsight teacher (ceiling)", "hindsight", replace(TABLE["hindsight"], linestyle="-."))]
     if all("central-lookahead" in c for c in cs):
-        series.append(("late look-ahead teacher", "central-lookahead", replace(TABLE["lookahead"], linestyle="-")))
+        series.append(("late look-ahead teacher (realizable)", "central-lookahead",
+                       replace(TABLE["lookahead"], color="#1b9e77", linestyle="-")))
+    if all("central-hindsight" in c for c in cs):
+        series.append(("late hindsight teacher (ceiling)", "central-hindsight",
+                       replace(TABLE["hindsight"], color="#1b9e77", linestyle="-.")))
     if all("learned" in c for c in cs):
         series.append(("learned router", "learned", replace(TABLE["pick"], linestyle="-")))
     for ax, pool in zip(axes[0], pools):

@@ -296,6 +296,7 @@ TEACHERS: dict[str, str] = {
 CENTRAL_TEACHERS: dict[str, str] = {
     "central-lookahead": "rlsched.routing.teachers:central_lookahead",
     "central-hindsight": "rlsched.routing.teachers:central_hindsight",
+    "central-replay": "rlsched.routing.teachers:central_replay",
 }
 """Central policies that simulate the stage on forks (late binding's teachers, ``POLICY@central-lookahead``
 and ``@central-hindsight``): name -> ``"module:factory"`` (``f(PolicySpec, policy spec) -> central policy``),
@@ -313,6 +314,7 @@ ROUTER_KINDS: dict[str, str] = {
     "hindsight": "teacher",
     "central-lookahead": "teacher",
     "central-hindsight": "teacher",
+    "central-replay": "teacher",
 }
 """Each router's kind, which reports ask instead of matching names: ``heuristic`` (vLLM-Omni's and the
 plain routers a user could switch on), ``predictive`` (rlsched's, on the cost model), ``learned``,

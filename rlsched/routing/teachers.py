@@ -192,15 +192,18 @@ class CentralLookahead:
     name = "central-lookahead"
 
     def __init__(self, policy: str, horizon_s: float = DEFAULT_HORIZON_S, hold_s: float = DEFAULT_HOLD_S,
-                 future_s: float = 0.0, name: str = "central-lookahead") -> None:
+                 future_s: float = 0.0, name: str = "central-lookahead", replay: bool = False) -> None:
         """``future_s`` > 0: hindsight, each fork also receives the real arrivals of the next ``future_s``
-        seconds (``POLICY@central-hindsight``, a ceiling no online dispatcher reaches)."""
+        seconds (``POLICY@central-hindsight``, a ceiling no online dispatcher reaches). ``replay``:
+        realizable with a forecast, each fork receives the arrivals of the last ``horizon_s`` seconds
+        again, ``horizon_s`` later (``POLICY@central-replay``; ``Stage.fork_deciding``)."""
         where = f"router {name}"
         if not (math.isfinite(horizon_s) and horizon_s > 0):
             raise ConfigError(where, f"the horizon must be a number of seconds > 0, not {horizon_s!r}")
         if not (math.isfinite(hold_s) and hold_s >= 0):
             raise ConfigError(where, f"hold must be a number of seconds >= 0 (0: never hold), not {hold_s!r}")
         self.name, self.horizon_s, self.hold_s, self.future_s = name, horizon_s, hold_s, future_s
+        self.replay_s = horizon_s if replay else 0.0
         self._prototype = make_policy(policy)
         self.base = fresh_policy(self._prototype)
         self.stage: Stage | None = None
@@ -242,7 +245,7 @@ class CentralLookahead:
 
     def value(self, stage: Stage, decision: Decision) -> float:
         """The score of the stage forked with ``decision`` taken for the replica being served."""
-        fork = stage.fork_deciding(decision, stage.now + self.horizon_s, self.future_s)
+        fork = stage.fork_deciding(decision, stage.now + self.horizon_s, self.future_s, self.replay_s)
         fork.run([make_policy(REPLICA_POLICY) for _ in fork.replicas], central=self._fresh)
         self.forks += 1
         return outcome_value(fork)
@@ -297,7 +300,7 @@ def _teacher(spec: PolicySpec, policy: str, hindsight: bool) -> LookaheadRouter:
     return LookaheadRouter(policy, horizon, horizon if hindsight else 0.0, base, int(top), str(spec))
 
 
-def _central_teacher(spec: PolicySpec, policy: str, hindsight: bool) -> CentralLookahead:
+def _central_teacher(spec: PolicySpec, policy: str, hindsight: bool = False, replay: bool = False) -> CentralLookahead:
     options = dict(spec.options)
     hold = options.pop("hold", str(DEFAULT_HOLD_S))
     if options:
@@ -308,12 +311,18 @@ def _central_teacher(spec: PolicySpec, policy: str, hindsight: bool) -> CentralL
             numbers.append(float(text))
         except ValueError:
             raise ConfigError(f"router {spec}", f"{what} must be a number of seconds, not {text!r}") from None
-    return CentralLookahead(policy, numbers[0], numbers[1], numbers[0] if hindsight else 0.0, str(spec))
+    return CentralLookahead(policy, numbers[0], numbers[1], numbers[0] if hindsight else 0.0, str(spec), replay)
 
 
 def central_lookahead(spec: PolicySpec, policy: str) -> CentralLookahead:
     """``POLICY@central-lookahead[:H][;hold=S]``: late binding's realizable teacher (``CentralLookahead``)."""
     return _central_teacher(spec, policy, hindsight=False)
+
+
+def central_replay(spec: PolicySpec, policy: str) -> CentralLookahead:
+    """``POLICY@central-replay[:H][;hold=S]``: the realizable teacher whose forks replay the last ``H`` s of
+    arrivals as the next ``H`` s (a forecast from what the dispatcher has seen)."""
+    return _central_teacher(spec, policy, replay=True)
 
 
 def central_hindsight(spec: PolicySpec, policy: str) -> CentralLookahead:
@@ -332,5 +341,5 @@ def hindsight(spec: PolicySpec, policy: str) -> LookaheadRouter:
 
 
 __all__ = ["DEFAULT_HOLD_S", "DEFAULT_HORIZON_S", "CentralLookahead", "LookaheadRouter", "central_hindsight",
-           "central_lookahead",
+           "central_lookahead", "central_replay",
            "fresh_policy", "hindsight", "is_idle", "lookahead", "outcome_value"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -77,7 +77,9 @@ class Hold(Decision):
     """Late binding, a central policy's decision for the replica being served: keep *it* idle until
     ``wait_until`` (a held replica takes nothing from the central queue before then), while the queue
     goes on serving the others — unlike a plain wait, which pauses the whole kind's view (a batch
-    waiting to fill). A look-ahead teacher tries it: a freed slow replica left for a faster one."""
+    waiting to fill). A look-ahead teacher tries it: a freed slow replica left for a faster one.
+    Simulator only: no shipped central policy decides one, and the engine's central pool would take it
+    as a plain wait."""
 
 
 @dataclass(frozen=True)
@@ -292,16 +294,24 @@ class Stage:
         fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}
         return fork
 
-    def fork_deciding(self, decision: Decision, horizon_s: float | None = None, future_s: float = 0.0) -> Stage:
+    def fork_deciding(self, decision: Decision, horizon_s: float | None = None, future_s: float = 0.0,
+                      replay_s: float = 0.0) -> Stage:
         """Late binding, inside a central policy's ``decide`` (``dispatching`` set): a fork
         (``fork(future_s, horizon_s)``; 0: realizable) in which ``decision`` is what the central policy
         decided for the replica being served — a batch handed to it, or a wait that holds it idle — and
         the dispatch of this instant goes on from there as the real one would (the replicas after it,
-        the kind's view not woken again) when the fork runs."""
+        the kind's view not woken again) when the fork runs. ``replay_s`` > 0 (realizable, with
+        ``future_s`` 0): the arrivals of the last ``replay_s`` seconds arrive again, ``replay_s`` later
+        under new ids — the recent past as the forecast of the next ``replay_s`` seconds."""
         if self.dispatching is None:
             raise ConfigError("stage.fork_deciding", "only inside a central policy's decision (late binding)")
         fork = self.fork(future_s, horizon_s)
         fork._resume = (self.dispatching, decision)
+        if replay_s > 0:
+            past = [r for r in self._arrivals[:self._next] if r.arrival_s > self.now - replay_s]
+            first = max(r.id for r in self._arrivals) + 1
+            fork._arrivals = sorted([*fork._arrivals, *(replace(r, id=first + i, arrival_s=r.arrival_s + replay_s)
+                                                        for i, r in enumerate(past))], key=_arrival)
         return fork
 
     def bind(self, request: Request, replica: int) -> None:

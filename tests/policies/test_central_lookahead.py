@@ -93,6 +93,8 @@ def test_specs_name_what_is_wrong() -> None:
     assert is_late("central-lookahead:60;hold=2") and is_late("central") and not is_late("rlsched")
     assert router_kind("central-hindsight") == "teacher" and router_kind("central") == "central"
     check_spec(f"{STATIC}@central-hindsight:30")
+    check_spec(f"{STATIC}@central-replay:30;hold=0")
+    assert router_kind("central-replay") == "teacher" and is_late("central-replay")
     with pytest.raises(ConfigError, match=r"takes only the option hold=SECONDS \(got top\)"):
         check_spec("edf@central-lookahead;top=3")
     with pytest.raises(ConfigError, match="the horizon must be a number of seconds, not 'x'"):

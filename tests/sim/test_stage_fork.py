@@ -205,3 +205,26 @@ def test_a_late_binding_fork_refuses_a_router_and_fork_deciding_needs_a_decision
         fork.run([make_policy("fifo") for _ in range(2)], make_router("round-robin"))
     with pytest.raises(ConfigError, match=r"only inside a central policy's decision \(late binding\)"):
         late.fork_deciding(Decision((1,)))
+
+
+def test_a_replaying_fork_receives_the_last_seconds_of_arrivals_again_later_under_new_ids() -> None:
+    reqs = workload(160, seed=8, rate=1.4)
+    seen: list = []
+
+    class Replaying(ForkingCentral):
+        def decide(self, view: Any) -> Any:
+            decision = self.base.decide(view)
+            self.decided += bool(decision.batch)
+            if decision.batch and self.decided == self.at:
+                fork = self.stage.fork_deciding(decision, self.stage.now + 90.0, replay_s=60.0)
+                seen.append((fork._arrivals, self.stage.now))
+            return decision
+
+    Stage(reqs, replicas(3), seed=4).run([make_policy("fifo") for _ in range(3)],
+                                         central=lambda: Replaying("edf", 30, seen))
+    arrivals, now = seen[0]
+    past = [q for q in reqs if now - 60.0 < q.arrival_s <= now]
+    assert len(past) > 10 and len(arrivals) == len(past)
+    assert [(q.arrival_s, q.height, q.priority) for q in arrivals] == [(q.arrival_s + 60.0, q.height, q.priority)
+                                                                       for q in past]
+    assert min(q.id for q in arrivals) > max(q.id for q in reqs)  # new ids: no clash with any request
