@@ -19,13 +19,13 @@ from rlsched.evaluation import (
 )
 from rlsched.policies import base
 from rlsched.policies.base import ENTRY_POINTS, POLICY_KINDS, register
-from rlsched.routing.routers import ROUTER_KINDS, ROUTERS, TEACHERS
+from rlsched.routing.routers import CENTRAL_TEACHERS, ROUTER_KINDS, ROUTERS, TEACHERS
 
 
 def test_every_registered_policy_and_router_has_a_kind() -> None:
     assert set(POLICY_KINDS) == set(ENTRY_POINTS)
-    assert set(ROUTER_KINDS) == set(ROUTERS) | set(TEACHERS)
-    assert {ROUTER_KINDS[name] for name in TEACHERS} == {"teacher"}
+    assert set(ROUTER_KINDS) == set(ROUTERS) | set(TEACHERS) | set(CENTRAL_TEACHERS)
+    assert {ROUTER_KINDS[name] for name in [*TEACHERS, *CENTRAL_TEACHERS]} == {"teacher"}
 
 
 def test_the_plain_tuples_come_from_the_kinds_in_their_old_order() -> None:
@@ -84,3 +84,10 @@ def test_the_seed_ranges_are_ordered_adjacent_and_disjoint() -> None:
     assert TRAIN_SEEDS.start == 0
     assert TRAIN_SEEDS.stop == VALIDATION_SEEDS.start == 900
     assert VALIDATION_SEEDS.stop == EVAL_SEEDS.start == 1000
+
+
+def test_late_binding_s_teachers_are_late_and_ceilings() -> None:
+    s = StageSpec.parse("static:agents/tuned/default.json@central-lookahead:60;hold=5")
+    assert (s.late, s.router_kind, s.is_ceiling, s.view) == (True, "teacher", True, None)
+    c = StageSpec.parse("static:agents/tuned/default.json@central")
+    assert (c.late, c.router_kind, c.is_ceiling) == (True, "central", False)
