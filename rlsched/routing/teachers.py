@@ -186,8 +186,9 @@ class CentralLookahead:
     the whole stage taken at that decision (``Stage.fork_deciding``: every replica's queue and wave,
     the central queue, no arrivals to come), lets the base central policy and FIFO replicas finish
     the fork over ``horizon_s`` seconds, and decides what scores best (``outcome_value``; ties: the
-    first, the base's proposal). Offline (every option is a whole-stage run); a ceiling of what a
-    central dispatcher choosing among the same candidates could gain, on what it knows."""
+    first, the base's proposal). Offline (every option is a whole-stage run): a lower bound on what a
+    central dispatcher choosing among the same options could gain on what it knows (one decision at a
+    time, the base heuristic for everything after it)."""
 
     name = "central-lookahead"
 
