@@ -298,9 +298,9 @@ CENTRAL_TEACHERS: dict[str, str] = {
     "central-hindsight": "rlsched.routing.teachers:central_hindsight",
     "central-replay": "rlsched.routing.teachers:central_replay",
 }
-"""Central policies that simulate the stage on forks (late binding's teachers, ``POLICY@central-lookahead``
-and ``@central-hindsight``): name -> ``"module:factory"`` (``f(PolicySpec, policy spec) -> central policy``),
-lazily imported. Offline only."""
+"""Central policies that simulate the stage on forks (late binding's teachers, ``POLICY@central-lookahead``,
+``@central-replay`` and ``@central-hindsight``): name -> ``"module:factory"`` (``f(PolicySpec, policy spec)
+-> central policy``), lazily imported. Offline only."""
 
 ROUTER_KINDS: dict[str, str] = {
     "round-robin": "heuristic",
