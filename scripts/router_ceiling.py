@@ -48,7 +48,7 @@ from rlsched.evaluation import BASELINE_STAGED, RunSpec, ci95_half_width, prepar
 from rlsched.parallel import run_tasks
 from rlsched.plotstyle import TABLE, style_of
 from rlsched.policies import make_policy
-from rlsched.routing.routers import central_policies, check_spec, is_late, make_router, split_pair
+from rlsched.routing.routers import LATE_REPLICA_POLICY, central_policies, check_spec, is_late, make_router, split_pair
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import json_safe, summarize_stage
 
@@ -104,7 +104,7 @@ def run(task: tuple[str, str, int, float, float]) -> dict[str, Any]:
             made.append(central())
             return made[-1]
 
-        stage.run([make_policy("fifo") for _ in stage.replicas], central=make)
+        stage.run([make_policy(LATE_REPLICA_POLICY) for _ in stage.replicas], central=make)  # run_spec's, counted
         if hasattr(made[0], "looked"):
             extra = {k: sum(getattr(p, k) for p in made) for k in ("looked", "changed", "held", "forks")}
     else:
@@ -180,16 +180,6 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     seeds = meta["seeds"]
     learned = all("learned" in c for c in cs)
     windows = ", ".join(f"{p} {d:g} s" for p, d in meta["windows"].items())
-
-    def pm(c: dict[str, Any], role: str, key: str | None = None) -> str:
-        if role not in c:
-            return "—"
-        d = c[role][key] if key else c[role]
-        return f"{d['diff']:+.1f} ± {d['ci95']:.1f}"
-
-    def ratio(c: dict[str, Any], role: str) -> str:
-        return f"{c[role]['ratio']:.3f}" if role in c else "—"
-
     lines = [f"Router ceilings: class-weighted SLO attainment (%) of the strongest heuristic router (the best of "
              f"`static@rlsched` and the plain router × heuristic combinations, by mean, per cell) and each "
              f"teacher's paired difference to it (points, mean ± 95 % interval over evaluation seeds "
@@ -203,10 +193,10 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
              + ("learned ÷ it | " if learned else "") + "look-ahead ÷ it | hindsight ÷ it |",
              "|---|---|---|---|---|" + "---|" * (7 if learned else 5)]
     for c in cs:
-        mine = (f"{pm(c, 'learned')} | ", f"{ratio(c, 'learned')} | ") if learned else ("", "")
+        mine = (f"{_pm(c, 'learned')} | ", f"{_ratio(c, 'learned')} | ") if learned else ("", "")
         lines.append(f"| {c['pool']} | ×{c['load']:g} | {c['fifo_rr_slo']:.1f} % | `{short(c['strongest'])}` | "
-                     f"{c['strongest_value']:.1f} | {mine[0]}{pm(c, 'lookahead')} | {pm(c, 'hindsight')} | "
-                     f"{pm(c, 'central')} | {mine[1]}{ratio(c, 'lookahead')} | {ratio(c, 'hindsight')} |")
+                     f"{c['strongest_value']:.1f} | {mine[0]}{_pm(c, 'lookahead')} | {_pm(c, 'hindsight')} | "
+                     f"{_pm(c, 'central')} | {mine[1]}{_ratio(c, 'lookahead')} | {_ratio(c, 'hindsight')} |")
     band = [c for c in cs if 40 <= c["fifo_rr_slo"] <= 80 and "lookahead" in c and "hindsight" in c]
     lines.append("")
     if band:
@@ -231,7 +221,7 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += ["", f"Share of arrivals the teachers ({' / '.join(early)}) bound elsewhere than rlsched's router "
                   "would: " + "; ".join(f"{p} ×{x:g} " + " / ".join(f"{100 * v:.1f} %" for v in vs)
                                         for p, x, *vs in bound) + "."]
-    lines += ["", *late_table(cs, learned, pm)]
+    lines += ["", *late_table(cs, learned)]
     for pool, why in meta["skipped"].items():
         lines += ["", f"Not measured: {pool} — {why}."]
     reused = (f" in all: {meta['reused']} runs reused from the previous ceiling.json, the rest run now"
@@ -241,7 +231,20 @@ def markdown(cs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def late_table(cs: list[dict[str, Any]], learned: bool, pm: Any) -> list[str]:
+def _pm(c: dict[str, Any], role: str, key: str | None = None) -> str:
+    """``role``'s paired difference in cell ``c`` (to the strongest router; ``key="vs_deployed"``: to the best
+    deployed heuristic), or a dash when the role did not run."""
+    if role not in c:
+        return "—"
+    d = c[role][key] if key else c[role]
+    return f"{d['diff']:+.1f} ± {d['ci95']:.1f}"
+
+
+def _ratio(c: dict[str, Any], role: str) -> str:
+    return f"{c[role]['ratio']:.3f}" if role in c else "—"
+
+
+def late_table(cs: list[dict[str, Any]], learned: bool) -> list[str]:
     """Every role against the best *deployed* heuristic of each cell (the strongest router or late
     binding), and the room the realizable teachers show (issue 37: a learned dispatcher only where it
     is at least ``ROOM_POINTS``)."""
@@ -259,7 +262,7 @@ def late_table(cs: list[dict[str, Any]], learned: bool, pm: Any) -> list[str]:
         rlsched = next(v for spec, v in c["rivals"].items() if short(spec) == "static@rlsched")
         out.append(f"| {c['pool']} | ×{c['load']:g} | {c['rivals'][BASELINE_STAGED]:.1f} | {rlsched:.1f} | "
                    f"{c['central']['value']:.1f} | `{short(c['deployed'])}` | "
-                   + " | ".join(pm(c, r, "vs_deployed") for r in roles) + f" | {c['room']:+.1f} |")
+                   + " | ".join(_pm(c, r, "vs_deployed") for r in roles) + f" | {c['room']:+.1f} |")
     rooms = [c for c in cs if c["room"] >= ROOM_POINTS]
     held = [c for c in cs if "central-lookahead" in c and c["central-lookahead"].get("bound_elsewhere")]
     out.append("")
@@ -372,7 +375,6 @@ def main() -> None:
     roles = {pool: specs(pool, args.horizon, args.top, args.learned, picked, args.hold) for pool in pools}
     for pool in pools:  # every spec builds (files read) before the first run
         for spec in roles[pool].values():
-            policy, router = split_pair(spec)
             check_spec(spec)
     # the slowest first (hindsight, the heaviest load), so two workers finish together
     tasks = sorted(((pool, spec, s, load, windows[pool]) for pool in pools for load in loads for s in seeds

@@ -418,6 +418,11 @@ def split_pair(spec: str) -> tuple[str, str]:
     return policy, router
 
 
+LATE_REPLICA_POLICY = "fifo"
+"""Late binding: what each replica runs of the batches the central queue hands it (``run_spec``, the teachers'
+forks)."""
+
+
 def is_late(router: str) -> bool:
     """``router`` binds late (one central queue): ``central``, or a central teacher (``CENTRAL_TEACHERS``)."""
     return router == "central" or parse_spec(router).name in CENTRAL_TEACHERS
@@ -426,8 +431,8 @@ def is_late(router: str) -> bool:
 def central_policies(router: str, policy: str) -> Callable[[], PolicyLike]:
     """Late binding: what makes the central policy of each replica kind — ``policy`` itself (``@central``)
     or a central teacher over it; built once here, so a bad spec fails before a run."""
-    make_policy(policy)
     if router == "central":
+        make_policy(policy)
         return lambda: make_policy(policy)
     parsed = parse_spec(router)
     teacher: Callable[[PolicySpec, str], PolicyLike] = _load(CENTRAL_TEACHERS[parsed.name])
@@ -439,10 +444,10 @@ def check_spec(spec: str) -> None:
     """Build ``POLICY[@ROUTER]``'s parts once (reads any file they name), so a typo or a missing
     checkpoint fails before a grid runs."""
     policy, router = split_pair(spec)
-    make_policy(policy)
     if is_late(router):
         central_policies(router, policy)
     else:
+        make_policy(policy)
         make_router(router, policy)
 
 
@@ -453,10 +458,12 @@ def run_spec(stage: Stage, spec: str) -> Stage:
     Returns the finished stage."""
     policy, router = split_pair(spec)
     if is_late(router):
-        return stage.run([make_policy("fifo") for _ in stage.replicas], central=central_policies(router, policy))
+        return stage.run([make_policy(LATE_REPLICA_POLICY) for _ in stage.replicas],
+                         central=central_policies(router, policy))
     return stage.run([make_policy(policy) for _ in stage.replicas], make_router(router, policy))
 
 
-__all__ = ["CENTRAL_TEACHERS", "ROUTERS", "ROUTER_KINDS", "TEACHERS", "VIEW_OPTIONS", "Affinity", "check_spec",
-           "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "Prediction", "RlschedRouter", "RoundRobin",
-           "central_policies", "is_late", "make_router", "router_kind", "run_spec", "split_pair", "split_view"]
+__all__ = ["CENTRAL_TEACHERS", "LATE_REPLICA_POLICY", "ROUTERS", "ROUTER_KINDS", "TEACHERS", "VIEW_OPTIONS", "Affinity",
+           "check_spec", "LeastQueue", "LeastWork", "QueueWork", "RandomRouter", "Prediction", "RlschedRouter",
+           "RoundRobin", "central_policies", "is_late", "make_router", "router_kind", "run_spec", "split_pair",
+           "split_view"]

@@ -43,6 +43,7 @@ from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy
 from rlsched.policies.candidates import candidate_batches, fits
 from rlsched.policies.projected import ProjectedPolicy
+from rlsched.routing.routers import LATE_REPLICA_POLICY
 from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
 from rlsched.sim.simulator import Decision, PolicyLike, Simulator
@@ -173,8 +174,6 @@ class LookaheadRouter:
 DEFAULT_HOLD_S = 5.0
 """How long the late-binding teacher's "hold" option keeps a freed replica idle (``Hold``): the central
 queue serves the other replicas meanwhile."""
-REPLICA_POLICY = "fifo"
-"""What a replica runs of what the central queue hands it under late binding (``run_spec``)."""
 
 
 class CentralLookahead:
@@ -247,7 +246,7 @@ class CentralLookahead:
     def value(self, stage: Stage, decision: Decision) -> float:
         """The score of the stage forked with ``decision`` taken for the replica being served."""
         fork = stage.fork_deciding(decision, stage.now + self.horizon_s, self.future_s, self.replay_s)
-        fork.run([make_policy(REPLICA_POLICY) for _ in fork.replicas], central=self._fresh)
+        fork.run([make_policy(LATE_REPLICA_POLICY) for _ in fork.replicas], central=self._fresh)
         self.forks += 1
         return outcome_value(fork)
 
