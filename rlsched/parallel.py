@@ -71,7 +71,14 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], workers: int) -> Ite
     except BaseException:
         for proc in list((getattr(pool, "_processes", None) or {}).values()):  # not awaited: a task may run minutes
             proc.terminate()
+        # Wait (briefly) for the pool's manager thread to close its wakeup pipe: Python 3.11's exit hook
+        # writes to that pipe unlocked, and when the thread closed it meanwhile the exit printed an
+        # "OSError: Bad file descriptor" traceback after eval's one line (seen once in CI). Taken before
+        # shutdown, which forgets it.
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False)
+        if manager is not None:
+            manager.join(timeout=10)
         raise
     pool.shutdown()
 

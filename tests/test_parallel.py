@@ -93,3 +93,17 @@ def test_typed_errors_pickle_through_their_own_arguments() -> None:
                 MissingExtra("--ray", "ray", "ray"), CheckpointError("tampered")):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+def test_a_stopped_fan_out_leaves_no_pool_thread_running() -> None:
+    """Bug (seen once in CI): after Ctrl-C, eval's one line was followed by an 'OSError: Bad file
+    descriptor' traceback: Python 3.11's exit hook wrote to the pool's wakeup pipe while the pool's
+    manager thread was closing it. The fan-out now waits for that thread before the error goes on."""
+    import threading
+
+    before = set(threading.enumerate())
+    results = run_tasks(_slow_square, list(range(8)), workers=2)
+    assert next(results) == 0
+    with pytest.raises(KeyboardInterrupt):
+        results.throw(KeyboardInterrupt)
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
