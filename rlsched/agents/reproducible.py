@@ -67,7 +67,21 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
     commit, dirty = _git_state(root)
     return {"commit": commit, "dirty": dirty, "command": command_line(argv), "python": platform.python_version(),
             "libraries": _versions(), "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "cpu": cpu_model(), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo's "model name"; elsewhere what ``platform`` knows, or
+    "unknown"): the same recipe gives the same weights bit for bit only on the same kind of CPU (torch
+    and numpy choose kernels, and with them the order of float sums, by instruction set)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def command_line(argv: list[str] | None = None) -> str:

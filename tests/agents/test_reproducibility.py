@@ -121,6 +121,21 @@ def test_provenance_names_the_commit_and_the_command() -> None:
     assert command_line(["/usr/lib/python3/site-packages/rlsched/__main__.py", "tune"]) == "rlsched tune"
 
 
+def test_provenance_names_the_cpu_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: weights are bit-reproducible only on the same kind of CPU, so a checkpoint says which."""
+    from rlsched.agents import reproducible
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\n")
+    real = reproducible.Path
+    monkeypatch.setattr(reproducible, "Path", lambda p, *a: info if str(p) == "/proc/cpuinfo" else real(p, *a))
+    assert reproducible.cpu_model() == "AMD EPYC 7B13" == provenance(["rlsched"])["cpu"]
+    monkeypatch.setattr(reproducible, "Path", lambda p, *a: tmp_path / "none" if str(p) == "/proc/cpuinfo"
+                        else real(p, *a))
+    monkeypatch.setattr(reproducible.platform, "processor", lambda: "")
+    assert reproducible.cpu_model() == "unknown"
+
+
 # ------------------------------------------------------------------ what is shipped
 
 
@@ -135,13 +150,28 @@ def test_the_shipped_pick_checkpoint_records_the_preset_it_was_learned_with() ->
     meta = _meta(data_dir("checkpoints") / "pick")
     assert meta["training_config"] == recipe_config(load_pick_config(data_dir("agents") / "pick.yaml"))
     _shipped_provenance(meta["provenance"], "rlsched learn --agent agents/pick.yaml")
+    _kept_by_the_selection_rule(meta)
+    read_checkpoint(data_dir("checkpoints") / "pick")  # its content hash verifies
+
+
+def _kept_by_the_selection_rule(meta: dict) -> None:
     comparisons = meta["selection"]["comparisons"]
     kept = comparisons[0]["against"]
     for c in comparisons:  # the rule, replayed on the recorded comparisons
         assert c["against"] == kept and c["won"] == (c["mean"] - c["ci95"] > 0)
         kept = c["stage"] if c["won"] else kept
     assert meta["stage"] == kept
-    read_checkpoint(data_dir("checkpoints") / "pick")  # its content hash verifies
+
+
+@pytest.mark.parametrize("name", ["router", "router-video"])
+def test_each_shipped_router_checkpoint_records_the_preset_it_was_learned_with(name: str) -> None:
+    from rlsched.agents.router_train import load_router_config
+
+    meta = _meta(data_dir("checkpoints") / name)
+    assert meta["training_config"] == recipe_config(load_router_config(data_dir("agents") / f"{name}.yaml"))
+    _shipped_provenance(meta["provenance"], f"rlsched learn --agent agents/{name}.yaml")
+    _kept_by_the_selection_rule(meta)
+    read_checkpoint(data_dir("checkpoints") / name)  # its content hash verifies
 
 
 def test_the_shipped_knob_checkpoint_records_the_preset_it_was_trained_with() -> None:
