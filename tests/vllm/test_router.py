@@ -109,6 +109,16 @@ def test_the_learned_router_serves_in_the_real_stage_pool() -> None:
     assert p.router_decisions == 5 and not p.router_fallbacks and chosen[0] == 1
 
 
+def test_the_video_router_serves_in_the_real_stage_pool() -> None:
+    """``--router router:checkpoints/router-video`` (issue 37: the step-mode pools' learned router) is
+    served like the other: every request bound once where it chose, no fallback."""
+    p = pool(3, "router:checkpoints/router-video", costs=[BASE, at_layout(BASE, 2), BASE])
+    chosen = [submit(p, f"r{i}", params(s, priority=c)) for i, (s, c) in
+              enumerate([(1024, "batch"), (512, "realtime"), (1024, "batch"), (768, "background"), (512, "batch")])]
+    assert sent(p) == p._request_bindings == {f"r{i}": c for i, c in enumerate(chosen)}
+    assert p.router_decisions == 5 and not p.router_fallbacks
+
+
 def test_a_large_shape_goes_to_the_wider_replica() -> None:
     p = pool(2, costs=[BASE, at_layout(BASE, 2)])
     assert submit(p, "big", params(1024)) == 1  # both idle: the 2-GPU replica finishes it first
