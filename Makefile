@@ -98,18 +98,19 @@ results: $(VENV)/.installed
 	  --loads 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/default
 
 # The multi-replica results (docs/replicas.md): every router x replica policy on each
-# multi-replica scenario, held-out seeds 1000-1004, x0.5-x1.5, every router on the deployed router's
+# multi-replica scenario, held-out seeds 1000-1004, x0.5-x3 (x2 and x3: overload, issue 37), every router on the deployed router's
 # information (view=engine, the default); rlsched's router on the replicas' true state (view=replica: a
 # ceiling) and on the ledger alone (view=ledger: the router before replicas published their state) beside it. The tuned action each scenario's
-# static runs is its one-GPU counterpart's (none is tuned on a stage yet).
+# static runs is its one-GPU counterpart's (none is tuned on a stage yet); video-8gpu also runs its own
+# learned router (checkpoints/router-video).
 STAGE_PLAIN := fifo@round-robin,fifo@least-queue,fifo@random,edf@least-queue,edf@least-work,edf@affinity,sjf@least-work
 results-replicas: $(VENV)/.installed
 	@for sc in qwen-image-8gpu qwen-image-hetero video-8gpu azure-8gpu; do \
 	  case $$sc in qwen-image-8gpu|qwen-image-hetero) t=default;; video-8gpu) t=video-mix;; azure-8gpu) t=trace-azure;; esac; \
-	  s=static:agents/tuned/$$t.json; \
+	  s=static:agents/tuned/$$t.json; own=; [ $$sc = video-8gpu ] && own=",$$s@router:checkpoints/router-video"; \
 	  $(VENV)/bin/rlsched eval --scenarios $$sc --seeds 1000,1001,1002,1003,1004 \
-	    --loads 0.5,0.75,1.0,1.25,1.5 --workers 2 --out results/replicas/$$sc \
-	    --policies "$$s@rlsched,$$s@router,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central,$$s@rlsched;view=replica,$$s@rlsched;view=ledger" || exit 1; \
+	    --loads 0.5,0.75,1.0,1.25,1.5,2,3 --workers 2 --out results/replicas/$$sc \
+	    --policies "$$s@rlsched,$$s@router$$own,$(STAGE_PLAIN),$$s@round-robin,$$s@least-work,$$s@central,edf@central,$$s@rlsched;view=replica,$$s@rlsched;view=ledger" || exit 1; \
 	done
 
 # plan's recommendation on each homogeneous pool, chosen on training seeds 0-2 and re-checked on
