@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from rlsched.evaluation import StageSpec
+from rlsched.policies.base import parse_spec
 
 SCENARIOS = ("qwen-image-8gpu", "qwen-image-hetero", "video-8gpu", "azure-8gpu")
 
@@ -67,7 +68,9 @@ def targets(ds: dict[str, dict]) -> list[str]:
             lv = f"{_pm(late[x])}" if x in late else "-"
             out.append(f"| {name} | ×{x:g} | {100 * row['target']:.1f} | {row['vs_fifo']:.2f} | "
                        f"{p['ratio']:.3f} vs `{short(p['best'])}` ({_pm(p)}) | {lv} |")
-    out += ["", "Lowest ratio of `static@rlsched` to any other policy in any cell (×0.5–×1.5): " + "; ".join(
+    loads = sorted({c["rate_scale"] for d in ds.values() for c in d["cells"]})
+    out += ["", f"Lowest ratio of `static@rlsched` to any other policy in any cell (×{loads[0]:g}–×{loads[-1]:g}): "
+            + "; ".join(
         f"{n} ×{d['worst_vs_any']['ratio']:.3f} (×{d['worst_vs_any']['rate_scale']:g}, vs "
         f"`{short(d['worst_vs_any']['best'])}`)" for n, d in ds.items()) + ".", "",
         "Lowest ratio to any early-binding policy (every router but `@central`): " + "; ".join(
@@ -121,11 +124,12 @@ def learned_table(ds: dict[str, dict]) -> list[str]:
         return []
     loads = sorted({r["rate_scale"] for _, _, r in rows})
     out = ["| scenario | " + " | ".join(f"×{x:g}" for x in loads) + " |", "|---|" + "---|" * len(loads)]
-    for name in ds:
-        by = {r["rate_scale"]: r for n, _, r in rows if n == name}
-        if by:
-            out.append(f"| {name} | " + " | ".join(
-                f"{_pm(by[x])} (×{by[x]['ratio']:.3f})" if x in by else "-" for x in loads) + " |")
+    for name, spec in dict.fromkeys((n, s) for n, s, _ in rows):
+        by = {r["rate_scale"]: r for n, s, r in rows if (n, s) == (name, spec)}
+        arg = parse_spec(StageSpec.parse(spec).router).arg  # its own checkpoint (video-8gpu: router-video)
+        label = f"{name} (`{Path(arg).name}`)" if arg else name
+        out.append(f"| {label} | " + " | ".join(
+            f"{_pm(by[x])} (×{by[x]['ratio']:.3f})" if x in by else "-" for x in loads) + " |")
     # the cells where fifo@round-robin meets 40-80 % (each scenario's headline band)
     band = [(n, r) for n, _, r in rows
             if r["rate_scale"] in {b["rate_scale"] for b in ds[n]["headline"]["per_scenario"].get(n, [])}]
