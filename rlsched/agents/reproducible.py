@@ -70,12 +70,12 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
             "cpu": cpu_model(), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo's "model name"; elsewhere what ``platform`` knows, or
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (Linux: ``cpuinfo``'s "model name"; elsewhere what ``platform`` knows, or
     "unknown"): the same recipe gives the same weights bit for bit only on the same kind of CPU (torch
     and numpy choose kernels, and with them the order of float sums, by instruction set)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in cpuinfo.read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() in ("model name", "Model", "cpu model") and value.strip():
                 return value.strip()

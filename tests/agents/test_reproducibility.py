@@ -127,13 +127,10 @@ def test_provenance_names_the_cpu_model(tmp_path: Path, monkeypatch: pytest.Monk
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\n")
-    real = reproducible.Path
-    monkeypatch.setattr(reproducible, "Path", lambda p, *a: info if str(p) == "/proc/cpuinfo" else real(p, *a))
-    assert reproducible.cpu_model() == "AMD EPYC 7B13" == provenance(["rlsched"])["cpu"]
-    monkeypatch.setattr(reproducible, "Path", lambda p, *a: tmp_path / "none" if str(p) == "/proc/cpuinfo"
-                        else real(p, *a))
+    assert reproducible.cpu_model(info) == "AMD EPYC 7B13"
+    assert provenance(["rlsched"])["cpu"] == reproducible.cpu_model()
     monkeypatch.setattr(reproducible.platform, "processor", lambda: "")
-    assert reproducible.cpu_model() == "unknown"
+    assert reproducible.cpu_model(tmp_path / "none") == "unknown"
 
 
 # ------------------------------------------------------------------ what is shipped
