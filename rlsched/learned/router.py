@@ -50,8 +50,13 @@ HISTORY_S = (60.0, 300.0, 1200.0)
 GLOBAL_FIELDS = ("realtime", "batch", "background", "slo", "min_work", "backlog", "savable_share",
                  *(f"load_{int(h)}s" for h in HISTORY_S))
 RG = len(GLOBAL_FIELDS)
-ROUTE_SCHEMA = "dit-route-obs/2"
-"""Bump whenever a feature changes (checkpoints record it)."""
+ROUTE_SCHEMA = "dit-route-obs/3"
+"""Bump whenever a feature changes (checkpoints record it). /3: the proposal and ``due`` count only the
+savable work due first (``QueueWork.due_first``); /2 counted every request due first."""
+SAVABLE_FIRST = {"dit-route-obs/2": False, ROUTE_SCHEMA: True}
+"""The schemas served, each with its proposer's queue model (``RlschedRouter(savable_first)``): a checkpoint
+is served with the features it was trained on."""
+SERVED = " and ".join(SAVABLE_FIRST)
 MAX_REPLICAS = 8
 """Candidate slots in the training labels (stages with more replicas are served, not labelled)."""
 SCALE_S = 30.0
@@ -63,8 +68,8 @@ class RouteFeatures:
     (``proposer``). Not a router: the learned router routes with it, the label generator and the route
     environment record with it."""
 
-    def __init__(self) -> None:
-        self.proposer = RlschedRouter()
+    def __init__(self, savable_first: bool = True) -> None:
+        self.proposer = RlschedRouter(savable_first)
 
     def reset(self, stage: StageView) -> None:
         """Before a run's first arrival: the proposer's per-replica work and the load history afresh."""
@@ -121,7 +126,8 @@ class LearnedRouter:
 
     def __init__(self, scorer: Any, name: str = "router") -> None:
         self.scorer, self.name = scorer, name
-        self.features = RouteFeatures()
+        schema = getattr(scorer, "meta", {}).get("route_schema", ROUTE_SCHEMA)
+        self.features = RouteFeatures(SAVABLE_FIRST[schema])
 
     def reset(self, stage: StageView) -> None:
         self.features.reset(stage)
@@ -142,9 +148,9 @@ def load_router(folder: str | Path) -> FrozenScorer:
     where = str(folder / META)
     if meta.get("kind") != "router":
         raise CheckpointError(f"{where}: kind {meta.get('kind')!r} is not a learned router ('router')")
-    if meta.get("route_schema") != ROUTE_SCHEMA:
+    if meta.get("route_schema") not in SAVABLE_FIRST:
         raise CheckpointError(f"{where}: features {meta.get('route_schema')!r} do not match this rlsched "
-                              f"({ROUTE_SCHEMA!r}); retrain")
+                              f"(it serves {SERVED}); retrain")
     return read_scorer(where, meta, t, RG, RF, "replica")
 
 
@@ -155,4 +161,4 @@ def learned_router(spec: PolicySpec) -> LearnedRouter:
 
 
 __all__ = ["DEFAULT_CHECKPOINT", "GLOBAL_FIELDS", "HISTORY_S", "LearnedRouter", "MAX_REPLICAS", "RF", "RG",
-           "ROUTE_FIELDS", "ROUTE_SCHEMA", "RouteFeatures", "learned_router", "load_router"]
+           "ROUTE_FIELDS", "ROUTE_SCHEMA", "SAVABLE_FIRST", "RouteFeatures", "learned_router", "load_router"]

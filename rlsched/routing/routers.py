@@ -16,7 +16,9 @@ least work). And ``rlsched``: the request's predicted finish on each replica (th
 work due before it plus its own standalone time at that replica's layout, so a wide
 replica is preferred for large shapes and a narrow one for small), replicas where it
 still meets its SLO first, then the earliest predicted finish; a replica whose GPU cannot hold
-the request alone is chosen only when none can.
+the request alone is chosen only when none can. The work ahead of it is what rlsched's replica
+policies run first: the savable requests due no later (a lost one, which can no longer meet its
+SLO, waits until no savable one fits: ``rlsched.projection``'s "savable first").
 
 Outstanding work is followed through each replica's journal (O(changes), not a scan of
 the queue per arrival). A router spec is ``NAME[:ARG]`` (``random:SEED``).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -61,6 +63,8 @@ class QueueWork(JournalFollower):
         """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
         self._weights: list[float] = []
         """Parallel to ``_by_deadline``: each request's class weight."""
+        self._sizes: list[float] = []
+        """Every waiting request's work, sorted: the largest bounds which of them can be lost."""
 
     def _rebuild(self, state: QueueView) -> None:
         self._clear()
@@ -71,6 +75,20 @@ class QueueWork(JournalFollower):
         """Standalone work of the waiting requests whose deadline is not later than ``deadline_s``
         (what a deadline-ordered replica policy runs first)."""
         return sum(self._works[:bisect_right(self._by_deadline, (deadline_s, _LAST))])
+
+    def due_first(self, deadline_s: float, now: float) -> float:
+        """Standalone work of the waiting requests due no later than ``deadline_s`` that can still meet
+        their deadline started at ``now``: what a savable-first, deadline-ordered replica policy
+        (``static``, the learned ones) runs before a request of that deadline. A lost request (its work
+        ends past its deadline even started now) waits until no savable one fits."""
+        by_deadline, works = self._by_deadline, self._works
+        i0 = bisect_right(by_deadline, (now, _LAST))  # due by now: lost
+        i1 = bisect_right(by_deadline, (deadline_s, _LAST))
+        if i0 >= i1:
+            return 0.0
+        # a lost one is due before now + its work, so before now + the largest work waiting
+        i2 = min(i1, max(i0, bisect_left(by_deadline, (now + self._sizes[-1], -1))))
+        return sum(works[i2:i1]) + sum(w for (due, _), w in zip(by_deadline[i0:i2], works[i0:i2]) if due - w >= now)
 
     def due_after(self, deadline_s: float) -> int:
         """How many waiting requests are due later than ``deadline_s`` (those a deadline-ordered
@@ -99,6 +117,7 @@ class QueueWork(JournalFollower):
         self._by_deadline.insert(i, (rec.deadline_s, rid))
         self._works.insert(i, w)
         self._weights.insert(i, CLASS_WEIGHTS[rec.request.priority])
+        insort(self._sizes, w)
 
     def _remove(self, rec: RequestRecord) -> None:
         rid = rec.request.id
@@ -112,6 +131,7 @@ class QueueWork(JournalFollower):
             del self.keys[rec.key]
         i = bisect_left(self._by_deadline, (deadline, rid))
         del self._by_deadline[i], self._works[i], self._weights[i]
+        del self._sizes[bisect_left(self._sizes, w)]
 
 
 _LAST = 1 << 62
@@ -204,14 +224,25 @@ class RlschedRouter(_Followed):
     """Where the request fits, savable first, then the earliest predicted finish (module docstring).
 
     A request's predicted finish on a replica: the running batch's remaining time, plus the
-    standalone work queued there that is due before it (deadline order, as the deadline-aware
-    replica policies — ``edf``, ``static``, the learned ones — run it), plus its own standalone
-    time at that replica's layout. Measured on training seeds (8 replicas, ``default``'s
-    profile, ``static`` replicas): total backlog instead of the work due first lost 3-11
-    points at x1-x1.5; among replicas where it meets its SLO, the least-loaded instead of the
-    earliest lost up to 4 points (``omni-mix`` x1.5), the tightest fit up to 11."""
+    standalone work queued there that runs before it (``QueueWork.due_first``: the savable requests
+    due no later, as rlsched's replica policies — ``static``, the learned ones — run them), plus its
+    own standalone time at that replica's layout. Measured on training seeds (8 replicas,
+    ``default``'s profile, ``static`` replicas): total backlog instead of the work due first lost
+    3-11 points at x1-x1.5; among replicas where it meets its SLO, the least-loaded instead of the
+    earliest lost up to 4 points (``omni-mix`` x1.5), the tightest fit up to 11. Counting the lost
+    requests due first too (plain deadline order, ``savable_first=False``: what this router did
+    before 2026-12-04, and the proposer of learned routers of ``dit-route-obs/2``) lost 10-17 points
+    on the Qwen-Image pools at x1.25-x3, 5-10 on azure-8gpu at x1.25-x3 and 8-20 on video-8gpu at
+    x2-x3 (training seeds 0-2, ``static``, the deployed view): in overload every queue holds lost
+    requests due early, every replica looked hopeless and routing fell back to the earliest finish."""
 
     name = "rlsched"
+
+    def __init__(self, savable_first: bool = True) -> None:
+        self.savable_first = savable_first
+
+    def _due(self, work: QueueWork, deadline_s: float, now: float) -> float:
+        return work.due_first(deadline_s, now) if self.savable_first else work.due_before(deadline_s)
 
     def reset(self, stage: StageView) -> None:
         super().reset(stage)
@@ -235,7 +266,7 @@ class RlschedRouter(_Followed):
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
             rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            finish = now + busy + work.due_before(deadline) + rec.work_s
+            finish = now + busy + self._due(work, deadline, now) + rec.work_s
             score = (not fits, finish > deadline, finish, i)
             if best_score is None or score < best_score:
                 best, best_score = i, score
@@ -248,7 +279,7 @@ class RlschedRouter(_Followed):
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
             rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            due = work.due_before(deadline)
+            due = self._due(work, deadline, now)
             out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s, fits))
         return out
 
@@ -269,7 +300,7 @@ class Prediction:
     busy_s: float
     """Remaining time of the running batch."""
     due_s: float
-    """Standalone work queued there that is due no later than the request."""
+    """Standalone work queued there that runs before the request (``QueueWork.due_first``)."""
     finish_s: float
     fits: bool = True
     """That replica's GPU holds the request alone (memory at its layout)."""

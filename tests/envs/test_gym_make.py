@@ -52,7 +52,7 @@ def test_the_docs_block_runs() -> None:
 # a Gymnasium user (a policy trained on the old spaces no longer fits): bump the id's version with it.
 SPACES = {ENV_ID: ("dit-batch-obs/2", (149,), "Box(-1.0, 1.0, (9,), float32)"),
           PICK_ENV_ID: ("dit-pick-obs/1", (149,), "Discrete(8)"),
-          ROUTE_ENV_ID: ("dit-route-obs/2", (122,), "Discrete(8)")}
+          ROUTE_ENV_ID: ("dit-route-obs/3", (122,), "Discrete(8)")}
 
 
 @pytest.mark.parametrize("env_id", list(SPACES))

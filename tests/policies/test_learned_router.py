@@ -12,7 +12,7 @@ import pytest
 
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.evaluation import RunSpec, prepare_stage
-from rlsched.learned.router import RF, RG, ROUTE_FIELDS, LearnedRouter, RouteFeatures, load_router
+from rlsched.learned.router import RF, RG, ROUTE_FIELDS, ROUTE_SCHEMA, LearnedRouter, RouteFeatures, load_router
 from rlsched.policies import make_policy
 from rlsched.routing.routers import RlschedRouter, check_spec, make_router
 from rlsched.sim import load_scenario
@@ -38,6 +38,27 @@ def proposal_only(g: np.ndarray, cand: np.ndarray) -> np.ndarray:
 
 def test_a_router_that_keeps_the_proposal_is_rlscheds_router() -> None:
     assert run(pool(), LearnedRouter(proposal_only)) == run(pool(), RlschedRouter())
+
+
+class Proposals:
+    """``proposal_only`` as a checkpoint of the given feature schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.meta = {"route_schema": schema}
+
+    def __call__(self, g: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        return proposal_only(g, cand)
+
+
+def test_a_checkpoint_is_served_with_the_proposer_of_its_schema() -> None:
+    """dit-route-obs/2 was trained beside plain deadline order; /3 beside savable first (RlschedRouter)."""
+    def overload() -> Stage:
+        return pool("qwen-image-8gpu", 0, 2.0, 1200.0)
+
+    deadline_order, savable_first = run(overload(), RlschedRouter(False)), run(overload(), RlschedRouter())
+    assert deadline_order != savable_first
+    assert run(overload(), LearnedRouter(Proposals("dit-route-obs/2"))) == deadline_order
+    assert run(overload(), LearnedRouter(Proposals(ROUTE_SCHEMA))) == savable_first
 
 
 class Recorder:
@@ -137,7 +158,8 @@ def test_bad_router_checkpoints_are_refused(tiny_router: tuple[Path, dict[str, A
     out, _ = tiny_router
     with pytest.raises(CheckpointError, match="is not a learned router"):
         load_router("checkpoints/pick")
-    for key, value, match in (("route_schema", "dit-route-obs/0", "retrain"), ("global_dim", RG + 1, "global_dim")):
+    refused = "do not match this rlsched \\(it serves dit-route-obs/2 and"
+    for key, value, match in (("route_schema", "dit-route-obs/0", refused), ("global_dim", RG + 1, "global_dim")):
         bad = tmp_path / key
         bad.mkdir()
         (bad / "policy.safetensors").write_bytes((out / "policy.safetensors").read_bytes())
