@@ -32,6 +32,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
@@ -63,8 +64,12 @@ class QueueWork(JournalFollower):
         """Parallel to ``_by_deadline``: a C-level slice sum gives the work due first."""
         self._weights: list[float] = []
         """Parallel to ``_by_deadline``: each request's class weight."""
+        self._latest: list[float] = []
+        """Parallel to ``_by_deadline``: each request's latest start (deadline - work; lost once past)."""
         self._sizes: list[float] = []
         """Every waiting request's work, sorted: the largest bounds which of them can be lost."""
+        self._starts: list[float] = []
+        """Every waiting request's latest start, sorted: none is lost while the first is not past."""
 
     def _rebuild(self, state: QueueView) -> None:
         self._clear()
@@ -82,13 +87,15 @@ class QueueWork(JournalFollower):
         (``static``, the learned ones) runs before a request of that deadline. A lost request (its work
         ends past its deadline even started now) waits until no savable one fits."""
         by_deadline, works = self._by_deadline, self._works
-        i0 = bisect_right(by_deadline, (now, _LAST))  # due by now: lost
         i1 = bisect_right(by_deadline, (deadline_s, _LAST))
+        if not i1 or self._starts[0] >= now:  # none lost (the common case below overload)
+            return sum(works[:i1])
+        i0 = bisect_right(by_deadline, (now, _LAST))  # due by now: lost
         if i0 >= i1:
             return 0.0
         # a lost one is due before now + its work, so before now + the largest work waiting
         i2 = min(i1, max(i0, bisect_left(by_deadline, (now + self._sizes[-1], -1))))
-        return sum(works[i2:i1]) + sum(w for (due, _), w in zip(by_deadline[i0:i2], works[i0:i2]) if due - w >= now)
+        return sum(works[i2:i1]) + sum(compress(works[i0:i2], map(now.__le__, self._latest[i0:i2])))
 
     def due_after(self, deadline_s: float) -> int:
         """How many waiting requests are due later than ``deadline_s`` (those a deadline-ordered
@@ -117,7 +124,9 @@ class QueueWork(JournalFollower):
         self._by_deadline.insert(i, (rec.deadline_s, rid))
         self._works.insert(i, w)
         self._weights.insert(i, CLASS_WEIGHTS[rec.request.priority])
+        self._latest.insert(i, rec.deadline_s - w)
         insort(self._sizes, w)
+        insort(self._starts, rec.deadline_s - w)
 
     def _remove(self, rec: RequestRecord) -> None:
         rid = rec.request.id
@@ -130,8 +139,9 @@ class QueueWork(JournalFollower):
         if not self.keys[rec.key]:
             del self.keys[rec.key]
         i = bisect_left(self._by_deadline, (deadline, rid))
-        del self._by_deadline[i], self._works[i], self._weights[i]
+        del self._by_deadline[i], self._works[i], self._weights[i], self._latest[i]
         del self._sizes[bisect_left(self._sizes, w)]
+        del self._starts[bisect_left(self._starts, deadline - w)]
 
 
 _LAST = 1 << 62
