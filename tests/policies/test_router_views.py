@@ -9,6 +9,7 @@ import math
 import pytest
 
 from rlsched.errors import ConfigError
+from rlsched.evaluation import RunSpec, prepare_stage
 from rlsched.policies import make_policy
 from rlsched.routing.routers import RlschedRouter, make_router, run_spec
 from rlsched.routing.views import (
@@ -19,7 +20,7 @@ from rlsched.routing.views import (
     ViewRouter,
     replica_state,
 )
-from rlsched.sim import Request, ServingConfig
+from rlsched.sim import Request, ServingConfig, load_scenario
 from rlsched.sim.metrics import summarize_stage
 from rlsched.sim.stage import ReplicaSpec, Stage, takes_next_batch
 from tests.sim.test_stage import COST, outcome, replicas, workload
@@ -56,9 +57,13 @@ def test_the_ledger_view_sees_nothing_running_and_routes_worse() -> None:
     stage = Stage(workload(240, rate=1.5), replicas(4), seed=3)
     stage.run([make_policy(STATIC) for _ in range(4)], ViewRouter(Spy(), "ledger"))
     assert seen and set(seen) == {math.inf}
-    ledger = summarize_stage(stage)["weighted_slo_attainment"]
-    engine = summarize_stage(run(f"{STATIC}@rlsched"))["weighted_slo_attainment"]
-    assert ledger < engine
+    # worse on a pool of the evaluation (qwen-image-8gpu, x1, a training seed; 30 points here): on the
+    # toy workload above, four replicas of one 60 s SLO, the two views meet within a point of each other
+    met = {view: summarize_stage(run_spec(prepare_stage(RunSpec("qwen-image-8gpu", "t", 0, 1.0, 1800.0),
+                                                        load_scenario("qwen-image-8gpu")),
+                                          f"{STATIC}@rlsched;view={view}"))["weighted_slo_attainment"]
+           for view in ("ledger", "engine")}
+    assert met["ledger"] < met["engine"] - 0.1, met
 
 
 def test_the_default_view_is_the_engines_and_every_view_serves_every_request_once() -> None:
