@@ -242,7 +242,7 @@ class RlschedRouter(_Followed):
     earliest lost up to 4 points (``omni-mix`` x1.5), the tightest fit up to 11. Counting the lost
     requests due first too (plain deadline order, ``savable_first=False``: what this router did
     before 2026-12-04, and the proposer of learned routers of ``dit-route-obs/2``) lost 10-17 points
-    on the Qwen-Image pools at x1.25-x3, 5-10 on azure-8gpu at x1.25-x3 and 8-20 on video-8gpu at
+    on the Qwen-Image pools at x1.25-x3, 4-10 on azure-8gpu at x1.25-x3 and 8-20 on video-8gpu at
     x2-x3 (training seeds 0-2, ``static``, the deployed view): in overload every queue holds lost
     requests due early, every replica looked hopeless and routing fell back to the earliest finish."""
 
