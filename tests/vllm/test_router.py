@@ -119,6 +119,25 @@ def test_the_video_router_serves_in_the_real_stage_pool() -> None:
     assert p.router_decisions == 5 and not p.router_fallbacks
 
 
+@pytest.mark.parametrize("thread", ["auto", "engine"])
+def test_the_router_decides_with_the_garbage_collector_paused(thread: str) -> None:
+    """A full collection of the API server's process landing in a 0.1 ms decision overran a 100 ms budget
+    (``make test-e2e``, 2026-12-04): the collector is off while the router decides and on again after."""
+    import gc
+
+    class Spy(RlschedRouter):
+        def route(self, request: Any, stage: Any) -> int:
+            seen.append(gc.isenabled())
+            return super().route(request, stage)
+
+    seen: list[bool] = []
+    assert gc.isenabled()
+    p = pool(2, Spy(), thread=thread)
+    for i in range(3):
+        submit(p, f"r{i}", params(512))
+    assert seen == [False, False, False] and gc.isenabled() and not p.router_fallbacks
+
+
 def test_a_large_shape_goes_to_the_wider_replica() -> None:
     p = pool(2, costs=[BASE, at_layout(BASE, 2)])
     assert submit(p, "big", params(1024)) == 1  # both idle: the 2-GPU replica finishes it first
