@@ -162,11 +162,11 @@ class CentralStagePool(LedgerStagePool):
 
     def _new_guard(self) -> GuardedDecision:
         """The central policy's guard (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``; the
-        garbage collector paused while it decides (``RouterStagePool._new_guard``)."""
+        garbage collector paused while it decides (the guard's default)."""
         config = self.router_config
         return GuardedDecision(runner_for(self._new_policy(), config.decision_thread, config.deadline_ms / 1e3),
                                config.budget_ms / 1e3, reset=self._reset_policies,
-                               observe=self.router_metrics.latency.observe, pause_gc=True)
+                               observe=self.router_metrics.latency.observe)
 
     def _fits_somewhere(self, entry: Request) -> bool:
         """Some live replica's GPU can hold ``entry`` alone (a request none can hold is never parked: it would

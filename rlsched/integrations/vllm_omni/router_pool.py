@@ -74,13 +74,11 @@ class RouterStagePool(LedgerStagePool):
 
     def _new_guard(self) -> GuardedDecision:
         """The guard of this pool's decisions (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``;
-        the garbage collector paused while the router decides, as the engine's scheduler does
-        (``pause_gc_in_decisions``): a full collection of the API server's process (vLLM, torch) landing in a
-        0.1 ms decision made it overrun a 100 ms budget in ``make test-e2e`` (2 of 3 runs, 2026-12-04)."""
+        the garbage collector paused while the router decides (the guard's default)."""
         config = self.router_config
         return GuardedDecision(runner_for(self.router, config.decision_thread, config.deadline_ms / 1e3),
                                config.budget_ms / 1e3, reset=self._reset_router,
-                               observe=self.router_metrics.latency.observe, pause_gc=True)
+                               observe=self.router_metrics.latency.observe)
 
     def _reset_router(self) -> None:
         try:
