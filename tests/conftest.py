@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -17,6 +18,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("timeout"):
         raise pytest.UsageError("pytest-timeout is not installed: every test tier runs with a per-test limit "
                                 "(pyproject.toml [tool.pytest.ini_options] timeout)")
+
+
+def take_ctrl_c() -> None:
+    """``preexec_fn`` for a child a test sends SIGINT: it takes Ctrl-C even when pytest was started as a
+    background job (``cmd &`` in a script ignores SIGINT, an ignored signal stays ignored across exec,
+    and Python then installs no KeyboardInterrupt handler: the child ran to the end, status 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def make_request(rid: int = 0, t: float = 0.0, size: int = 512, priority: str = "batch",

@@ -22,6 +22,7 @@ import pytest
 from rlsched import loadgen
 from rlsched.sim import load_scenario
 from rlsched.sim.request import Request
+from tests.conftest import take_ctrl_c
 
 
 def png(width: int, height: int) -> bytes:
@@ -322,12 +323,6 @@ def test_ctrl_c_returns_the_finished_requests(stub: StubServer) -> None:
     assert (exc.value.in_flight, exc.value.unsent) == (0, 3) and all(r.ok for r in exc.value.results)
 
 
-def _interruptible() -> None:
-    """The child takes Ctrl-C even when pytest was started as a background job (``cmd &`` in a
-    script ignores SIGINT, and an ignored signal stays ignored across exec)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("stub", ["slow"], indirect=True)
 def test_cli_ctrl_c_keeps_the_records_and_prints_a_summary(stub: StubServer, tmp_path: Path) -> None:
     """Bug: Ctrl-C gave a traceback and no ``--records`` (they were written at the end)."""
@@ -335,7 +330,7 @@ def test_cli_ctrl_c_keeps_the_records_and_prints_a_summary(stub: StubServer, tmp
     proc = subprocess.Popen([sys.executable, "-m", "rlsched", "loadgen", stub.url, "--max-requests", "200",
                              "--time-scale", "50", "--duration", "36000", "--timeout", "10", "--workers", "2",
                              "--records", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_interruptible)
+                            preexec_fn=take_ctrl_c)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):

@@ -15,6 +15,7 @@ import pytest
 
 from rlsched.cli import main
 from rlsched.evaluation import runs as evaluation
+from tests.conftest import take_ctrl_c
 
 FAST = ["--seeds", "1000", "--loads", "1.0", "--duration", "60", "--json"]
 
@@ -73,7 +74,7 @@ def test_a_terminal_ctrl_c_with_workers_prints_no_traceback(tmp_path: Path) -> N
     proc = subprocess.Popen([sys.executable, "-m", "rlsched", "eval", "--scenarios", "default", "--policies",
                              "fifo,edf", "--seeds", seeds, "--loads", "1.0", "--json", "--workers", "2",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=take_ctrl_c)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _children(proc.pid) and proc.poll() is None:
