@@ -242,7 +242,7 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
 
 
 def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: Any,
-                   out: str = "deploy.yaml") -> str | None:
+                   out: str = "deploy.yaml") -> str:
     """The ``rlsched deploy`` line that serves ``layout`` under ``spec`` (``POLICY@ROUTER``) with the
     simulated serving settings (``max_num_seqs``, step mode); ``central`` (late binding) too
     (docs/deploy.md). The admission wait is left to the policy (deploy's

@@ -80,11 +80,8 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out / "plan.json", json.dumps(result, indent=1), "--out")  # each file whole or not at all
     write_atomic(out / "stage.yaml", result["stage_yaml"], "--out")
     deploy = out / "deploy.sh"
-    if result["deploy_command"] is not None:
-        write_atomic(deploy, f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it "
-                             f"prints the vllm serve line\n{result['deploy_command']}\n", "--out")
-    else:
-        deploy.unlink(missing_ok=True)
+    write_atomic(deploy, f"# rlsched plan's recommendation ({result['recommended']}, {result['policy']}); it "
+                         f"prints the vllm serve line\n{result['deploy_command']}\n", "--out")
     plotted = _plot(result, out / "plan.png")
     if args.json:
         print_json(result)
@@ -109,11 +106,7 @@ def run(args: argparse.Namespace) -> int:
                                                    else ""))
         by_load = ", ".join(f"x{x} {r}" for x, r in result["best_router_by_load"].items())
         print(f"recommended router: {result['recommended_router']} (best per load: {by_load})")
-    if result["deploy_command"] is not None:
-        print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
-    else:
-        print(f"no deploy line: {result['policy']} routes with late binding (central), which vLLM-Omni 0.30 "
-              "cannot run (docs/deploy.md); plan an @rlsched router to deploy")
+    print(f"deploy it (also in {deploy}):\n  {result['deploy_command']}")
     if check:
         print(f"re-checked on seeds {check}: " + ", ".join(f"{r['layout']} {100 * r['check_mean']:.1f}"
                                                           for r in result["rows"])
