@@ -29,9 +29,10 @@ from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.parallel import run_tasks
+from rlsched.policies.base import portable_spec
 from rlsched.routing.routers import check_spec, run_spec, split_pair
 from rlsched.sim import load_scenario
-from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile
+from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile, portable_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.metrics import summarize_stage
 from rlsched.sim.stage import Stage
@@ -250,8 +251,8 @@ def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: 
     policy, router = split_pair(spec)
     argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
             "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
-            *(["--cfg-parallel", str(layout.cfg)] if layout.cfg > 1 else []), "--policy", policy,
-            "--router", router, "--profile", profile,
+            *(["--cfg-parallel", str(layout.cfg)] if layout.cfg > 1 else []), "--policy", portable_spec(policy),
+            "--router", router, "--profile", portable_profile(profile),
             "--max-num-seqs", str(serving.max_num_seqs)]
     if serving.mode == "step":
         argv.append("--step-execution")

@@ -10,6 +10,7 @@ source of truth.
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -34,3 +35,26 @@ def shipped_path(path: str | Path) -> Path:
     if p.exists() or p.is_absolute() or not p.parts or p.parts[0] not in SHIPPED:
         return p
     return data_dir(p.parts[0]).joinpath(*p.parts[1:])
+
+
+def beside(path: str, folder: str | Path | None) -> str:
+    """``path``, named inside a file in ``folder``, tried beside that file first: the absolute path
+    there when a file or folder of that name exists there, else ``path`` as written (then read from
+    the working folder, then among the shipped data). An absolute path, an empty one, or no
+    ``folder`` leaves it as written."""
+    if not path or folder is None or Path(path).is_absolute():
+        return path
+    there = Path(folder) / path
+    return os.path.abspath(there) if there.exists() else path
+
+
+def portable(path: str) -> str:
+    """``path`` as a process started in any folder reads it: absolute when it names a file or folder
+    here that is not shipped data (``shipped_path`` finds ``agents/…``, ``checkpoints/…`` and
+    ``envs/…`` from anywhere); as written otherwise (a shipped name, or nothing here)."""
+    p = Path(path)
+    if not path or p.is_absolute() or not p.exists():
+        return path
+    if p.parts[0] in SHIPPED and data_dir(p.parts[0]).joinpath(*p.parts[1:]).resolve() == p.resolve():
+        return path
+    return os.path.abspath(p)

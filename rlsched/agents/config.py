@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, StrictBool, ValidationError, field_validator
 
+from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
 from rlsched.resources import data_dir, shipped_path
@@ -142,7 +143,7 @@ def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
     p = Path(path)
     p = AGENTS_DIR / f"{path}.yaml" if not p.suffix else shipped_path(p)  # agents/x.yaml from any folder
     input_file(p, "agent preset", str(path))
-    data = read_yaml(p) or {}
+    data = preset_paths_beside(read_yaml(p) or {}, p.parent)
     return agent_config_from_dict(data, str(p), **overrides)
 
 

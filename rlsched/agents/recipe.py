@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from rlsched.agents.config import validated
+from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import VALIDATION_SEEDS
@@ -42,7 +43,7 @@ M = TypeVar("M", bound=BaseModel)
 def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
     """A recipe preset (YAML) as ``model``, with ``overrides`` that are not None; an invalid
     field is a ``ConfigError`` naming the file and the field."""
-    data = read_yaml(Path(path)) or {}
+    data = preset_paths_beside(read_yaml(Path(path)) or {}, Path(path).parent)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return validated(model, data, str(path))
 

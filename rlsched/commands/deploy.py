@@ -19,8 +19,9 @@ from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, 
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
+from rlsched.policies.base import portable_spec
 from rlsched.routing.routers import split_pair
-from rlsched.sim.cost import load_profile
+from rlsched.sim.cost import load_profile, portable_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 
 ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():  # a typo should not create folders
         raise ConfigError("--out", f"folder {out.parent} does not exist")
     check_out_file(out, "--out")
-    policy, router = _split_router(args.policy, args.router)
+    policy, router = _split_router(portable_spec(args.policy), args.router)
+    args.profile = portable_profile(args.profile)  # the server may start in another folder
     central = policy if router == CENTRAL else ""
     if central:  # late binding: the policy picks batches centrally; each replica runs them FIFO (as POLICY@central)
         make_policy(central)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar, runtime_checkable
 
 from rlsched.errors import ConfigError
+from rlsched.resources import portable
 from rlsched.sim.simulator import Decision
 from rlsched.sim.view import QueueView
 
@@ -79,6 +80,14 @@ def parse_spec(spec: str) -> PolicySpec:
         raise ConfigError("policy", f"empty policy name in {spec!r}")
     arg, options = split_options(rest, f"policy {name!r}")
     return PolicySpec(name.strip(), arg, options)
+
+
+def portable_spec(spec: str) -> str:
+    """``spec`` with the files it names (its argument, an option's value) as a process started in any
+    folder reads them (``rlsched.resources.portable``): what ``deploy`` and ``plan`` write for a server."""
+    parsed = parse_spec(spec)
+    moved = replace(parsed, arg=portable(parsed.arg), options={k: portable(v) for k, v in parsed.options.items()})
+    return spec if moved == parsed else str(moved)
 
 
 Factory = Callable[[PolicySpec], SchedulingPolicy]

@@ -42,7 +42,7 @@ from typing import Any
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest
-from rlsched.resources import data_dir
+from rlsched.resources import data_dir, portable
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.schema import LineOf, ModelSpec, StackSpec, validate_profile
 from rlsched.sim.yamlio import read_yaml_lines
@@ -449,6 +449,12 @@ def load_profile(name_or_path: str | Path) -> CostModel:
     input_file(path, "profile file")
     data, line_of = read_yaml_lines(path)
     return profile_from_dict(data, str(path), line_of)
+
+
+def portable_profile(name_or_path: str) -> str:
+    """A profile as a process started in any folder reads it: a path (with a suffix) absolute when it
+    is a file here that is not shipped (``rlsched.resources.portable``); a name as it is."""
+    return portable(name_or_path) if Path(name_or_path).suffix else name_or_path
 
 
 def profile_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> CostModel:

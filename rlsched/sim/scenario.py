@@ -19,7 +19,7 @@ import numpy as np
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceRowsSkipped
-from rlsched.resources import data_dir, shipped_path
+from rlsched.resources import beside, data_dir, shipped_path
 from rlsched.sim import workload as wl
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
@@ -437,19 +437,34 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
                 if path.parent == ENVS_DIR and Path(name_or_path).exists() else "")
         input_file(path, "scenario", str(name_or_path), f" (shipped: {', '.join(scenario_names())}{here})")
     data, line_of = read_yaml_lines(path)
-    return scenario_from_dict(data, str(path), line_of)
+    return scenario_from_dict(data, str(path), line_of, folder=path.parent)
 
 
-def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None) -> Scenario:
+def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None,
+                       folder: str | Path | None = None) -> Scenario:
     """A ``Scenario`` from parsed YAML, validated against ``rlsched.sim.schema`` (errors name file,
-    line when ``line_of`` maps key paths to lines, key and reason)."""
+    line when ``line_of`` maps key paths to lines, key and reason). ``folder``: the scenario file's,
+    where the files it names (profiles given as paths, traces) are looked for first (``_beside``)."""
     spec = validate_scenario(data, where, line_of)
+    arrival = spec.arrival.model_dump()
+    if "path" in arrival:
+        arrival["path"] = beside(arrival["path"], folder)
+    shapes_from = spec.shapes_from.model_dump() if spec.shapes_from else {}
+    if shapes_from:
+        shapes_from["path"] = beside(shapes_from["path"], folder)
+    truth = spec.truth.model_dump()
+    truth["profile"] = _profile_beside(truth["profile"], folder)
     return Scenario(
-        name=spec.name, profile=spec.profile, serving=ServingConfig(**spec.serving.model_dump()),
-        duration_s=spec.duration_s, arrival=spec.arrival.model_dump(),
+        name=spec.name, profile=_profile_beside(spec.profile, folder),
+        serving=ServingConfig(**spec.serving.model_dump()), duration_s=spec.duration_s, arrival=arrival,
         classes={c: ClassSpec(**v.model_dump()) for c, v in spec.classes.items()},
-        mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix),
-        shapes_from=spec.shapes_from.model_dump() if spec.shapes_from else {},
-        replicas=tuple(ReplicaGroup(g.count, g.sp_degree, g.profile or "", g.name or "", g.cfg_parallel)
-                       for g in spec.replicas),
-        truth=Truth(**spec.truth.model_dump()), description=spec.description, path=where)
+        mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix), shapes_from=shapes_from,
+        replicas=tuple(ReplicaGroup(g.count, g.sp_degree, _profile_beside(g.profile or "", folder), g.name or "",
+                                    g.cfg_parallel) for g in spec.replicas),
+        truth=Truth(**truth), description=spec.description, path=where)
+
+
+def _profile_beside(profile: str, folder: str | Path | None) -> str:
+    """A profile given as a path (``my-gpu.yaml``) tried beside the scenario file first; a name
+    (``qwen-image-h200-vllm-omni``, no suffix) is always a shipped profile's."""
+    return beside(profile, folder) if Path(profile).suffix else profile
