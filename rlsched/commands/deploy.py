@@ -15,7 +15,7 @@ from rlsched import bounds
 from rlsched.argtypes import flag
 from rlsched.commands.args import add_json, check_out_file, command, report, write_atomic
 from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig
+from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig, check_budget
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
@@ -82,6 +82,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router-budget-ms", type=flag(bounds.DECISION_MS), default=2.0,
                    help="a slower routing (central: batch) decision is discarded and vLLM-Omni's round-robin "
                         "routes that request (central: every parked one)")
+    p.add_argument("--router-deadline-ms", type=flag(bounds.DECISION_MS), default=None,
+                   help="the orchestrator waits no longer for one routing (central: batch) decision; it is "
+                        f"interrupted (default {RouterConfig().deadline_ms:g}, or --router-budget-ms when higher; "
+                        ">= --router-budget-ms)")
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if central:  # late binding: the policy picks batches centrally; each replica runs them FIFO (as POLICY@central)
         make_policy(central)
         policy = "fifo"
+    check_budget(args.decision_budget_ms, args.decision_deadline_ms, "--decision-budget-ms", "--decision-deadline-ms")
+    router_deadline_ms = _router_deadline(args)
     settings = PluginConfig(
         policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
@@ -109,10 +115,6 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale,
         late_binding=bool(central))
-    if settings.decision_budget_ms > settings.decision_deadline_ms:
-        raise ConfigError("--decision-budget-ms", f"{settings.decision_budget_ms:g} exceeds --decision-deadline-ms "
-                                                  f"{settings.decision_deadline_ms:g}: a decision is cut off at the "
-                                                  "deadline, so the budget must be <= it")
     _check(settings)
     base = None
     if args.base_config:
@@ -126,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
     layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile), args.cfg_parallel)
-    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, policy=central) if router else None
+    routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, deadline_ms=router_deadline_ms,
+                           policy=central) if router else None
     wait = args.max_wait_ms if args.max_wait_ms is not None else CENTRAL_WAIT_MS if central else 0.0
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, wait, args.step_execution, base,
                         layout=layout, router=routing)
@@ -162,6 +165,8 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
              **(layout or {}), "extras": {EXTRAS_KEY: section}}
     if router is not None:
         stage["extras"][ROUTER_KEY] = {"router": router.router, "budget_ms": router.budget_ms}
+        if router.deadline_ms != RouterConfig().deadline_ms:
+            stage["extras"][ROUTER_KEY]["deadline_ms"] = router.deadline_ms
         if router.central:
             stage["extras"][ROUTER_KEY]["policy"] = router.policy or "fifo"
     doc: dict[str, Any] = {"base_config": base_config} if base_config else {}
@@ -202,6 +207,15 @@ def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any, 
     if width == 1:
         del keys["parallel_config"]
     return keys
+
+
+def _router_deadline(args: argparse.Namespace) -> float:
+    """``--router-deadline-ms``, by default the router's own deadline or ``--router-budget-ms`` when that is
+    higher (a budget is never above its deadline: ``check_budget``)."""
+    if args.router_deadline_ms is None:
+        return max(RouterConfig().deadline_ms, args.router_budget_ms)
+    check_budget(args.router_budget_ms, args.router_deadline_ms, "--router-budget-ms", "--router-deadline-ms")
+    return args.router_deadline_ms
 
 
 def _split_router(policy: str, router: str | None) -> tuple[str, str | None]:

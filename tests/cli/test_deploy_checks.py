@@ -34,6 +34,8 @@ def _deploy(tmp_path: Path, *args: str) -> int:
     (["--base-config", "list.yaml"], "expected a mapping with 'stages'"),
     (["--decision-budget-ms", "200"], "--decision-budget-ms: 200 exceeds --decision-deadline-ms 100"),
     (["--decision-budget-ms", "5", "--decision-deadline-ms", "2"], "--decision-budget-ms: 5 exceeds"),
+    (["--router", "least-work", "--router-budget-ms", "5", "--router-deadline-ms", "2"],
+     "--router-budget-ms: 5 exceeds --router-deadline-ms 2"),
 ])
 def test_deploy_refuses_what_vllm_omni_would_drop_or_cannot_read(tmp_path: Path, args: list[str], message: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,6 +47,17 @@ def test_deploy_refuses_what_vllm_omni_would_drop_or_cannot_read(tmp_path: Path,
     assert _deploy(tmp_path, *args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "deploy.yaml").exists()
+
+
+def test_a_router_budget_above_the_default_deadline_raises_the_deadline(tmp_path: Path) -> None:
+    """Issue 47: a router budget above its deadline is refused in ``extras.rlsched_router``; deploy's
+    default deadline follows a higher ``--router-budget-ms`` (the e2e tests deploy a 100 ms budget)."""
+    from rlsched.integrations.vllm_omni.config import RouterConfig
+
+    assert _deploy(tmp_path, "--router", "least-work", "--router-budget-ms", "100") == 0
+    extras = yaml.safe_load((tmp_path / "deploy.yaml").read_text())["stages"][0]["extras"]
+    assert extras["rlsched_router"] == {"router": "least-work", "budget_ms": 100.0, "deadline_ms": 100.0}
+    assert RouterConfig.from_extras(extras, {}).deadline_ms == 100.0
 
 
 def test_a_stage_of_the_base_config_is_written_with_it(tmp_path: Path) -> None:

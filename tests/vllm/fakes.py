@@ -154,12 +154,13 @@ def od(max_num_seqs: int = 4, wait_ms: float = 0.0, **kw: Any) -> SimpleNamespac
 
 
 def plugin(policy: Any, step: bool = False, max_num_seqs: int = 4, clock: Clock | None = None,
-           budget_ms: float = 1e6, deadline_ms: float = 60e3, **settings: Any) -> Any:
+           budget_ms: float | None = None, deadline_ms: float = 60e3, **settings: Any) -> Any:
     """An initialized plugin scheduler with its own metrics registry.
 
     The deadline defaults to a minute so a loaded test machine never breaks a policy by accident.
     """
     cls = RLStepScheduler if step else RLRequestScheduler
+    budget_ms = deadline_ms if budget_ms is None else budget_ms  # a budget is never above its deadline
     cfg = PluginConfig(policy=policy if isinstance(policy, str) else "fifo", decision_budget_ms=budget_ms,
                        decision_deadline_ms=deadline_ms, telemetry=False, **settings)
     sched = cls(policy, cfg, clock=clock or Clock(), metrics=PluginMetrics(CollectorRegistry()))

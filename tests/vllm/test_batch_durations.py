@@ -88,7 +88,7 @@ def test_warm_up_and_unknown_telemetry_are_not_recorded() -> None:
     """The warm-up wave stays out, as from every batch metric; without telemetry (CPU) no headroom
     sample is exported at all, not a 0 that would read as a full GPU."""
     reg = CollectorRegistry()
-    cfg = PluginConfig(policy="fifo", decision_budget_ms=1e6, decision_deadline_ms=60e3, telemetry=False)
+    cfg = PluginConfig(policy="fifo", decision_budget_ms=60e3, decision_deadline_ms=60e3, telemetry=False)
     sched = RLRequestScheduler("fifo", cfg, clock=Clock(), metrics=PluginMetrics(reg))
     sched.initialize(od(4, model="m"))
     sched.begin_warmup()

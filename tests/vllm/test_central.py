@@ -60,7 +60,7 @@ class Scripted:
 class Rig:
     """A real Orchestrator over one CentralStagePool of ``n`` fake replicas."""
 
-    def __init__(self, n: int = 2, policy: Any = "edf", seqs: int = 2, budget_ms: float = 1e6, mode: str = "request",
+    def __init__(self, n: int = 2, policy: Any = "edf", seqs: int = 2, budget_ms: float = 60_000, mode: str = "request",
                  clock: Any = None, **kw: Any) -> None:
         kw.setdefault("deadline_ms", 60_000)  # no decision times out on a loaded machine unless a test asks
         self.queues = [janus.Queue() for _ in range(3)]

@@ -39,7 +39,7 @@ class FakeExecutor(RunNothingExecutor):
 def od_config(policy: str | None = "edf", step: bool = False, **kw) -> OmniDiffusionConfig:
     # generous budgets: these tests check what the engine serves, and a loaded 2-core machine
     # must not turn a policy's decision into a timing fallback (test_overhead measures speed)
-    extras = {"extras": {"rlsched": {"policy": policy, "telemetry": False, "decision_budget_ms": 1e6,
+    extras = {"extras": {"rlsched": {"policy": policy, "telemetry": False, "decision_budget_ms": 60e3,
                                      "decision_deadline_ms": 60e3}}} if policy else {}
     return OmniDiffusionConfig(max_num_seqs=4, request_batch_max_wait_ms=0, step_execution=step,
                                distributed_executor_backend=FakeExecutor,

@@ -55,7 +55,7 @@ class CostedExecutor(RunNothingExecutor):
 
 
 def make_engine(policy: str, step: bool, publish: bool, max_num_seqs: int = 2) -> RLDiffusionEngine:
-    settings = PluginConfig(policy=policy, telemetry=False, decision_budget_ms=1e6, decision_deadline_ms=60e3,
+    settings = PluginConfig(policy=policy, telemetry=False, decision_budget_ms=60e3, decision_deadline_ms=60e3,
                             publish_state=publish)
     od = OmniDiffusionConfig(max_num_seqs=max_num_seqs, request_batch_max_wait_ms=0, step_execution=step,
                              distributed_executor_backend=CostedExecutor,

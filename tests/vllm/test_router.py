@@ -54,7 +54,7 @@ def params(size: int = 512, steps: int = 20, priority: str | None = None, slo_ms
     return OmniDiffusionSamplingParams(height=size, width=size, num_inference_steps=steps, extra_args=extra)
 
 
-def pool(n: int = 2, router: Any = "rlsched", costs: Any = BASE, budget_ms: float = 1e6, deadline_ms: float = 60_000,
+def pool(n: int = 2, router: Any = "rlsched", costs: Any = BASE, budget_ms: float = 60_000, deadline_ms: float = 60_000,
          thread: str = "auto", **kw: Any) -> RouterStagePool:
     """A router pool whose decisions meet their budget and deadline however loaded the machine is (unless asked)."""
     config = RouterConfig(budget_ms=budget_ms, deadline_ms=deadline_ms, decision_thread=thread)

@@ -49,7 +49,7 @@ class Hub:
 def distributed(n: int = 2, router: Any = "rlsched", costs: Any = BASE) -> tuple[RouterStagePool, Hub]:
     addrs = [f"tcp://r{i}" for i in range(n)]
     pool = RouterStagePool(0, [Client(a) for a in addrs], router=router, costs=costs,
-                           config=RouterConfig(budget_ms=1e6, deadline_ms=60_000),
+                           config=RouterConfig(budget_ms=60_000, deadline_ms=60_000),
                            settings=PluginConfig(profile=PROFILE),
                            clock=lambda: 0.0, metrics=RouterMetrics(CollectorRegistry()))
     hub = Hub(addrs)

@@ -47,7 +47,7 @@ class Rig:
         self.clock = Clock(0.0)
         self.replicas = [Replica() for _ in range(n)]
         self.pool = RouterStagePool(0, list(self.replicas), router=router, costs=BASE,
-                                    config=RouterConfig(budget_ms=1e6, deadline_ms=60_000, silence_s=silence_s),
+                                    config=RouterConfig(budget_ms=60_000, deadline_ms=60_000, silence_s=silence_s),
                                     settings=PluginConfig(profile=PROFILE), clock=self.clock,
                                     metrics=RouterMetrics(CollectorRegistry()))
         self.orch = Orchestrator(*(q.async_q for q in self.queues), [self.pool])

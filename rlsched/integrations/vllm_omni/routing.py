@@ -36,132 +36,21 @@ router decided), ``no_request`` (nothing to route on: the request's parameters w
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from rlsched import bounds
-from rlsched.errors import ConfigError
-from rlsched.integrations.vllm_omni.config import DECISION_THREADS
+from rlsched.integrations.vllm_omni.config import CENTRAL, ROUTER_ENV_VAR, ROUTER_KEY, RouterConfig
 from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.metrics import LATENCY_BUCKETS, UNKNOWN_MODEL, MetricSet
-from rlsched.routing.views import SILENCE_S
-from rlsched.sim.stage import CENTRAL_LEAD_S
 
-EXTRAS_KEY = "rlsched_router"
-"""The stage's ``extras`` section read here (beside the engine plugin's ``extras.rlsched``)."""
-ENV_VAR = "RLSCHED_ROUTER"
-"""A router spec for every diffusion stage whose ``extras`` name none (the API process's environment)."""
+EXTRAS_KEY, ENV_VAR = ROUTER_KEY, ROUTER_ENV_VAR
+"""The router's settings (``RouterConfig``, validated in ``config.py`` as ``extras.rlsched`` is): the stage's
+``extras`` section, and the API process's environment variable read when a stage names no router."""
 SUPPORTED_SERIES = "0.30."
 """The vLLM-Omni release series whose private ``StageRuntime`` / ``StagePool`` this patches."""
 REASONS = GUARD_REASONS + ("not_int", "out_of_range", "evicted", "no_request", "internal_error")
 STATE_REASONS = ("taken", "old", "invalid", "unrouted")
 """``rlsched_router_state_total``'s reasons: what became of a published state the pool heard."""
-CENTRAL = "central"
-"""The router spec of late binding (``POLICY@central``): ``central_pool.CentralStagePool``."""
-
-# ----------------------------------------------------------------------------- settings
-@dataclass(frozen=True)
-class RouterConfig:
-    """How a stage routes; ``extras: {rlsched_router: {...}}`` in its deploy config."""
-
-    router: str = "rlsched"
-    """Router spec of ``rlsched.routing.routers`` (``rlsched``, ``least-work``, ``random:7`` ...)."""
-    budget_ms: float = 2.0
-    """A routing decision slower than this is discarded and vLLM-Omni's round-robin routes that
-    request. It runs on the orchestrator's event loop, which serves every add/abort in turn. On the
-    2-core CPU dev machine the shipped routers took ~10 us median, ~50 us p99, over a ledger of up
-    to 400 requests on 4 replicas (Ledger + make_router, measured by hand; no bench command yet)."""
-    deadline_ms: float = 50.0
-    """The longest the orchestrator's event loop waits for one routing or central decision: past it the
-    decision is abandoned (``timeout``; vLLM-Omni's rule routes) and interrupted, so a router that loops
-    or sleeps delays the server's other adds and aborts by at most this. Kept above ``budget_ms``: a
-    decision between the two is waited for and discarded (``slow``)."""
-    decision_thread: str = "auto"
-    """Where a routing or central decision runs (as ``extras.rlsched.decision_thread``): ``engine`` on the
-    orchestrator's thread with a watchdog that interrupts Python code at the deadline; ``worker`` on a
-    worker thread waited for at most the deadline, whatever the decision does (a call blocked in C
-    included); ``auto`` the first for rlsched's own routers and policies, the second for any other."""
-    seed: int = 0
-    """Seed of the routers that draw (``random`` without its own, ``least-queue``'s ties)."""
-    policy: str = ""
-    """``router: central`` only: the central policy spec (``edf``, ``static:FILE`` ...; default ``fifo``),
-    the ``POLICY`` of a simulator ``POLICY@central`` run. It picks each batch from the central queue for
-    a replica that has nothing outstanding (``central_pool.py``)."""
-    stall_ms: float = 60_000.0
-    """``router: central`` only: a request parked longer than this (wall clock) while a replica is free is
-    sent at once by vLLM-Omni's rule with every other parked one (fallback ``stalled``): a central policy
-    that waits forever must not hold requests forever."""
-    silence_s: float = SILENCE_S
-    """A replica that published its state and is then silent this long past the later of its last message
-    and its running batch's predicted end is seen through the ledger alone (``stale``) until it publishes
-    again. Seconds of the profile, on the router's (time-scaled) clock."""
-    lead_ms: float = CENTRAL_LEAD_S * 1e3
-    """``router: central`` only, request mode: a replica whose running wave is predicted (from its published
-    state) to end within this many wall-clock milliseconds, with nothing queued there, takes its next batch
-    now, one wave ahead (``rlsched.sim.stage.takes_next_batch``): the send leaves the critical path. 0: only
-    when idle. Without a published state a replica takes a batch once nothing sent to it is unfinished."""
-
-    @property
-    def central(self) -> bool:
-        """Late binding: requests wait in a central queue and are sent when a replica frees."""
-        return self.router.split(":")[0] == CENTRAL
-
-    def __post_init__(self) -> None:
-        from rlsched.policies import make_policy
-        from rlsched.policies.base import parse_spec
-        from rlsched.routing.routers import make_router, split_view
-
-        if not isinstance(self.router, str) or not self.router:
-            raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"must be a router spec, not {self.router!r}")
-        if not isinstance(self.policy, str):
-            raise ConfigError(f"extras.{EXTRAS_KEY}.policy", f"must be a policy spec, not {self.policy!r}")
-        if self.central:
-            if self.router != CENTRAL:
-                raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"{self.router!r}: central takes no arguments "
-                                                                 "(the central policy is extras.rlsched_router.policy)")
-            make_policy(self.policy or "fifo")  # a typo or a missing checkpoint fails here, at start-up
-        elif self.policy:
-            raise ConfigError(f"extras.{EXTRAS_KEY}.policy", f"only with router: central (late binding), not "
-                                                             f"with {self.router!r}: each replica's policy is "
-                                                             "extras.rlsched.policy")
-        else:
-            if split_view(parse_spec(self.router))[1]:
-                raise ConfigError(f"extras.{EXTRAS_KEY}.router", f"{self.router!r}: view= and delay_ms= are simulator "
-                                  "options; in the engine the router always decides on its ledger and the "
-                                  "replicas' published states (view=engine)")
-            make_router(self.router)  # a typo fails here, at start-up, naming the key
-        if self.decision_thread not in DECISION_THREADS:
-            raise ConfigError(f"extras.{EXTRAS_KEY}.decision_thread",
-                              f"must be one of {', '.join(DECISION_THREADS)}, not {self.decision_thread!r}")
-        for name, bound in _BOUNDS.items():  # the one table's ranges (rlsched.bounds), as extras.rlsched's
-            bound.check(getattr(self, name), f"extras.{EXTRAS_KEY}.{name}")
-
-    @classmethod
-    def from_extras(cls, extras: Any, environ: Mapping[str, str] | None = None) -> RouterConfig | None:
-        """The stage's router settings, or None when neither ``extras`` nor ``RLSCHED_ROUTER`` asks for one."""
-        env = os.environ if environ is None else environ
-        section = extras.get(EXTRAS_KEY) if isinstance(extras, Mapping) else None
-        if section is not None and not isinstance(section, Mapping):
-            raise ConfigError(f"extras.{EXTRAS_KEY}", f"must be a mapping, not {type(section).__name__}")
-        values = dict(section or {})
-        if "router" not in values and env.get(ENV_VAR):
-            values["router"] = env[ENV_VAR]
-        if "router" not in values:
-            return None
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"extras.{EXTRAS_KEY}", f"unknown keys {unknown} (known: {sorted(known)})")
-        return cls(**values)
-
-
-_BOUNDS = {"budget_ms": bounds.DECISION_MS, "deadline_ms": bounds.DECISION_MS, "stall_ms": bounds.DECISION_MS,
-           "silence_s": bounds.DURATION_S, "lead_ms": bounds.MILLIS, "seed": bounds.SEED}
-"""``RouterConfig``'s numeric settings and their ranges (``lead_ms`` 0: a batch only once idle)."""
-
 
 # ------------------------------------------------------------------------------ metrics
 class RouterMetrics(MetricSet):

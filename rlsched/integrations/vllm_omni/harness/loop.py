@@ -99,6 +99,7 @@ def make_loop_scheduler(serving: ServingConfig, cost: CostModel, policy: str | N
         sched = StepScheduler() if serving.step_mode else RequestScheduler()
     else:
         settings = settings or PluginConfig(policy=policy, profile=cost.name, decision_budget_ms=bounds.MAX_MS,
+                                            decision_deadline_ms=bounds.MAX_MS,
                                             telemetry=False)
         cls = RLStepScheduler if serving.step_mode else RLRequestScheduler
         sched = cls(policy, settings, cost=cost, clock=clock, metrics=PluginMetrics(_registry()))
