@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from rlsched.errors import InvalidDecision, InvalidRequest
+from rlsched.sim.admission import admitted, split_oom
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator, refresh
 from rlsched.sim.request import (
@@ -94,7 +95,7 @@ class Simulator:
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF, truth: CostModel | None = None,
-                 calibrate: bool = True, retry_oom: bool | None = None) -> None:
+                 calibrate: bool = True, retry_oom: bool | None = None, memory_check: bool | None = None) -> None:
         self.cost, self.config, self.horizon_s = cost, config, horizon_s
         self.truth = truth
         """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
@@ -112,6 +113,13 @@ class Simulator:
         """Request mode: an out-of-memory batch's requests go back to the queue once (``_out_of_memory``), as
         the plugin does when it calibrates (None: when this simulator calibrates; a simulator that plays the
         GPU under a real plugin is told)."""
+        self.memory_check = truth is not None if memory_check is None else memory_check
+        """Every batch a decision starts is cut to what fits the GPU by ``cost`` (``admission.admitted``), as the
+        plugin's engine cuts it (None: when this simulator plays a deployment, a ``truth`` beside the cost
+        decisions read; without one it plays the model itself, where ``fifo`` is vLLM-Omni's memory-blind FIFO,
+        or the GPU under a real plugin, which checks)."""
+        self.memory_trims = 0
+        """Decisions whose batch the memory check cut (``memory_check``)."""
         self._version = self.calibrator.version if self.calibrator is not None else 0
         self._observing: tuple[float, float, float] | None = None
         self.step_mode = config.step_mode
@@ -142,6 +150,8 @@ class Simulator:
         self.oom_retries = 0
         """Requests an OOM sent back to the queue (``_out_of_memory``)."""
         self._oom_retried: set[int] = set()
+        self._oom_alone: set[int] = set()
+        """Requests sent back by a second OOM: each starts alone (``admission.split_oom``)."""
         self._batch_mem_gb = 0.0
         self._batch_start_s = 0.0
         self.last_batch: list[RequestRecord] = []
@@ -256,7 +266,7 @@ class Simulator:
             return
         if self.gpu_end_s != INF:
             raise InvalidDecision("the GPU is busy; decide only at a decision point")
-        batch = self._take(decision.batch)
+        batch = self._take(self._memory_checked(tuple(decision.batch)))
         self.batches += 1
         self.batch_sizes.append(len(batch))
         duration = predicted = self._duration(batch)
@@ -285,6 +295,24 @@ class Simulator:
         self.gpu_end_s = self.now + duration
         self.predicted_end_s = self.now + predicted
         self._changed()
+
+    def admitted_batch(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The batch ``apply`` starts for a decision's ``ids``: cut to what the memory check lets start
+        (``memory_check``; ``admission.admitted``). An id that is neither waiting nor running is left for
+        ``apply`` to name."""
+        if not self.memory_check or not ids:
+            return ids
+        running = {r.request.id: r for r in self.running}
+        recs = [self.waiting.get(i) or running.get(i) for i in ids]
+        if any(r is None for r in recs):
+            return ids
+        return ids[:admitted(recs, self.cost, self._oom_alone)]  # type: ignore[arg-type]
+
+    def _memory_checked(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        cut = self.admitted_batch(ids)
+        if len(cut) < len(ids):
+            self.memory_trims += 1
+        return cut
 
     def _changed(self) -> None:
         for callback in self.on_change:
@@ -403,24 +431,23 @@ class Simulator:
     def _out_of_memory(self, batch: list[RequestRecord]) -> None:
         """``batch`` failed out of memory: vLLM-Omni fails every request in it (its execution-error path).
         With a calibrator (the plugin's) the memory scale rises (``CostCalibrator.observe_oom``); with
-        ``retry_oom``, in request mode, each request the GPU can hold alone (at the cost now believed) goes
-        back to the head of the queue once, failing at a second OOM (a wave keeps nothing of a request after
-        an error). Step mode fails them: the worker keeps a request's denoise state and refuses it as a new
-        request."""
+        ``retry_oom``, in request mode, its requests go back to the head of the queue unless the batch was one
+        request's alone, and one sent back before goes alone next time (``admission.split_oom``: the rule the
+        plugin follows; a wave keeps nothing of a request after an error). Step mode fails them: the worker
+        keeps a request's denoise state and refuses it as a new request."""
         self.oom_batches += 1
         cal = self.calibrator
         if cal is not None and cal.observe_oom(batch):
             self._adopt()
-        retry = ([r for r in batch if r.request.id not in self._oom_retried and self.cost.fits([r])]
-                 if self.retry_oom and not self.step_mode else [])
-        if retry:
-            self.oom_retries += len(retry)
-            self._oom_retried.update(r.request.id for r in retry)
-            for rec in retry:
+        split = split_oom(batch, self._oom_retried, self.step_mode or not self.retry_oom)
+        if split.retry:
+            self.oom_retries += len(split.retry)
+            self._oom_retried.update(r.request.id for r in split.retry)
+            self._oom_alone.update(r.request.id for r in split.alone)
+            for rec in split.retry:
                 self.journal.append(ENQUEUED, rec)
-            self.waiting = {**{r.request.id: r for r in retry}, **self.waiting}
-        again = {id(r) for r in retry}
-        self._fail_oom([r for r in batch if id(r) not in again])
+            self.waiting = {**{r.request.id: r for r in split.retry}, **self.waiting}
+        self._fail_oom(list(split.failed))
 
     def _fail_oom(self, batch: list[RequestRecord]) -> None:
         for rec in batch:

@@ -1,8 +1,9 @@
 """Checks a policy's decision against the live queue before the plugin acts on it.
 
 A decision the engine cannot carry out as-is is rejected with a reason, and the
-plugin lets vLLM-Omni's FIFO schedule that call (``FALLBACK_REASONS`` are the
-``reason`` label values of ``rlsched_fallbacks_total``).
+plugin schedules that call by vLLM-Omni's FIFO with the memory check
+(``rlsched.sim.admission.fifo_that_fits``; ``FALLBACK_REASONS`` are the ``reason``
+label values of ``rlsched_fallbacks_total``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CHECK_REASONS = (  # what check_decision refuses
 )
 FALLBACK_REASONS = REASONS + CHECK_REASONS + (  # the guard's (exception, slow, timeout, busy, backoff), the checks'
     "cannot_fit",  # starts a request no GPU of the profile can hold while a waiting one fits
+    "memory",      # the batch does not fit the GPU by the calibrated cost: its longest prefix that does runs
     "untracked",   # the queue holds a request the plugin could not build a record for
     "internal_error",  # the plugin's own bookkeeping raised (a bug); FIFO ran instead
 )

@@ -8,13 +8,19 @@ rewrite its loop. Each call:
    and finish as it happens, and journals it as the simulator does) and asks the policy;
 2. checks the decision (``safety.check_decision``) — an exception (any, ``SystemExit``
    included), a NaN (in the decision or the network's output), an invalid batch, or a
-   decision slower than ``decision_budget_ms`` falls back to FIFO for that call:
-   ``super().schedule()`` unchanged, counted in ``fallbacks``. ``decide`` and the check
+   decision slower than ``decision_budget_ms`` falls back to vLLM-Omni's FIFO with the memory
+   check (``admission.fifo_that_fits``: its order and key rule, each request only while the batch
+   fits the GPU by the calibrated cost; O(batch)) for that call, counted in ``fallbacks``. A
+   policy's batch that does not fit is cut to its longest prefix that does (``memory``). Every
+   batch, from the policy or a fallback, passes that check, which is what keeps a request an
+   out-of-memory batch sent back (``_out_of_memory``) out of a batch the raised belief refuses.
+   A request the plugin has no record for (``untracked``), or a plugin bug
+   (``internal_error``), admits the head of the queue alone. ``decide`` and the check
    (which reads at most ``max_num_seqs + 1`` ids of the batch) run within
    ``decision_deadline_ms`` (``PluginConfig.decision_thread``): rlsched's own policies on the
    engine thread, a watchdog interrupting one that overruns (``deadline.InlineRunner``); any
    other policy on a worker thread that ``schedule()`` waits for at most the deadline, so one
-   that sleeps or loops costs one bounded wait (``deadline.DeadlineRunner``). FIFO serves
+   that sleeps or loops costs one bounded wait (``deadline.DeadlineRunner``). The fallback serves
    while a late call still runs (``busy``) and for a back-off of 1, 2, 4, … 64 calls after
    consecutive overruns (``backoff``), then the policy is reset (an interrupted decision
    may have left its structures half-updated) and serves again;
@@ -36,7 +42,7 @@ it to the outputs it sends, and sends a carrier output when a ``schedule()`` cha
 (``take_carrier``).
 
 A "wait" decision (empty batch) admits nothing new when something is running; when
-nothing runs it is overridden and FIFO admits (the engine would otherwise spin on an
+nothing runs it is overridden and the fallback admits (the engine would otherwise spin on an
 empty schedule), counted in ``waits_overridden``. Request mode keeps vLLM-Omni's
 admission wait (``request_batch_max_wait_ms``), which runs before ``schedule()``.
 """
@@ -70,6 +76,7 @@ from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.policies.base import calibrates
 from rlsched.routing.views import calibration_of
+from rlsched.sim.admission import admitted, fifo_that_fits, split_oom
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.online import CostCalibrator
 from rlsched.sim.request import RequestRecord
@@ -145,7 +152,9 @@ class _PolicyScheduling:
         self._calibration_seen = 0
         """The calibration version last logged and exported (``_calibrated``)."""
         self._oom_retried: set[str] = set()
-        """Requests an out-of-memory batch sent back to the queue (once each; ``_out_of_memory``)."""
+        """Requests an out-of-memory batch sent back to the queue (``_out_of_memory``)."""
+        self._oom_alone: set[str] = set()
+        """Requests a second out-of-memory batch sent back: each starts alone (``admission.split_oom``)."""
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
@@ -223,6 +232,7 @@ class _PolicyScheduling:
         state = super().pop_request_state(request_id)  # type: ignore[misc]
         self._order.forget(request_id)
         self._oom_retried.discard(request_id)
+        self._oom_alone.discard(request_id)
         if self.publisher is not None:
             if request_id in self._pub_listed:
                 self._pub_listed.discard(request_id)
@@ -246,9 +256,9 @@ class _PolicyScheduling:
             return super().schedule()  # type: ignore[misc]
         try:
             plan = self._plan(st)
-        except Exception:  # a plugin bug must not stop the engine
+        except Exception:  # a plugin bug must not stop the engine: the head alone (nothing checked it)
             self._fallback("internal_error")
-            plan = None
+            plan = ()
         out: DiffusionSchedulerOutput = super().schedule() if plan is None else self._run(st, plan)  # type: ignore[misc]
         try:
             st.follow(self._running)  # what vLLM-Omni's own loop admitted leaves the policy's queue
@@ -370,12 +380,13 @@ class _PolicyScheduling:
     def _out_of_memory(self, sched_output: Any, output: Any) -> Any:
         """The engine ran out of memory on this batch (its execution-error path gives each request the
         exception's text): None when it did not. Else the memory calibration learns from it
-        (``CostCalibrator.observe_oom``) and, in request mode with calibration on, each request the GPU can
-        hold alone (at the cost now believed) goes back to the head of the queue once, as a new request (a
-        wave keeps nothing of a request after an error); returns the batch without them, for vLLM-Omni to
-        fail the rest (step mode: all of them — the worker keeps a request's denoise state and refuses a
-        second new-request payload for it). Counted (``rlsched_oom_requests_total``); never raises into the
-        engine."""
+        (``CostCalibrator.observe_oom``) and, in request mode with calibration on, its requests go back to the
+        head of the queue as new requests (a wave keeps nothing of a request after an error) unless the batch
+        was one request's alone; one sent back before goes alone next time (``admission.split_oom``, the
+        simulator's rule), and every batch is cut to what the raised belief says fits (``_memory_checked``).
+        Returns the batch without them, for vLLM-Omni to fail the rest (step mode: all of them — the worker
+        keeps a request's denoise state and refuses a second new-request payload for it). Counted
+        (``rlsched_oom_requests_total``); never raises into the engine."""
         try:
             ids = [rid for rid in sched_output.scheduled_request_ids if _is_oom(output.get_request_output(rid))]
             if not ids:
@@ -385,15 +396,8 @@ class _PolicyScheduling:
             if st is not None:
                 recs, _ = self._batch_records(tuple(ids), [self._steps_done(rid) for rid in ids])
                 st.observe_oom(recs)
-                if st.calibrator is not None and not self.step_mode:
-                    fits = {st.name(r.request.id) for r in recs if st.cost.fits([r])}  # alone, at the new cost
-                    # reversed: each goes to the head, so the batch keeps its order there
-                    retry = [rid for rid in reversed(ids)
-                             if rid in fits and rid not in self._oom_retried and self._requeue(rid)]
-                    retry.reverse()
-                    for rid in retry:  # the view's head in the batch's order, as vLLM-Omni's
-                        st.note_preempted(rid)
-            self._oom_retried.update(retry)
+                if st.calibrator is not None and len(recs) == len(ids):
+                    retry = self._send_back(st, recs)
             self.metrics.oom_requests.labels(outcome="retried").inc(len(retry))
             self.metrics.oom_requests.labels(outcome="failed").inc(len(ids) - len(retry))
             _log.warning("rlsched: the engine ran out of memory on a batch of %d: %d queued again, %d failed",
@@ -409,6 +413,23 @@ class _PolicyScheduling:
         except Exception:  # vLLM-Omni fails the batch as it would without the plugin
             _log.debug("rlsched: out-of-memory handling failed", exc_info=True)
             return None
+
+    def _send_back(self, st: PluginState, recs: list[RequestRecord]) -> list[str]:
+        """The requests of an out-of-memory batch ``split_oom`` sends back, at the head of the queue in the
+        batch's order; returns their names (one vLLM-Omni keeps running fails with the batch)."""
+        names = {r.request.id: st.name(r.request.id) for r in recs}
+        retried = {iid for iid, name in names.items() if name in self._oom_retried}
+        split = split_oom(recs, retried, self.step_mode)
+        alone = {names[r.request.id] for r in split.alone}
+        # reversed: each goes to the head, so the batch keeps its order there
+        retry = [n for n in (names[r.request.id] for r in reversed(split.retry)) if self._requeue(n)]
+        retry.reverse()
+        for rid in retry:  # the view's head in the batch's order, as vLLM-Omni's
+            st.note_preempted(rid)
+            self._oom_retried.add(rid)
+            if rid in alone:
+                self._oom_alone.add(rid)
+        return retry
 
     def _requeue(self, request_id: str) -> bool:
         """``request_id`` (running) back at the head of the queue as a request not yet started: vLLM-Omni's
@@ -468,7 +489,8 @@ class _PolicyScheduling:
                                       done)
 
     def _plan(self, st: PluginState) -> tuple[int, ...] | None:
-        """The batch to run (ids; empty: admit nothing new), or None to let FIFO schedule."""
+        """The batch to run (ids; empty: admit nothing new, or the head alone when nothing runs), or None to let
+        vLLM-Omni schedule (nothing to admit). Whatever decided it, the memory check cut it (``_memory_checked``)."""
         if not self._waiting:
             return None
         if self._running and not self.step_mode:
@@ -478,11 +500,11 @@ class _PolicyScheduling:
         progress = getattr(self, "_request_progress", None) if self.step_mode else None
         if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
-            return None
+            return ()  # a request the plugin has no cost for may be at the head: it goes alone
         refused = self._guard.refusal()  # busy, backoff: no decision is counted
         if refused is not None:
             self._fallback(refused)
-            return None
+            return self._fifo_that_fits(st)
         self.decisions += 1
         self._decisions_metric.inc()
         reason, checked = self._guard.call(self._decide, st)
@@ -490,7 +512,7 @@ class _PolicyScheduling:
             reason, ids = checked
         if reason is not None:
             self._fallback(reason)
-            return None
+            return self._fifo_that_fits(st)
         if self._starts_a_misfit(st, ids):
             self._fallback("cannot_fit")
             return self._first_that_fits(st)
@@ -498,7 +520,31 @@ class _PolicyScheduling:
             self.waits_overridden += 1
             self.metrics.wait_overrides.inc()
             return self._first_that_fits(st)
-        return ids
+        return self._memory_checked(st, ids)
+
+    def _alone(self, st: PluginState) -> set[int]:
+        """The ids of the requests that must start alone (``_oom_alone``: a handful at most)."""
+        return {iid for iid in map(st.int_id, self._oom_alone) if iid is not None}
+
+    def _fifo_that_fits(self, st: PluginState) -> tuple[int, ...]:
+        """What every fallback runs: vLLM-Omni's FIFO with the memory check, on the calibrated cost
+        (``admission.fifo_that_fits``; O(batch))."""
+        running = st.running if self.step_mode else ()
+        return fifo_that_fits(st.waiting.values(), running, st.cost, self.max_num_running_reqs, self._alone(st))
+
+    def _memory_checked(self, st: PluginState, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The policy's batch cut to its longest prefix that fits the GPU by the calibrated cost, its first
+        request alone if need be (``admission.admitted``); a cut counts as a fallback (``memory``)."""
+        if not ids:
+            return ids
+        waiting = st.waiting
+        running = {r.request.id: r for r in st.running} if self.step_mode else {}
+        recs = [waiting.get(i) or running[i] for i in ids]
+        n = admitted(recs, st.cost, self._alone(st))
+        if n == len(ids):
+            return ids
+        self._fallback("memory")
+        return ids[:n]
 
     def _reset_policy(self) -> None:
         """After a decision that raised or was interrupted: a fresh policy over the same queue."""
@@ -514,15 +560,14 @@ class _PolicyScheduling:
             return False
         return any(st.cost.fits([rec]) for rec in waiting.values())
 
-    def _first_that_fits(self, st: PluginState) -> tuple[int, ...] | None:
-        """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would, but from
-        the first waiting request the GPU can hold at all (a request no GPU of the profile can
-        hold must not start ahead of ones that fit); None (plain FIFO) when the head fits or
-        none does."""
+    def _first_that_fits(self, st: PluginState) -> tuple[int, ...]:
+        """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would (with the memory check),
+        but from the first waiting request the GPU can hold at all (a request no GPU of the profile can hold
+        must not start ahead of ones that fit); from the head when it fits or none does."""
         for n, rec in enumerate(st.waiting.values()):
             if st.cost.fits([rec]):
-                return None if n == 0 else (rec.request.id,)  # the head fits: FIFO's own head run
-        return None
+                return self._fifo_that_fits(st) if n == 0 else (rec.request.id,)
+        return self._fifo_that_fits(st)
 
     def _decide(self, st: PluginState) -> tuple[str | None, tuple[int, ...]]:
         """On the decision thread: the policy's decision, checked (a slow or endless ``batch``
@@ -569,9 +614,9 @@ class _PolicyScheduling:
     def _run(self, st: PluginState, ids: tuple[int, ...]) -> DiffusionSchedulerOutput:
         try:
             cap = self._arrange(st, ids)
-        except Exception:
+        except Exception:  # the head alone: nothing checked what vLLM-Omni's FIFO would add to it
             self._fallback("internal_error")
-            return super().schedule()  # type: ignore[misc, no-any-return]
+            ids, cap = (), max(1, len(self._running))
         saved = self.max_num_running_reqs
         self.max_num_running_reqs = cap
         try:

@@ -220,7 +220,8 @@ def _complete(scheduler: Any, out: Any, sim: Simulator, oom: bool) -> None:
 
 
 class Recorder:
-    """Wraps a policy and records every batch it starts (step mode: one per step)."""
+    """Wraps a policy and records every batch it starts (step mode: one per step), as the simulator's memory
+    check cuts it (``Simulator.admitted_batch``)."""
 
     def __init__(self, policy: Any) -> None:
         self.policy, self.name = policy, getattr(policy, "name", "policy")
@@ -232,7 +233,7 @@ class Recorder:
     def decide(self, state: Any) -> Decision:
         decision = self.policy.decide(state)
         if decision.batch:
-            self.batches.append(tuple(sorted(decision.batch)))
+            self.batches.append(tuple(sorted(state.admitted_batch(tuple(decision.batch)))))
         return decision
 
 
