@@ -174,6 +174,18 @@ MAX_TRACE_BYTES = 1 << 30
 """Largest trace file read (it is read whole; 1 GiB is ~500 bytes a row at the row bound)."""
 REPLY_MB = floats(0, 2**20, low_open=True)
 
+# ------------------------------------------------------------------ a replica's published state
+MAX_STATE_SEQ = 2**63 - 1
+STATE_SEQ = ints(0, MAX_STATE_SEQ)
+"""A published state's ``seq`` and its calibration's ``version`` (``rlsched.routing.views``): a signed 64-bit
+count, 292,000 years of a million states a second; a ``seq`` of 10**30 locked its replica out of the router."""
+MAX_STATE_REMAINING_S = 86_400.0
+STATE_REMAINING_S = floats(0, MAX_STATE_REMAINING_S)
+"""A running batch's predicted time left, as published: at most a day (a replica publishes no more,
+``replica_state``); a ``remaining_s`` of 1e300 kept its replica from ever being stale."""
+STATE_STEPS_DONE = ints(0, MAX_STEPS)
+"""A published request's denoise steps done."""
+
 # ------------------------------------------------------------------ cost profiles
 MAX_STEP_S = 3600.0
 STEP_S = floats(0, MAX_STEP_S)

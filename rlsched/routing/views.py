@@ -16,9 +16,12 @@ changes)::
     {"v": 1, "seq": 17, "remaining_s": 3.2, "running": [["req-a", 12], ["req-b", 0]], "finished": ["req-c"],
      "preempted": [["req-d", 30]]}
 
-``seq`` increases with every state the replica takes (a stale one, arriving late, is ignored);
-``remaining_s`` is the running batch's predicted time left when the message was built, on the plugin's
-(time-scaled) clock, so no clock is shared between processes; ``running`` the running requests with
+``seq`` increases with every state the replica takes (a stale one, arriving late, is ignored; one that
+goes back to 0, or a second sequence counting up below the first, is a restarted replica: its view is
+re-synchronised on it); ``remaining_s`` is the running batch's predicted time left when the message was
+built, on the plugin's (time-scaled) clock, so no clock is shared between processes; every number lies in
+the table of bounds (``rlsched.bounds``: ``STATE_SEQ``, ``STATE_REMAINING_S``, ``STATE_STEPS_DONE``), or
+the state is refused as invalid; ``running`` the running requests with
 their denoise steps done; ``finished`` those that ended since the previous state, ``preempted`` those
 that left the running batch unfinished since then (step mode), with their steps done; ``cal`` (only once the
 replica's online calibration has moved, ``rlsched.sim.online``) its version and per model its ``[time,
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from rlsched import bounds
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import HIGH, LOW, ROOM_HIGH, refresh
 from rlsched.sim.request import Request, RequestRecord
@@ -112,10 +116,8 @@ class ReplicaState:
         if raw.get("v") != STATE_VERSION:
             raise StateError(f"state.v: version {STATE_VERSION} expected, not {raw.get('v')!r}")
         seq, remaining = raw.get("seq"), raw.get("remaining_s")
-        if type(seq) is not int or seq < 0:
-            raise StateError(f"state.seq: an integer >= 0 expected, not {seq!r}")
-        if isinstance(remaining, bool) or not isinstance(remaining, (int, float)) or not 0 <= remaining < INF:
-            raise StateError(f"state.remaining_s: a finite number >= 0 expected, not {remaining!r}")
+        _bounded(seq, bounds.STATE_SEQ, "state.seq")
+        _bounded(remaining, bounds.STATE_REMAINING_S, "state.remaining_s")
         running = tuple(_pairs(raw.get("running", ()), "state.running"))
         finished = tuple(_ids(raw.get("finished", ()), "state.finished"))
         preempted = tuple(_pairs(raw.get("preempted", ()), "state.preempted"))
@@ -133,8 +135,7 @@ def _calibration(raw: Any) -> Calibration:
     if not isinstance(raw, Mapping):
         raise StateError(f"state.cal: a mapping expected, not {type(raw).__name__}")
     version, scales = raw.get("version"), raw.get("scales", {})
-    if type(version) is not int or version < 0:
-        raise StateError(f"state.cal.version: an integer >= 0 expected, not {version!r:.80}")
+    _bounded(version, bounds.STATE_SEQ, "state.cal.version")
     if not isinstance(scales, Mapping) or len(scales) > MAX_CALIBRATED_MODELS:
         raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
     out = []
@@ -170,15 +171,22 @@ def _pairs(value: Any, where: str) -> Iterable[tuple[str, int]]:
             raise StateError(f"{where}: [request id, steps done] expected, not {entry!r:.80}")
         rid, done = entry
         next(iter(_ids([rid], where)))
-        if type(done) is not int or done < 0:
-            raise StateError(f"{where}: steps done must be an integer >= 0, not {done!r}")
+        _bounded(done, bounds.STATE_STEPS_DONE, f"{where}: steps done")
         yield rid, done
+
+
+def _bounded(value: Any, bound: bounds.Bound, where: str) -> None:
+    """``value`` is a number of ``bound``'s kind (an int for an integer bound, never a bool) in its range."""
+    kind = int if bound.integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not bound.holds(value):
+        raise StateError(f"{where}: {bound.describe()} expected, not {value!r:.80}")
 
 
 def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int]], finished: Iterable[Any] = (),
                   preempted: Iterable[tuple[Any, int]] = (), calibration: Calibration | None = None) -> dict[str, Any]:
     """The wire form of a replica's state (module docstring); ids are sent as strings."""
-    state = {"v": STATE_VERSION, "seq": seq, "remaining_s": max(float(remaining_s), 0.0),
+    remaining_s = min(max(float(remaining_s), 0.0), bounds.MAX_STATE_REMAINING_S)  # the bound a router reads
+    state = {"v": STATE_VERSION, "seq": seq, "remaining_s": remaining_s,
              "running": [[str(rid), int(done)] for rid, done in running], "finished": [str(r) for r in finished],
              "preempted": [[str(rid), int(done)] for rid, done in preempted]}
     if calibration is not None:
@@ -218,6 +226,10 @@ class LedgerReplica:
         self._added_s = -INF
         """When the last request was bound here (the view's clock)."""
         self._seq = -1
+        self._behind = -1
+        """The seq of the last state heard below ``_seq`` (-1: none since the last one taken)."""
+        self.resyncs = 0
+        """States taken below ``_seq``: the replica restarted and counts again (``publish``)."""
         self.fallback: str | None = "missing"
         """Why the view is the ledger alone (``FALLBACK_REASONS``), None while a published state holds."""
 
@@ -276,9 +288,9 @@ class LedgerReplica:
     def publish(self, state: ReplicaState, now: float, iid_of: Callable[[str], int | None]) -> bool:
         """Take a published state heard at ``now`` (``iid_of`` maps a vLLM id to this view's id, None for a
         request it does not follow); False when it is older than one already taken (ignored)."""
-        if state.seq <= self._seq:
+        if state.seq <= self._seq and not self._restarted(state.seq):
             return False
-        self._seq, self._heard_s, self.fallback = state.seq, now, None
+        self._seq, self._behind, self._heard_s, self.fallback = state.seq, -1, now, None
         if state.calibration is not None and state.calibration[0] != self.calibration_version:
             self._calibrate(*state.calibration)
         for rid in state.finished:
@@ -302,6 +314,17 @@ class LedgerReplica:
             cfg = self.config
             self._step_s = self.cost.batch_step_time(running) + cfg.engine_overhead_ms / 1e3
         return True
+
+    def _restarted(self, seq: int) -> bool:
+        """A state at or below the last one taken is a late one (ignored), unless the replica restarted and
+        counts again: its first state (0), or a second state below ``_seq`` newer than the first. Without
+        this a replica that restarts is ignored until its count passes its old one (forever, after a
+        hostile 10**18)."""
+        behind, self._behind = self._behind, max(self._behind, seq) if seq < self._seq else self._behind
+        if seq < self._seq and (seq == 0 or seq > behind >= 0):
+            self.resyncs += 1
+            return True
+        return False
 
     def _calibrate(self, version: int, scales: tuple[tuple[str, float, float, float], ...]) -> None:
         """The replica's calibration ``version``: the ledger's work and predicted ends re-costed on it (models

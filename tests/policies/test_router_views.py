@@ -112,6 +112,14 @@ def good() -> dict:
     (lambda d: d.update(cal={"version": 1, "scales": {"m": [1.0, 1e9, 1.0]}}), "state.cal.scales"),
     (lambda d: d.update(cal={"version": 1, "scales": {str(i): [1, 1, 1] for i in range(65)}}),
      "a mapping of at most 64 models expected"),
+    # issue 47: every number bounded (rlsched.bounds)
+    (lambda d: d.update(seq=10**30), "state.seq: an integer >= 0 and <= 9223372036854775807 expected"),
+    (lambda d: d.update(seq=2.0), "state.seq"),
+    (lambda d: d.update(remaining_s=1e300), "state.remaining_s: a finite number >= 0 and <= 86400 expected"),
+    (lambda d: d.update(remaining_s=True), "state.remaining_s"),
+    (lambda d: d.update(running=[["a", 10**30]]), "state.running: steps done"),
+    (lambda d: d.update(preempted=[["c", 10**9]]), "state.preempted: steps done"),
+    (lambda d: d.update(cal={"version": 10**30}), "state.cal.version"),
 ])
 def test_a_malformed_state_is_refused_naming_its_field(mutate, field: str) -> None:
     raw = good()
@@ -142,6 +150,39 @@ def test_a_state_moves_requests_to_running_and_an_older_one_is_ignored() -> None
     assert led.publish(0, replica_state(3, 0.0, [], ["a"]), now=15.0) is None
     assert not view.running and sorted(view.waiting) == [2, 3] and led.outstanding(0) == 2
     assert led.publish(5, good(), now=15.0) == "unrouted"
+
+
+def test_a_hostile_seq_or_remaining_time_no_longer_locks_a_replica_out() -> None:
+    """Issue 47: a ``seq`` of 10**30 was taken, and every later state was "old" for good; a ``remaining_s``
+    of 1e300 kept the view from ever going stale. Both are refused now (invalid), and the next good state
+    is taken; the engine itself never publishes past the bound (``replica_state`` caps it)."""
+    led = ledger(silence_s=2.0)
+    view = led.views[0]
+    assert led.publish(0, {**replica_state(1, 5.0, [("a", 0)]), "seq": 10**30}, now=0.0) == "invalid"
+    assert led.publish(0, replica_state(2, 5.0, [("a", 0)]), now=1.0) is None and len(view.running) == 1
+    assert led.publish(0, {**replica_state(3, 5.0, [("a", 0)]), "remaining_s": 1e300}, now=2.0) == "invalid"
+    assert replica_state(4, 1e300, [])["remaining_s"] == 86_400.0
+
+
+def test_a_replica_whose_sequence_goes_backwards_is_resynchronised() -> None:
+    """Issue 47: a restarted replica counts from 0 again; every state below the last one taken was
+    ignored ("old") until its count passed the old one. Its first state (0), or a second state below the
+    old count that is newer than the first, re-synchronises the view; a single late state is still
+    ignored, and so are repeats of the state taken."""
+    led = ledger()
+    view = led.views[0]
+    assert led.publish(0, replica_state(500, 5.0, [("a", 0)]), now=0.0) is None
+    assert led.publish(0, replica_state(500, 5.0, [("a", 0)]), now=0.5) == "old"  # a repeat
+    assert led.publish(0, replica_state(0, 5.0, [("b", 0)]), now=1.0) is None  # restarted: its first state
+    assert [r.request.id for r in view.running] == [1] and view.resyncs == 1
+    assert led.publish(0, replica_state(1, 5.0, [("b", 0), ("c", 0)]), now=2.0) is None
+    assert led.publish(0, replica_state(900, 5.0, [("c", 0)]), now=3.0) is None
+    assert led.publish(0, replica_state(7, 5.0, [("c", 0), ("d", 0)]), now=4.0) == "old"  # late, or a restart at 7
+    assert led.publish(0, replica_state(8, 5.0, [("c", 0), ("d", 0)]), now=5.0) is None  # counting up: a restart
+    assert [r.request.id for r in view.running] == [2, 3] and view.resyncs == 2
+    assert led.publish(0, replica_state(9, 5.0, [("c", 0)]), now=6.0) is None
+    assert led.publish(0, replica_state(8, 5.0, []), now=7.0) == "old"  # one late state: ignored
+    assert led.publish(0, replica_state(10, 5.0, [("c", 0)]), now=8.0) is None and view.resyncs == 2
 
 
 def test_a_published_calibration_re_costs_the_ledger_and_a_new_version_only_once() -> None:
