@@ -11,7 +11,7 @@ from pathlib import Path
 from rlsched import bounds
 from rlsched.argtypes import flag, int_list
 from rlsched.commands.args import check_out_dir, command, existing_outputs, print_json, write_atomic
-from rlsched.errors import ConfigError
+from rlsched.errors import CheckpointError, ConfigError
 from rlsched.parallel import add_parallel_args
 
 PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = sc.gpus if args.gpus is None else args.gpus
     cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees", bounds.CFG_PARALLEL)
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    deployable(args.policy, routers)
     total = (len(layouts(gpus, load_profile(profile), cfg_degrees)) + len(routers)) * len(loads) \
         * (len(seeds) + len(check))
     earlier = existing_outputs(out, PLAN_FILES)
@@ -147,3 +148,22 @@ class _bar:
     def __exit__(self, *exc: object) -> None:
         if not self.quiet:
             self._progress.stop()
+
+
+def deployable(spec: str, routers: list[str]) -> None:
+    """Every router the deploy line may name (``--routers``, else ``--policy``'s own) is one ``rlsched
+    deploy`` serves: its ``extras.rlsched_router`` builds (``RouterConfig``, deploy's own rule). Neither a
+    simulator view (``view=replica``, ``view=ledger``, ``delay_ms=``) nor a teacher that simulates the
+    replicas (``lookahead``, ``hindsight``) runs in vLLM-Omni: plan recommended them and wrote a line
+    deploy refused."""
+    from rlsched.integrations.vllm_omni.config import CENTRAL, RouterConfig
+    from rlsched.routing.routers import split_pair
+
+    policy, own = split_pair(spec)
+    for router in routers or [own]:
+        try:
+            RouterConfig(router=router, policy=policy if router == CENTRAL else "")
+        except (ConfigError, CheckpointError) as exc:
+            raise ConfigError("--routers" if routers else "--policy",
+                              f"{router!r}: rlsched deploy cannot serve this router ({exc}); plan compares only "
+                              "routers it can deploy (compare any router in the simulator with rlsched eval)") from None
