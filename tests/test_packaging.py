@@ -75,3 +75,12 @@ def test_deploy_docs_list_every_core_dependency() -> None:
 def test_every_test_runs_under_a_per_test_limit(pytestconfig: pytest.Config) -> None:
     assert pytestconfig.pluginmanager.hasplugin("timeout")
     assert 0 < float(pytestconfig.getini("timeout")) <= 300
+
+
+@pytest.mark.slow
+def test_wheel_registers_its_envs_with_gymnasium(installed: Path, tmp_path: Path) -> None:
+    """``gym.make("rlsched/DiTBatch-v0")`` without importing rlsched: the wheel's ``rlsched-gymnasium.pth``
+    (Gymnasium 1.x reads no entry points; issue 48)."""
+    _run([_uv(), "pip", "install", "-q", "--python", str(installed / "python"), "gymnasium>=1.0"], tmp_path)
+    code = "import gymnasium as gym; print(gym.make('rlsched/DiTBatch-v0').reset(seed=0)[1]['scenario'])"
+    assert _run([str(installed / "python"), "-c", code], tmp_path).stdout.strip() == "default"

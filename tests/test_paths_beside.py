@@ -101,7 +101,8 @@ def test_recipe_scenarios_and_tuned_files_beside_it(shop: Path, tmp_path: Path,
     folder = shop.parent
     shutil.copy(TUNED, folder / "tuned.json")
     (folder / "pick.yaml").write_text("name: p\nscenarios: [shop.yaml, default]\nstatic: tuned.json\n")
-    (folder / "knob.yaml").write_text("kind: knob\nenv: {scenarios: [shop.yaml]}\nppo: {init_action_from: [tuned.json]}\n")
+    (folder / "knob.yaml").write_text("kind: knob\nenv: {scenarios: [shop.yaml]}\n"
+                                      "ppo: {init_action_from: [tuned.json]}\n")
     (folder / "router.yaml").write_text("kind: router\npools: [shop.yaml]\nstatic: {shop.yaml: tuned.json}\n"
                                         "durations: {shop.yaml: 600}\n")
     monkeypatch.chdir(tmp_path / "elsewhere")
