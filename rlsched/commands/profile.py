@@ -1,6 +1,7 @@
-"""``rlsched profile fit|measure|predict|calibrate``: cost profiles from measurements, measurements from this
-device, what a profile predicts for one request (on one GPU or with sequence parallelism), and a profile with
-the plugin's online calibration applied."""
+"""``rlsched profile fit|measure|predict|derive|calibrate``: cost profiles from measurements, measurements from
+this device, what a profile predicts for one request (on one GPU or with sequence parallelism), a profile
+derived from a DiT's configs and a GPU's datasheet alone, and a profile with the plugin's online calibration
+applied."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rlsched.errors import ConfigError
 
 
 @command("profile", "Fit a cost profile to a measurement set, measure a diffusers transformer on this device,"
+                    " derive a profile for any DiT on any GPU without measurements,"
                     " or predict a request's latency and memory from a profile.")
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
@@ -58,6 +60,23 @@ def add_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--model", help="model of the profile (default: its only model)")
     q.add_argument("--json", action="store_true", help="print a JSON object (latency_s, peak_gb_per_gpu, ...)")
     q.set_defaults(handler=run_predict)
+    d = sub.add_parser("derive", help="a profile for any DiT on any GPU from its diffusers configs and the GPU's "
+                                      "datasheet, without measurements (a prior for online calibration)",
+                       formatter_class=HelpFormatter)
+    d.add_argument("--model", help="a diffusers model folder (model_index.json, transformer/config.json; text "
+                                   "encoder and VAE configs when present) or a shipped architecture (--list-models)")
+    gpu = d.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", help="a GPU as NVML names it ('NVIDIA L40S') or a short name (--list-gpus)")
+    gpu.add_argument("--gpu-spec", help="any other GPU by its numbers: tflops=DENSE_BF16,bandwidth_gbs=N,memory_gb=N"
+                                        "[,link_gbs=N]")
+    d.add_argument("--compile", action="store_true", help="the stack torch.compiles the DiT")
+    d.add_argument("--cfg", choices=("sequential", "batched"), default="sequential",
+                   help="how the stack runs classifier-free guidance (vLLM-Omni: two sequential forwards)")
+    d.add_argument("--name", help="the profile's name (default: MODEL-GPU-derived)")
+    d.add_argument("--out", type=Path, help="write the profile YAML here (default: print it)")
+    d.add_argument("--list-models", action="store_true", help="list the shipped architectures and exit")
+    d.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with sources, and exit")
+    d.set_defaults(handler=run_derive)
     c = sub.add_parser("calibrate", help="a profile with the plugin's online calibration applied, written out as "
                                          "a profile file with its provenance (docs/calibration.md)",
                        formatter_class=HelpFormatter)
@@ -113,6 +132,39 @@ def _residual_table(rows: list[dict], name: str) -> None:
                   str(r["cfg"]).lower(), r["parallel"], r["stack"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}",
                   f"{r['error']:+.1%}")
     Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200).print(t)
+
+
+def run_derive(args: argparse.Namespace) -> int:
+    from rlsched.profiling.architecture import list_models, read_architecture
+    from rlsched.profiling.derive import Stack, derive_profile, load_efficiencies, render_derived
+    from rlsched.profiling.gpus import GPUS, find_gpu, parse_gpu_spec
+
+    if args.list_models:
+        for name in list_models():
+            arch = read_architecture(name)
+            print(f"{name:18s} {arch.pipeline:26s} {arch.modality:5s} DiT {arch.transformer.params / 1e9:5.1f}B")
+        return 0
+    if args.list_gpus:
+        print(f"{'gpu':11s} {'TFLOPS':>7s} {'GB/s':>6s} {'GB':>4s} {'link':>5s}  source")
+        for g in GPUS:
+            print(f"{g.name:11s} {g.tflops:7g} {g.bandwidth_gbs:6g} {g.memory_gb:4g} {g.link_gbs:5g}  {g.source}")
+        return 0
+    if not args.model or not (args.gpu or args.gpu_spec):
+        raise ConfigError("--model/--gpu", "derive needs --model and --gpu (or --gpu-spec); see --list-models, "
+                                           "--list-gpus")
+    if args.out:
+        check_out_file(args.out, "--out")
+    gpu = find_gpu(args.gpu) if args.gpu else parse_gpu_spec(args.gpu_spec)
+    arch = read_architecture(args.model)
+    profile = derive_profile(arch, gpu, load_efficiencies(), Stack(compile=args.compile, cfg=args.cfg), args.name)
+    text = render_derived(profile, f"rlsched profile derive --model {args.model} --gpu "
+                                   f"{args.gpu or repr(args.gpu_spec)}{' --compile' if args.compile else ''}")
+    if args.out:
+        write_atomic(args.out, text, "--out")
+        print(f"rlsched: wrote {args.out} ({profile['name']}: {arch.name} on {gpu.name}, derived)", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

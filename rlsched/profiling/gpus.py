@@ -1,0 +1,118 @@
+"""The GPUs diffusion is served on, by their numbers: dense BF16 throughput, memory bandwidth, memory, link.
+
+``rlsched profile derive --gpu G`` takes a name as NVML reports it (``NVIDIA L40S``, ``NVIDIA H100 80GB
+HBM3``), a short name (``--list-gpus``), or, for any other GPU, its numbers (``--gpu-spec
+tflops=…,bandwidth_gbs=…,memory_gb=…[,link_gbs=…]``). Each figure is the vendor's datasheet number
+(dense, no sparsity; BF16 tensor throughput with FP32 accumulate where the datasheet separates them),
+and each entry names its datasheet. ``link_gbs`` is the per-GPU bandwidth sequence parallelism's
+collectives use: NVLink / Infinity Fabric where the board has it, PCIe otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from rlsched.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One GPU model's throughput, bandwidth and memory."""
+
+    name: str
+    """Short name (the profile's ``gpu.name``)."""
+    tflops: float
+    """Dense BF16 tensor TFLOP/s."""
+    bandwidth_gbs: float
+    """Memory bandwidth, GB/s."""
+    memory_gb: float
+    link_gbs: float
+    """Per-GPU bandwidth of the interconnect sequence parallelism uses, GB/s (one direction)."""
+    source: str
+    nvml: tuple[str, ...] = ()
+    """Names NVML reports for it (matched case- and space-insensitively)."""
+
+
+GPUS: tuple[GPU, ...] = (
+    GPU("A100", 312, 2039, 80, 300, "NVIDIA A100 datasheet (SXM4 80GB: 312 TFLOPS BF16 dense, 2,039 GB/s, "
+        "NVLink 600 GB/s bidirectional)", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")),
+    GPU("A100-40GB", 312, 1555, 40, 300, "NVIDIA A100 datasheet (40GB: 312 TFLOPS BF16 dense, 1,555 GB/s)",
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+    GPU("A800", 312, 2039, 80, 200, "NVIDIA A800 datasheet (SXM4 80GB: 312 TFLOPS BF16 dense, 2,039 GB/s, "
+        "NVLink 400 GB/s bidirectional)", ("NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe")),
+    GPU("H100", 989, 3350, 80, 450, "NVIDIA H100 datasheet (SXM5: 989 TFLOPS BF16 dense, 3.35 TB/s, NVLink "
+        "900 GB/s bidirectional)", ("NVIDIA H100 80GB HBM3", "NVIDIA H100")),
+    GPU("H100-PCIe", 756, 2000, 80, 64, "NVIDIA H100 datasheet (PCIe: 756 TFLOPS BF16 dense, 2 TB/s, PCIe Gen5 "
+        "128 GB/s bidirectional)", ("NVIDIA H100 PCIe",)),
+    GPU("H100-NVL", 835, 3900, 94, 300, "NVIDIA H100 datasheet (NVL: 835 TFLOPS BF16 dense, 3.9 TB/s, 94 GB, "
+        "NVLink bridge 600 GB/s)", ("NVIDIA H100 NVL",)),
+    GPU("H800", 989, 3350, 80, 200, "NVIDIA H800 datasheet (SXM5: 989 TFLOPS BF16 dense, 3.35 TB/s, NVLink "
+        "400 GB/s bidirectional)", ("NVIDIA H800", "NVIDIA H800 80GB HBM3")),
+    GPU("H200", 989, 4800, 141, 450, "NVIDIA H200 datasheet (SXM: 989 TFLOPS BF16 dense, 4.8 TB/s, 141 GB, "
+        "NVLink 900 GB/s bidirectional)", ("NVIDIA H200", "NVIDIA H200 NVL")),
+    GPU("H20", 148, 4000, 96, 450, "NVIDIA HGX H20 product brief (148 TFLOPS BF16 dense, 4.0 TB/s, 96 GB, "
+        "NVLink 900 GB/s)", ("NVIDIA H20",)),
+    GPU("B200", 2250, 8000, 180, 900, "NVIDIA DGX B200 / HGX B200 datasheet (2.25 PFLOPS BF16 dense per GPU, "
+        "8 TB/s, 180 GB usable, NVLink 5 1.8 TB/s bidirectional)", ("NVIDIA B200",)),
+    GPU("L40S", 362, 864, 48, 32, "NVIDIA L40S datasheet (362 TFLOPS BF16 dense, 864 GB/s, 48 GB, PCIe Gen4 x16 "
+        "64 GB/s bidirectional, no NVLink)", ("NVIDIA L40S",)),
+    GPU("L40", 181, 864, 48, 32, "NVIDIA L40 datasheet (181 TFLOPS BF16 dense, 864 GB/s, 48 GB, PCIe Gen4)",
+        ("NVIDIA L40",)),
+    GPU("L20", 119.5, 864, 48, 32, "NVIDIA L20 product brief (119.5 TFLOPS FP16/BF16 dense, 864 GB/s, 48 GB, "
+        "PCIe Gen4)", ("NVIDIA L20",)),
+    GPU("L4", 121, 300, 24, 32, "NVIDIA L4 datasheet (121 TFLOPS BF16 dense, 300 GB/s, 24 GB, PCIe Gen4)",
+        ("NVIDIA L4",)),
+    GPU("A10G", 70, 600, 24, 32, "AWS EC2 G5 (A10G: 70 TFLOPS FP16/BF16 dense tensor, 600 GB/s, 24 GB, PCIe Gen4)",
+        ("NVIDIA A10G",)),
+    GPU("A10", 125, 600, 24, 32, "NVIDIA A10 datasheet (125 TFLOPS BF16 dense, 600 GB/s, 24 GB, PCIe Gen4)",
+        ("NVIDIA A10",)),
+    GPU("RTX4090", 165.2, 1008, 24, 32, "NVIDIA Ada GPU architecture whitepaper (RTX 4090: 165.2 TFLOPS BF16 dense "
+        "with FP32 accumulate, 1,008 GB/s, 24 GB, PCIe Gen4)", ("NVIDIA GeForce RTX 4090",)),
+    GPU("RTX6000Ada", 364.2, 960, 48, 32, "NVIDIA RTX 6000 Ada datasheet (364.2 TFLOPS BF16 dense, 960 GB/s, 48 GB, "
+        "PCIe Gen4)", ("NVIDIA RTX 6000 Ada Generation",)),
+    GPU("MI300X", 1307.4, 5300, 192, 448, "AMD Instinct MI300X datasheet (1,307.4 TFLOPS BF16 dense, 5.3 TB/s, "
+        "192 GB, Infinity Fabric 896 GB/s aggregate peer bandwidth)", ("AMD Instinct MI300X",)),
+)
+"""The GPUs ``--list-gpus`` shows; ``find_gpu`` looks a name up among them."""
+
+SPEC_KEYS = ("tflops", "bandwidth_gbs", "memory_gb", "link_gbs")
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def find_gpu(name: str) -> GPU:
+    """The table's GPU for a short name (``L40S``, ``h100``) or an NVML name (``NVIDIA H100 80GB HBM3``)."""
+    key = _key(name)
+    for gpu in GPUS:
+        if key in {_key(gpu.name), *(_key(n) for n in gpu.nvml)}:
+            return gpu
+    raise ConfigError("--gpu", f"{name!r} is not a GPU rlsched knows ({', '.join(g.name for g in GPUS)}); give its "
+                               "numbers instead: --gpu-spec tflops=...,bandwidth_gbs=...,memory_gb=...")
+
+
+def parse_gpu_spec(text: str, name: str = "custom") -> GPU:
+    """A GPU from ``tflops=…,bandwidth_gbs=…,memory_gb=…[,link_gbs=…]`` (link default: PCIe Gen4, 32 GB/s)."""
+    values: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SPEC_KEYS:
+            raise ConfigError("--gpu-spec", f"{item.strip()!r} is not KEY=NUMBER with KEY one of {SPEC_KEYS}")
+        if key in values:
+            raise ConfigError("--gpu-spec", f"{key} given twice")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"--gpu-spec {key}", f"not a number: {raw.strip()!r}") from None
+        if not math.isfinite(value) or value <= 0 or value > 1e6:
+            raise ConfigError(f"--gpu-spec {key}", f"must be a number in (0, 1e6], not {raw.strip()!r}")
+        values[key] = value
+    missing = [k for k in SPEC_KEYS[:3] if k not in values]
+    if missing:
+        raise ConfigError("--gpu-spec", f"missing {missing} (tflops=...,bandwidth_gbs=...,memory_gb=...)")
+    return GPU(name, values["tflops"], values["bandwidth_gbs"], values["memory_gb"], values.get("link_gbs", 32.0),
+               f"--gpu-spec {text}")

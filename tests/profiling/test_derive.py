@@ -1,0 +1,166 @@
+"""``rlsched profile derive``: a profile from a DiT's configs and a GPU's datasheet (issue 46)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlsched.errors import ConfigError
+from rlsched.profiling.architecture import ARCH_DIR, list_models, read_architecture
+from rlsched.profiling.derive import (
+    EFFICIENCY_FILE,
+    Stack,
+    derived_cost,
+    fit_efficiencies,
+    load_efficiencies,
+    render_efficiencies,
+    shipped_points,
+)
+from rlsched.profiling.gpus import GPUS, find_gpu, parse_gpu_spec
+from rlsched.sim.cost import load_profile
+from rlsched.sim.request import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rlsched(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlsched", *args], capture_output=True, text=True, check=check,
+                          timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("model,shipped", [("flux1-dev", "flux1-dev-h100"), ("qwen-image", "qwen-image-h200"),
+                                           ("wan2.1-t2v-14b", "wan21-t2v-14b-h100"),
+                                           ("hunyuanvideo", "hunyuanvideo-h100")])
+def test_flops_from_the_configs_equal_the_shipped_profiles_counts(model: str, shipped: str) -> None:
+    arch, m = read_architecture(model), load_profile(shipped).model(model)
+    assert arch.linear_gflop_per_token == pytest.approx(m.linear_gflop_per_token, rel=2e-3)
+    assert arch.attn_flop_per_token2 == pytest.approx(m.attn_flop_per_token2, rel=1e-6)
+    assert arch.patch_px == m.patch_px
+
+
+@pytest.mark.parametrize("model,billions", [("flux1-dev", 11.9), ("qwen-image", 20.4), ("wan2.1-t2v-14b", 14.0),
+                                            ("wan2.1-t2v-1.3b", 1.4), ("sd3.5-large", 8.1), ("wan2.2-ti2v-5b", 5.0)])
+def test_dit_parameters_match_the_published_sizes(model: str, billions: float) -> None:
+    assert read_architecture(model).transformer.params / 1e9 == pytest.approx(billions, rel=0.05)
+
+
+def test_the_shipped_efficiencies_are_the_fit_on_every_shipped_set() -> None:
+    points = shipped_points()
+    assert EFFICIENCY_FILE.read_text() == render_efficiencies(fit_efficiencies(points), len(points))
+
+
+def test_the_leave_one_pair_out_table_in_the_docs_is_this_run() -> None:
+    """Regenerates docs/derive.md's table (every pair derived with its own rows left out) and compares."""
+    res = subprocess.run([sys.executable, "scripts/derive_score.py", "--check"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+
+
+def test_leave_one_pair_out_meets_the_latency_median_and_never_under_estimates_memory_past_10_percent() -> None:
+    from rlsched.profiling.derive import score_leave_one_out, summary
+
+    s = summary(score_leave_one_out())
+    assert s["latency_points"] >= 30 and s["memory_points"] >= 5
+    assert s["median_abs_error"] <= 0.20
+    assert s["worst_memory_under"] <= 0.10
+
+
+def test_gpu_by_nvml_name_short_name_and_numbers() -> None:
+    assert find_gpu("NVIDIA H100 80GB HBM3").name == "H100"
+    assert find_gpu("nvidia l40s").name == "L40S" and find_gpu("NVIDIA GeForce RTX 4090").name == "RTX4090"
+    for short in ("A100", "A800", "H100", "H800", "H200", "H20", "B200", "L40S", "L20", "L4", "A10G", "RTX4090",
+                  "MI300X"):
+        assert find_gpu(short).source
+    g = parse_gpu_spec("tflops=200,bandwidth_gbs=1000,memory_gb=48")
+    assert (g.tflops, g.bandwidth_gbs, g.memory_gb, g.link_gbs) == (200, 1000, 48, 32)
+    assert len({g.name for g in GPUS}) == len(GPUS)
+
+
+@pytest.mark.parametrize("spec,names", [("tflops=1,bandwidth_gbs=2", "memory_gb"),
+                                        ("tflops=x,bandwidth_gbs=1,memory_gb=1", "tflops"),
+                                        ("tflops=0,bandwidth_gbs=1,memory_gb=1", "tflops"),
+                                        ("tflops=1,tflops=2,bandwidth_gbs=1,memory_gb=1", "twice"),
+                                        ("flops=1", "flops=1")])
+def test_a_bad_gpu_spec_names_its_key(spec: str, names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        parse_gpu_spec(spec)
+
+
+def test_an_unknown_gpu_points_to_gpu_spec() -> None:
+    with pytest.raises(ConfigError, match="--gpu-spec"):
+        find_gpu("NVIDIA Voodoo 5")
+
+
+def test_a_derived_profile_loads_and_scales_with_the_gpu() -> None:
+    arch, eff = read_architecture("flux1-dev"), load_efficiencies()
+    req = Request(0, 0.0, "flux1-dev", "image", 1024, 1024, 1, 28, False, "batch", 1e9)
+    h100, l40s = derived_cost(arch, find_gpu("H100"), eff), derived_cost(arch, find_gpu("L40S"), eff)
+    assert 1.5 < l40s.standalone_s(req) / h100.standalone_s(req) < 4.0  # 362 vs 989 TFLOPS, 864 vs 3350 GB/s
+    assert l40s.fits([l40s.record(req)])  # FLUX.1-dev at 1024x1024 fits a 48 GB L40S
+    assert derived_cost(arch, find_gpu("H100"), eff, Stack(compile=True)).standalone_s(req) < h100.standalone_s(req)
+
+
+def test_every_shipped_architecture_derives_on_every_gpu_with_room_for_its_weights() -> None:
+    eff = load_efficiencies()
+    for name in list_models():
+        arch = read_architecture(name)
+        for gpu in GPUS:
+            if arch.params * 2 / 1e9 * 1.5 < gpu.memory_gb:
+                derived_cost(arch, gpu, eff)
+
+
+def test_a_diffusers_folder_without_text_encoder_and_vae_configs_uses_the_pipelines_defaults(tmp_path: Path) -> None:
+    folder = tmp_path / "my-flux"
+    (folder / "transformer").mkdir(parents=True)
+    shutil.copy(ARCH_DIR / "flux1-dev" / "model_index.json", folder)
+    shutil.copy(ARCH_DIR / "flux1-dev" / "transformer" / "config.json", folder / "transformer")
+    arch = read_architecture(folder)
+    assert arch.name == "my-flux"
+    assert arch.linear_gflop_per_token == read_architecture("flux1-dev").linear_gflop_per_token
+    assert any("default" in s for s in arch.sources)
+
+
+def test_unreadable_architectures_are_refused_by_name(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    with pytest.raises(ConfigError, match="transformer/config.json"):
+        read_architecture(folder)
+    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": "UNet2DConditionModel"}))
+    with pytest.raises(ConfigError, match="UNet2DConditionModel"):
+        read_architecture(folder)
+    (folder / "transformer" / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        read_architecture(folder)
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
+    with pytest.raises(ConfigError, match="StableDiffusionPipeline"):
+        read_architecture(folder)
+    with pytest.raises(ConfigError, match="neither"):
+        read_architecture("no-such-model")
+
+
+def test_cli_derive_writes_a_profile_simulate_and_predict_read(tmp_path: Path) -> None:
+    out = tmp_path / "flux-l40s.yaml"
+    res = rlsched("profile", "derive", "--model", "flux1-dev", "--gpu", "NVIDIA L40S", "--out", str(out), cwd=tmp_path)
+    assert "derived" in res.stderr and out.read_text().startswith("# flux1-dev on L40S: DERIVED")
+    cost = load_profile(out)
+    assert cost.gpu == "L40S" and cost.gpu_memory_gb == 48
+    pred = rlsched("profile", "predict", str(out), "--height", "1024", "--width", "1024", "--steps", "28", "--json")
+    assert json.loads(pred.stdout)["latency_s"] > 0
+
+
+def test_cli_derive_lists_and_refuses_cleanly(tmp_path: Path) -> None:
+    assert "flux1-dev" in rlsched("profile", "derive", "--list-models").stdout
+    assert "MI300X" in rlsched("profile", "derive", "--list-gpus").stdout
+    res = rlsched("profile", "derive", "--model", "flux1-dev", check=False)
+    assert res.returncode == 2 and "--gpu" in res.stderr and "Traceback" not in res.stderr
+    res = rlsched("profile", "derive", "--model", str(tmp_path), "--gpu", "H100", check=False)
+    assert res.returncode == 2 and "model_index.json" in res.stderr and "Traceback" not in res.stderr
+    spec = rlsched("profile", "derive", "--model", "wan2.1-t2v-1.3b", "--gpu-spec",
+                   "tflops=100,bandwidth_gbs=500,memory_gb=24")
+    assert "name: wan2.1-t2v-1.3b-custom-derived" in spec.stdout
