@@ -59,6 +59,10 @@ EXTRA_OF = {"torch": "rl", "gymnasium": "rl", "stable_baselines3": "rl", "sb3_co
 install (``pip install rlsched``) asked for ``train`` says what to install, not an import traceback."""
 
 
+INTERRUPTED = 130
+"""The exit status of a command stopped by Ctrl-C: the shell's own (128 + SIGINT)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -72,6 +76,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"rlsched: error: {MissingExtra(f'rlsched {args.command}', top, EXTRA_OF[top])}", file=sys.stderr)
         return 2
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        # every output is written whole or not at all (rlsched.atomic), so one line says it all
+        print(f"rlsched: interrupted: rlsched {args.command} stopped; each file it wrote is whole, the rest "
+              "were not written", file=sys.stderr)
+        return INTERRUPTED
+
+
+def interrupted(exc: BaseException | None) -> bool:
+    """Ctrl-C: a ``KeyboardInterrupt``, also one that landed inside a lock's release or a library's
+    handler, which then raised something else while handling it (CPython's ``RuntimeError: cannot
+    release un-acquired lock``)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__context__
+    return False
 
 
 if __name__ == "__main__":
