@@ -252,7 +252,10 @@ def test_the_last_replica_dying_fails_the_parked_requests() -> None:
 @pytest.mark.parametrize("bad, reason", [(ValueError("boom"), "exception"), (KeyboardInterrupt(), "exception"),
                                          (SystemExit(3), "exception"), (Decision(batch=(99,)), "unknown_id"),
                                          (Decision(batch=(0, 1, 2)), "too_large")])
-def test_a_failing_central_policy_sends_the_queue_by_vllm_omnis_rule(bad: Any, reason: str) -> None:
+def test_a_failing_central_policy_gives_the_replica_fifo_with_the_memory_check(bad: Any, reason: str) -> None:
+    """The replica whose decision failed gets vLLM-Omni's FIFO batch from the head of the central queue (what
+    fits it), each request counted; the next replica's decision is the policy's again. Caught (issue 47):
+    every parked request flushed by round-robin to replicas that run memory-blind FIFO."""
     async def go() -> None:
         rig = Rig(2, Scripted(Decision(), Decision(), bad), seqs=2)  # both replicas wait for "a", then bad
         await rig.add("a")
@@ -261,15 +264,43 @@ def test_a_failing_central_policy_sends_the_queue_by_vllm_omnis_rule(bad: Any, r
             await rig.add(rid)
         await rig.settle()
         assert sorted(rig.sent()) == ["a", "b", "c"] and not rig.pool.parked()
-        assert rig.pool.router_fallbacks == {reason: 3} and rig.metric("rlsched_router_fallbacks_total",
-                                                                         reason=reason) == 3
-        assert rig.sent() == {"a": 0, "b": 1, "c": 0}  # vLLM-Omni's round-robin
+        assert rig.pool.router_fallbacks == {reason: 2} and rig.metric("rlsched_router_fallbacks_total",
+                                                                         reason=reason) == 2
+        assert rig.pool.central_log == [(0, ("a", "b")), (1, ("c",))]  # FIFO with the memory check, then the policy
         for rid in ("a", "b", "c"):
             await rig.finish(rid)
         await rig.add("d")  # the central policy is asked again (FIFO from here)
         await rig.settle()
-        assert rig.pool.central_log == [(0, ("d",))] and rig.pool.router_fallbacks == {reason: 3}
+        assert rig.pool.central_log[-1] == (0, ("d",)) and rig.pool.router_fallbacks == {reason: 2}
     run(go())
+
+
+def test_the_central_fallback_sends_a_replica_only_what_fits_its_gpu() -> None:
+    """Two large images that fit the GPU one at a time: a central policy that fails gives each replica one,
+    not both to one replica. Caught: the fallback's batch unchecked against the replica's memory."""
+    async def go() -> None:
+        big = _largest_that_fits_alone()
+        rig = Rig(2, Scripted(Decision(), Decision(), ValueError("boom")), seqs=4)
+        await rig.add("a", size=big)
+        await rig.settle()
+        await rig.add("b", size=big)
+        await rig.settle()
+        assert rig.pool.central_log == [(0, ("a",)), (1, ("b",))] and rig.sent() == {"a": 0, "b": 1}
+    run(go())
+
+
+def _largest_that_fits_alone() -> int:
+    """A square image size (multiple of 64) one of which fits ``BASE``'s GPU and two of which do not, as the
+    central views cost ``Rig.add``'s requests."""
+    from rlsched.integrations.vllm_omni.state import make_request
+
+    def rec(size: int) -> Any:
+        sp = OmniDiffusionSamplingParams(height=size, width=size, num_inference_steps=20,
+                                         extra_args={"priority": "batch"})
+        return BASE.record(make_request(0, 0.0, sp, PluginConfig(profile=PROFILE), BASE))
+    sizes = [s for s in range(512, 8192, 64) if BASE.fits([rec(s)]) and not BASE.fits([rec(s), rec(s)])]
+    assert sizes, "the profile has no such size"
+    return sizes[0]
 
 
 def test_an_overrunning_central_policy_backs_off() -> None:
@@ -278,8 +309,8 @@ def test_an_overrunning_central_policy_backs_off() -> None:
         for rid in ("a", "b", "c"):
             await rig.add(rid)
             await rig.settle()
-        # a: asked, too slow, sent by round-robin; b: skipped (backoff 1); c: asked again, too slow
-        assert rig.sent() == {"a": 0, "b": 1, "c": 2}
+        # a: asked, too slow, FIFO with the memory check; b: not parked (backoff 1), round-robin; c: asked again
+        assert sorted(rig.sent()) == ["a", "b", "c"]
         assert rig.pool.router_fallbacks == {"slow": 2, "backoff": 1}
     run(go())
 

@@ -32,15 +32,20 @@ vLLM-Omni's ``_handle_dead_replica`` fails every request of the stage, parked on
 carry ``stage_submit_ts[0]``). At shutdown the requests still parked are failed (an ``ErrorMessage``
 each) and logged.
 
+A central decision that is not used — the guarded decision's reasons, shared with the engine's scheduler
+and the router (``guard.py``: ``exception``, ``slow``, past ``budget_ms``, ``timeout``, past ``deadline_ms``,
+when the orchestrator's loop stops waiting; ``busy`` / ``backoff``, while a timed-out decision still runs or
+after an overrun: 1, 2, 4 ... 64 decisions), or the decision check's (``safety.CHECK_REASONS``: a batch a
+replica cannot run, e.g. ``unknown_id``, ``too_large``) — gives that replica vLLM-Omni's FIFO with the memory
+check instead (``rlsched.sim.admission.fifo_that_fits`` on the replica's calibrated cost: O(batch)), each
+request counted in ``rlsched_router_fallbacks_total``; the replica's own scheduler checks its memory again
+(``scheduler.py``), so a replica never starts a batch its own belief refuses, whoever sent it.
+
 Sent at once by vLLM-Omni's own rule (round-robin), counted in ``rlsched_router_fallbacks_total``:
-the guarded decision's reasons, shared with the engine's scheduler and the router (``guard.py``:
-``exception``, ``slow``, past ``budget_ms``, ``timeout``, past ``deadline_ms``, when the orchestrator's loop
-stops waiting; every parked request is sent), ``busy`` / ``backoff`` (new requests while a timed-out
-decision still runs, or after an overrun: 1, 2, 4 ... 64), the decision check's (``safety.CHECK_REASONS``:
-a batch a replica cannot run, e.g. ``unknown_id``, ``too_large``; every parked request is sent),
-``cannot_fit`` (a request no live replica's GPU can hold: never parked), ``stalled`` (see ``stall_ms``),
-``streaming`` (a resumable request: its updates need its replica), ``no_orchestrator`` (no way to fail
-a request sent later; or an orchestrator that reads the replica id ``submit_initial`` returns),
+``busy`` / ``backoff`` for new requests (not parked while the guard refuses), ``cannot_fit`` (a request
+no live replica's GPU can hold: never parked), ``stalled`` (see ``stall_ms``), ``streaming`` (a resumable
+request: its updates need its replica), ``no_orchestrator`` (no way to fail a request sent later; or an
+orchestrator that reads the replica id ``submit_initial`` returns),
 ``distributed`` (a hub attached: ``pick`` and vLLM-Omni's load balancer route, not followed here).
 A CFG companion follows its parent: sent at once to the parent's replica, or parked with a parked
 parent and sent right after it.
@@ -65,6 +70,7 @@ from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
 from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking, make_request
 from rlsched.policies import make_policy
+from rlsched.sim.admission import fifo_that_fits
 from rlsched.sim.request import COMPLETED, Request
 from rlsched.sim.stage import next_batch_s, takes_next_batch
 
@@ -388,8 +394,6 @@ class CentralStagePool(LedgerStagePool):
             if not self._free(slot):
                 continue
             batch = self._decide(slot, woken)
-            if batch is None:  # the policy failed: every parked request was flushed
-                break
             if batch:
                 plans.append((slot, batch))
         return plans
@@ -421,8 +425,9 @@ class CentralStagePool(LedgerStagePool):
             self._adopted[slot] = view.calibration_version
             self._views[k].adopt_cost(view.cost)
 
-    def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]] | None:
-        """The central policy's batch for ``slot`` (bound, out of the queue); [] to wait; None when it failed."""
+    def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]]:
+        """The central policy's batch for ``slot`` (bound, out of the queue), or the fallback's when its decision
+        is not used (``_fifo_that_fits``); [] to wait."""
         k = self._kind_of[slot]
         view, policy = self._views[k], self._policies[k]
         if k not in woken:
@@ -432,9 +437,7 @@ class CentralStagePool(LedgerStagePool):
         if reason is None:
             (reason, ids), decision = checked
         if reason is not None:
-            _log.warning("rlsched central (stage %s): the central policy's decision was not used (%s): every parked "
-                         "request is sent by vLLM-Omni's rule", self.stage_id, reason)
-            return self._failed(reason)
+            return self._fifo_that_fits(slot, view, reason)
         if not ids:
             wait = getattr(decision, "wait_until", None)
             if wait is not None and wait > view.now:
@@ -463,8 +466,17 @@ class CentralStagePool(LedgerStagePool):
         self._follow(rid, slot, entry)
         self._log_choice(rid, slot, how, entry)
 
-    def _failed(self, reason: str) -> None:
-        self._flush(reason)  # the guard resets the policies before their next call where one raised or overran
+    def _fifo_that_fits(self, slot: int, view: PluginState, reason: str) -> list[tuple[str, Parked]]:
+        """The central policy's decision was not used (``reason``; the guard resets the policies before their
+        next call where one raised or overran): ``slot`` gets vLLM-Omni's FIFO with the memory check instead,
+        from the head of the queue as that replica's (calibrated) cost sees it (``admission.fifo_that_fits``:
+        O(batch)), each request counted."""
+        ids = fifo_that_fits(view.waiting.values(), (), view.cost, view.config.max_num_seqs)
+        _log.debug("rlsched central (stage %s): the central policy's decision was not used (%s): replica %s gets "
+                   "%d requests by FIFO with the memory check", self.stage_id, reason, slot, len(ids))
+        for _ in ids:
+            self._fallback(reason)
+        return self._take(slot, [view.name(i) for i in ids])
 
     def _flush(self, reason: str) -> None:
         """Every parked request to be sent at once by vLLM-Omni's rule (``_send_flushed``), counted."""
