@@ -11,8 +11,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, StrictBool, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PlainValidator,
+    StrictBool,
+    ValidationError,
+    field_validator,
+)
 
+from rlsched import bounds
 from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError
@@ -43,6 +53,33 @@ def _finite_number(value: Any) -> Any:
     return value
 
 
+def rate_scales(value: tuple[float, ...]) -> tuple[float, ...]:
+    """Rate scales a preset runs at: at least one, each in ``bounds.SCALE`` (a negative rate ran minutes of
+    labelling before the simulator refused it)."""
+    if not value or not all(bounds.SCALE.holds(v) for v in value):
+        raise ValueError(f"must list rate scales, each {bounds.SCALE.describe()}, not {list(value)}")
+    return value
+
+
+def load_range(value: tuple[float, float]) -> tuple[float, float]:
+    """A load range ``[low, high]``: rate scales with ``low <= high`` (a reversed one was drawn from, or
+    failed, only once the work had started)."""
+    if rate_scales(value)[0] > value[1]:
+        raise ValueError(f"must be [low, high] with low <= high, not {list(value)}")
+    return value
+
+
+def read_preset(path: str | Path) -> dict[str, Any]:
+    """A preset's parsed YAML: a mapping of fields (empty: every default); a list or a scalar is refused
+    naming the file (``.get`` on it was an ``AttributeError`` traceback)."""
+    data = read_yaml(Path(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), f"a preset is a mapping of fields (name: value), not a {type(data).__name__}")
+    return data
+
+
 Float = Annotated[float, PlainValidator(_finite_number)]
 """A finite number, kept as written (7200 stays an int): the preset is recorded in the checkpoint's
 content hash, so validating it must not turn 7200 into 7200.0 (the shipped knob policy's hash would change)."""
@@ -56,7 +93,7 @@ class EnvConfig(Strict):
 
     scenarios: tuple[str, ...] = ("default",)
     """Scenarios sampled per episode (one policy serves them all)."""
-    rate_scale_range: tuple[Float, Float] = (0.5, 1.5)
+    rate_scale_range: Annotated[tuple[Float, Float], AfterValidator(load_range)] = (0.5, 1.5)
     """Load sampled uniformly per episode."""
     episode_s: Float | None = None
     """Arrival window per episode in simulated seconds (None: the env's default)."""
@@ -120,7 +157,7 @@ class AgentConfig(Strict):
     """Steps between eval/ points (policy and baselines on the validation seeds)."""
     eval_seeds: tuple[Int, ...] = (900, 901)
     """Validation seeds for curves during training: not training seeds, not evaluation seeds."""
-    eval_rate_scale: Float = 1.0
+    eval_rate_scale: Annotated[Float, AfterValidator(lambda v: rate_scales((v,))[0])] = 1.0
     eval_baselines: tuple[str, ...] = ("fifo", "edf")
     eval_duration_s: Float | None = 7200.0
 
@@ -137,13 +174,26 @@ class AgentConfig(Strict):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
 
+    def check_inputs(self, where: str) -> None:
+        """Every scenario, tuned file and baseline this run reads, read before any work (``recipe.check_inputs``)."""
+        from rlsched.agents.recipe import check_inputs
+        from rlsched.policies import make_policy
+
+        check_inputs(where, {"env.scenarios": self.env.scenarios},
+                     {f"ppo.init_action_from[{i}]": f for i, f in enumerate(self.ppo.init_action_from)})
+        for name in self.eval_baselines:
+            try:
+                make_policy(name)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: eval_baselines", str(exc)) from None
+
 
 def load_agent_config(path: str | Path, **overrides: Any) -> AgentConfig:
     """Load ``agents/NAME.yaml`` (or a path); ``overrides`` replace top-level fields."""
     p = Path(path)
     p = AGENTS_DIR / f"{path}.yaml" if not p.suffix else shipped_path(p)  # agents/x.yaml from any folder
     input_file(p, "agent preset", str(path))
-    data = preset_paths_beside(read_yaml(p) or {}, p.parent)
+    data = preset_paths_beside(read_preset(p), p.parent)
     return agent_config_from_dict(data, str(p), **overrides)
 
 

@@ -27,7 +27,15 @@ import numpy as np
 from pydantic import Field
 
 from rlsched.agents import recipe
-from rlsched.agents.recipe import ImitationConfig, MaskablePPOConfig, Strict, ValidationConfig, load_config
+from rlsched.agents.recipe import (
+    ImitationConfig,
+    LoadRange,
+    MaskablePPOConfig,
+    Strict,
+    ValidationConfig,
+    check_inputs,
+    load_config,
+)
 from rlsched.atomic import write_atomic
 from rlsched.evaluation.seeds import TRAIN_SEEDS
 
@@ -50,7 +58,7 @@ class PickConfig(Strict):
     """Request-mode scenarios (step mode runs the heuristic's proposal)."""
     static: str = "agents/tuned/{scenario}.json"
     """The strengthened heuristic per scenario (proposal, rollouts, shadow)."""
-    rate_scale: tuple[float, float] = (0.5, 1.5)
+    rate_scale: LoadRange = (0.5, 1.5)
     labels: LabelConfig = LabelConfig()
     imitation: ImitationConfig = ImitationConfig()
     ppo: MaskablePPOConfig = MaskablePPOConfig()
@@ -59,6 +67,11 @@ class PickConfig(Strict):
     ray: str | None = None
     """Ray cluster for labels and validation (``rlsched.parallel``); None: ``workers`` local processes."""
     seed: int = 0
+
+    def check_inputs(self, where: str) -> None:
+        """Every scenario and each scenario's tuned file (``static``), read before any work."""
+        check_inputs(where, {"scenarios": self.scenarios},
+                     {f"static ({sc})": self.static.format(scenario=sc) for sc in self.scenarios})
 
 
 def load_pick_config(path: str | Path, **overrides: Any) -> PickConfig:

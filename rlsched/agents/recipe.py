@@ -24,18 +24,18 @@ import importlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
-from rlsched.agents.config import validated
+from rlsched import bounds
+from rlsched.agents.config import load_range, rate_scales, read_preset, validated
 from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import VALIDATION_SEEDS
 from rlsched.sim.schema import Strict
-from rlsched.sim.yamlio import read_yaml
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -43,7 +43,7 @@ M = TypeVar("M", bound=BaseModel)
 def load_config(model: type[M], path: str | Path, **overrides: Any) -> M:
     """A recipe preset (YAML) as ``model``, with ``overrides`` that are not None; an invalid
     field is a ``ConfigError`` naming the file and the field."""
-    data = preset_paths_beside(read_yaml(Path(path)) or {}, Path(path).parent)
+    data = preset_paths_beside(read_preset(path), Path(path).parent)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return validated(model, data, str(path))
 
@@ -67,11 +67,36 @@ def with_timesteps(cfg: BaseModel, timesteps: int) -> Any:
 
 def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The config loader and ``learn`` of the recipe a preset declares by ``kind`` (none: ``pick``)."""
-    kind = (read_yaml(Path(path)) or {}).get("kind", "pick")
+    kind = read_preset(path).get("kind", "pick")
     if kind not in RECIPES:
         raise ConfigError(f"{path}: kind", f"{kind!r} is not a recipe (one of {', '.join(RECIPES)})")
     load, learn = (getattr(importlib.import_module(m), f) for m, f in (e.split(":") for e in RECIPES[kind]))
     return load, learn
+
+
+def check_inputs(where: str, scenarios: dict[str, Sequence[str]], tuned: dict[str, str]) -> None:
+    """Every scenario (``scenarios``: field -> names) and tuned action file (``tuned``: field -> path) a
+    recipe will read, read now: a typo or a missing file fails before any work, naming the preset and the
+    field, not after minutes or hours of labelling."""
+    from rlsched.policies.static import load_static
+    from rlsched.sim import load_scenario
+
+    for field, names in scenarios.items():
+        for name in names:
+            _named(f"{where}: {field}", load_scenario, name)
+    for field, path in tuned.items():
+        _named(f"{where}: {field}", load_static, path)
+
+
+def _named(where: str, read: Callable[[str], Any], name: str) -> None:
+    try:
+        read(name)
+    except ConfigError as exc:
+        raise ConfigError(where, str(exc)) from None
+
+
+LoadRange = Annotated[tuple[float, float], AfterValidator(load_range)]
+"""A load range ``[low, high]`` of rate scales (``rlsched.bounds.SCALE``), ``low <= high``."""
 
 
 # ------------------------------------------------------------------ config blocks
@@ -83,6 +108,14 @@ class ImitationConfig(Strict):
     """Proposal margins (class-weighted requests) tried on the validation seeds; the best is kept."""
     dagger_margin: float = Field(default=1.0, ge=0)
     """Margin of the policy that visits the states of a DAgger round."""
+
+    @field_validator("margins")
+    @classmethod
+    def _some_margins(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        """``margins: []`` chose among no stage, after every label had been made."""
+        if not value or not all(bounds.MILLIS.holds(m) for m in value):  # finite, >= 0 (class-weighted requests)
+            raise ValueError(f"must list at least one margin, each a finite number >= 0, not {list(value)}")
+        return value
 
 
 class MaskablePPOConfig(Strict):
@@ -101,11 +134,24 @@ class MaskablePPOConfig(Strict):
     window_s: tuple[float, float] = (1200.0, 2400.0)
     burn_in_s: float = Field(default=300.0, ge=0)
 
+    @field_validator("window_s")
+    @classmethod
+    def _a_window(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not (all(bounds.DURATION_S.holds(v) for v in value) and value[0] <= value[1]):
+            raise ValueError(f"must be [low, high] seconds, each {bounds.DURATION_S.describe()}, low <= high, "
+                             f"not {list(value)}")
+        return value
+
 
 class ValidationConfig(Strict):
     seeds: tuple[int, ...] = tuple(VALIDATION_SEEDS[:10])
     rate_scales: tuple[float, ...] = (0.5, 1.0, 1.5)
     duration_s: float = Field(default=7200.0, gt=0)
+
+    @field_validator("rate_scales")
+    @classmethod
+    def _rate_scales(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        return rate_scales(value)
 
     @field_validator("seeds")
     @classmethod
@@ -388,7 +434,7 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path, shadow: st
     plt.close(fig)
 
 
-__all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "MaskablePPOConfig", "Strict", "ValidationConfig",
-           "choose_stage", "imitation_rounds", "initial_net", "load_config", "maskable_ppo", "paired_differences",
-           "recipe_config", "recipe_of", "recorded", "select_stage", "start", "summarize_differences", "weights_digest",
-           "with_margin"]
+__all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "LoadRange", "MaskablePPOConfig", "Strict",
+           "ValidationConfig", "check_inputs", "choose_stage", "imitation_rounds", "initial_net", "load_config",
+           "maskable_ppo", "paired_differences", "recipe_config", "recipe_of", "recorded", "select_stage", "start",
+           "summarize_differences", "weights_digest", "with_margin"]

@@ -35,7 +35,15 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from rlsched.agents import recipe
-from rlsched.agents.recipe import ImitationConfig, MaskablePPOConfig, Strict, ValidationConfig, load_config
+from rlsched.agents.recipe import (
+    ImitationConfig,
+    LoadRange,
+    MaskablePPOConfig,
+    Strict,
+    ValidationConfig,
+    check_inputs,
+    load_config,
+)
 from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
@@ -71,7 +79,7 @@ class LearnedRouterConfig(Strict):
     """Pool -> tuned action file of its replica policy (``static``), the one it is evaluated with."""
     durations: dict[str, float] = Field(default_factory=dict)
     """Pool -> arrival window (s) for labels and validation where the default is too sparse (traces)."""
-    rate_scale: tuple[float, float] = (0.5, 1.5)
+    rate_scale: LoadRange = (0.5, 1.5)
     labels: RouteLabelConfig = RouteLabelConfig()
     imitation: RouteImitationConfig = RouteImitationConfig()
     ppo: MaskablePPOConfig = MaskablePPOConfig(timesteps=60_000)
@@ -88,6 +96,10 @@ class LearnedRouterConfig(Strict):
         if missing:
             raise ValueError(f"no replica policy for pool(s) {', '.join(missing)}")
         return v
+
+    def check_inputs(self, where: str) -> None:
+        """Every pool and each pool's tuned replica policy (``static``), read before any work."""
+        check_inputs(where, {"pools": self.pools}, {f"static.{pool}": path for pool, path in self.static.items()})
 
 
 def load_router_config(path: str | Path, **overrides: Any) -> LearnedRouterConfig:

@@ -103,6 +103,7 @@ def run_learn(args: argparse.Namespace) -> int:
     cfg = load(args.agent, workers=args.workers, ray=args.ray)
     if args.timesteps is not None:
         cfg = with_timesteps(cfg, args.timesteps)
+    cfg.check_inputs(str(args.agent))  # every scenario and file the recipe reads, before any work
     result = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
     summary = {"chosen": result["chosen"], "validation": result["validation"], "total_s": result["total_s"],
                "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb"}

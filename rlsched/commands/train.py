@@ -39,6 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.scenario:
         overrides["scenarios"] = args.scenario.split(",")
     cfg = load_agent_config(args.agent, **overrides)  # step counts checked: agent.timesteps ...
+    cfg.check_inputs(str(args.agent))  # every scenario, tuned file and baseline, before any work
     check_out_dir(args.run_dir, "--run-dir")
     last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
     report(args, {"checkpoint": str(last), "tensorboard": f"{args.run_dir}/tb"},
