@@ -11,9 +11,10 @@ import yaml
 
 from rlsched.cli import main
 
-PICK = yaml.safe_load(Path("agents/pick.yaml").read_text())
-ROUTER = yaml.safe_load(Path("agents/router.yaml").read_text())
-KNOB = yaml.safe_load(Path("agents/ppo.yaml").read_text())
+AGENTS = Path(__file__).resolve().parents[2] / "agents"
+PICK = yaml.safe_load((AGENTS / "pick.yaml").read_text())
+ROUTER = yaml.safe_load((AGENTS / "router.yaml").read_text())
+KNOB = yaml.safe_load((AGENTS / "ppo.yaml").read_text())
 
 
 def _with(base: dict, path: str, value: object) -> dict:
@@ -69,6 +70,6 @@ def test_a_bad_recipe_field_is_refused_before_any_work(tmp_path: Path, capsys: p
 
 
 def test_the_shipped_presets_pass_the_checks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    for preset in ("agents/pick.yaml", "agents/router.yaml", "agents/ppo.yaml"):
+    for preset in ("pick.yaml", "router.yaml", "ppo.yaml"):
         with pytest.raises(AssertionError, match="started its work"):
-            main(["learn", "--agent", preset, "--run-dir", str(tmp_path / "run"), "--json"])
+            main(["learn", "--agent", str(AGENTS / preset), "--run-dir", str(tmp_path / "run"), "--json"])
