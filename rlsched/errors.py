@@ -37,7 +37,7 @@ class ConfigError(RlschedError, ValueError):
     """A scenario, profile or agent file is malformed."""
 
     def __init__(self, where: str, why: str) -> None:
-        self.where = where
+        self.where, self.why = where, why
         super().__init__(f"{where}: {why}")
 
 

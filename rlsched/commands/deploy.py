@@ -16,12 +16,14 @@ from rlsched.argtypes import flag
 from rlsched.commands.args import add_json, check_out_file, command, report, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig, check_budget
+from rlsched.integrations.vllm_omni.profiles import nvml_name, stage_profile
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
 from rlsched.policies.base import portable_spec
+from rlsched.profiling.derive import AUTO
 from rlsched.routing.routers import split_pair
-from rlsched.sim.cost import load_profile, portable_profile
+from rlsched.sim.cost import CostModel, portable_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 
 ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
@@ -36,7 +38,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True,
                    help="policy spec: fifo, edf, sjf, seed-*, static:FILE, rl:PATH, pick:PATH[;static=FILE]")
     p.add_argument("--profile", default="qwen-image-h200-vllm-omni",
-                   help="cost profile (envs/profiles/NAME.yaml) or path")
+                   help="cost profile (envs/profiles/NAME.yaml) or path; auto: derived by the plugin at start-up from "
+                        "the served model and the GPU (--gpu, else NVML; docs/derive.md)")
+    p.add_argument("--gpu", default="",
+                   help="with --profile auto: the GPU to derive for, a name (L40S) or tflops=...,bandwidth_gbs=...,"
+                        "memory_gb=... (default: the name NVML reports on the serving machine)")
+    p.add_argument("--served-model", default="",
+                   help="with --profile auto: the model folder `vllm serve` will serve, to derive and check the "
+                        "profile here as the plugin will")
     p.add_argument("--model", default="", help="model entry of the profile (default: its first)")
     p.add_argument("--out", default="deploy.yaml", help="where to write the deploy config")
     p.add_argument("--stage-id", type=flag(bounds.STAGE_ID), default=0,
@@ -101,7 +110,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--out", f"folder {out.parent} does not exist")
     check_out_file(out, "--out")
     policy, router = _split_router(portable_spec(args.policy), args.router)
-    args.profile = portable_profile(args.profile)  # the server may start in another folder
+    if args.profile != AUTO:
+        args.profile = portable_profile(args.profile)  # the server may start in another folder
+    elif not args.served_model:
+        raise ConfigError("--served-model", "--profile auto derives the profile of the served model: name its "
+                                            "folder so that deploy can check what the plugin will derive")
+    elif args.gpu == "" and nvml_name(PluginConfig()) is None:
+        raise ConfigError("--gpu", "--profile auto: NVML reports no GPU here; name the serving GPU (--gpu L40S, "
+                                   "or --gpu tflops=...,bandwidth_gbs=...,memory_gb=...)")
     central = policy if router == CENTRAL else ""
     if central:  # late binding: the policy picks batches centrally; each replica runs them FIFO (as POLICY@central)
         make_policy(central)
@@ -114,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
         decision_deadline_ms=args.decision_deadline_ms, decision_thread=args.decision_thread,
         metrics_port=args.metrics_port,
         metrics_ports=args.replicas if args.metrics_port else 1, time_scale=args.time_scale,
-        late_binding=bool(central))
-    _check(settings)
+        late_binding=bool(central), gpu=args.gpu)
+    cost = _check(settings, args.served_model)
     base = None
     if args.base_config:
         base, stages = resolve_base_config(args.base_config, out)
@@ -127,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stage-id", f"{args.stage_id} without --base-config: a generic diffusion model has "
                                         "the one stage 0, and for a pipeline only its deploy YAML says which stages "
                                         "exist (a stage it lacks is dropped, no plugin runs); give --base-config")
-    layout = replica_keys(args.replicas, args.sp, args.devices, load_profile(settings.profile), args.cfg_parallel)
+    layout = replica_keys(args.replicas, args.sp, args.devices, cost, args.cfg_parallel)
     routing = RouterConfig(router=router, budget_ms=args.router_budget_ms, deadline_ms=router_deadline_ms,
                            policy=central) if router else None
     wait = args.max_wait_ms if args.max_wait_ms is not None else CENTRAL_WAIT_MS if central else 0.0
@@ -228,14 +244,15 @@ def _split_router(policy: str, router: str | None) -> tuple[str, str | None]:
     return policy, routed
 
 
-def _check(settings: PluginConfig) -> None:
+def _check(settings: PluginConfig, served_model: str = "") -> CostModel:
     """Fail here, not at engine start: the policy must build (a checkpoint is fully validated
-    when it loads) and the profile must load."""
-    cost = load_profile(settings.profile)
+    when it loads) and the profile must load (``auto``: derive for ``served_model``, as the plugin will)."""
+    cost = stage_profile(settings, served_model)
     if settings.model:
         cost.model(settings.model)
     settings.check_defaults(cost)
     make_policy(settings.policy)
+    return cost
 
 
 def _write(out: Path, text: str) -> None:

@@ -384,3 +384,48 @@ def render_derived(profile: dict[str, Any], command: str) -> str:
     text = render_profile(FitResult(profile, [], comment), "")
     return text.replace("# Written by `rlsched profile fit `: do not edit by hand; edit the\n"
                         "# measurements or fit.yaml and re-fit (tests/sim/test_profile_fit.py compares).\n", "")
+
+
+AUTO = "auto"
+"""``profile: auto`` (``extras.rlsched``, ``rlsched deploy --profile auto``): derive the served model's profile."""
+
+
+def auto_profile(model: str, gpu: str = "", nvml_name: str | None = None,
+                 key: str = "extras.rlsched.profile") -> tuple[CostModel, str]:
+    """``profile: auto``: the derived profile of the model folder ``model`` on the GPU named by ``gpu`` (a
+    name, or ``tflops=…,bandwidth_gbs=…,memory_gb=…``) or else by NVML, and one line saying what it derived
+    from what. ``ConfigError`` naming ``key`` where it cannot (no model folder, no GPU, an architecture it
+    cannot read)."""
+    from rlsched.profiling.gpus import parse_gpu_spec
+
+    try:
+        if gpu:
+            chosen, origin = (parse_gpu_spec(gpu) if "=" in gpu else find_gpu(gpu)), "the gpu setting"
+        elif nvml_name:
+            chosen, origin = find_gpu(nvml_name), f"NVML: {nvml_name}"
+        else:
+            raise ConfigError("gpu", "NVML reports no GPU here: set extras.rlsched.gpu (a name such as L40S, "
+                                     "or tflops=...,bandwidth_gbs=...,memory_gb=...)")
+        if not model:
+            raise ConfigError("model", "the served model's folder is unknown")
+        arch = replace(read_architecture(_local(model)), name=Path(model).name)
+    except ConfigError as exc:
+        raise ConfigError(key, f"auto: cannot derive a profile: {exc.where}: {exc.why}") from None
+    data = derive_profile(arch, chosen, load_efficiencies())
+    line = (f"derived {data['name']} from {arch.pipeline} at {model} ({arch.transformer.params / 1e9:.3g}B-parameter "
+            f"DiT) on {chosen.name} ({origin}; {chosen.tflops:g} TFLOPS, {chosen.bandwidth_gbs:g} GB/s, "
+            f"{chosen.memory_gb:g} GB): a prior, calibrated while serving")
+    return profile_from_dict(data, f"{key}: auto ({model} on {chosen.name})"), line
+
+
+def _local(model: str) -> str:
+    """``model`` as a folder: itself, or a Hugging Face repository id's snapshot in the local cache (its
+    configs only; nothing is downloaded: a server that serves the id has it cached already)."""
+    if Path(model).exists() or "/" not in model:
+        return model
+    try:
+        from huggingface_hub import snapshot_download
+
+        return str(snapshot_download(model, local_files_only=True, allow_patterns=["*.json"]))
+    except Exception:  # not cached, or no huggingface_hub: read_architecture says what is missing
+        return model

@@ -69,6 +69,16 @@ class NvmlTelemetry:
     def available(self) -> bool:
         return self._nvml is not None
 
+    def name(self) -> str | None:
+        """The GPU's name as NVML reports it (``NVIDIA H100 80GB HBM3``); None without NVML."""
+        if self._nvml is None:
+            return None
+        try:
+            name = self._nvml.nvmlDeviceGetName(self._handle)
+        except Exception:
+            return None
+        return name.decode() if isinstance(name, bytes) else str(name)
+
     def read(self) -> TelemetrySample:
         if self._nvml is None:
             return UNKNOWN

@@ -224,3 +224,20 @@ def test_an_oom_in_the_engine_is_retried_once_and_no_request_is_lost(serve: Any,
     assert total(m, "rlsched_calibration_scale", term="memory") > 1.0
     assert "ran out of memory on a batch of 3: 3 queued again, 0 failed" in server.server_log.read_text(
         errors="replace")
+
+
+def test_profile_auto_derives_the_served_model_on_the_named_gpu_and_serves(serve: Any, model_dir: Any) -> None:
+    """``--profile auto --gpu H100``: the plugin (and the executor standing in for the GPU) derive the served
+    folder's profile at start-up, log what they derived from what, and serve every request once."""
+    server = serve("--policy", "edf", "--profile", "auto", "--gpu", "H100", "--served-model", str(model_dir),
+                   "--max-num-seqs", "4", "--time-scale", str(TIME_SCALE), *BUDGET)
+    (spec,) = server.stage.values()
+    assert spec["extras"]["rlsched"]["profile"] == "auto" and spec["extras"]["rlsched"]["gpu"] == "H100"
+    planned = workload()
+    results = loadgen.run(server.url, planned, timeout_s=60, workers=N_REQUESTS)
+    assert [r.error for r in results if not r.ok] == []
+    assert Counter(i for b in served_batches(server) for i in b) == Counter(p.index for p in planned)
+    log = server.server_log.read_text(errors="replace")
+    assert re.search(r"rlsched: profile auto: derived e2e-model-h100-derived from QwenImagePipeline at \S*e2e-model",
+                     log), log[-3000:]
+    assert total(server.metrics(), "rlsched_fallbacks_total") == 0

@@ -49,9 +49,14 @@ class PluginConfig(BaseModel):
     policy: str = "fifo"
     """Policy spec for ``rlsched.policies.make_policy`` (``fifo``, ``edf``, ``sjf``, ``rl:PATH`` …)."""
     profile: StrictStr = "qwen-image-h200-vllm-omni"
-    """Cost profile (``envs/profiles/NAME.yaml`` or a path): request costs, SLO defaults."""
+    """Cost profile (``envs/profiles/NAME.yaml`` or a path): request costs, SLO defaults. ``auto``: derived at
+    start-up from the model folder vLLM-Omni serves and the GPU (``gpu``, else NVML's name for it):
+    ``rlsched profile derive``, docs/derive.md; a prior that online calibration refines."""
     model: StrictStr = ""
     """Model entry of the profile that this stage serves; empty: the profile's first model."""
+    gpu: StrictStr = ""
+    """The GPU ``profile: auto`` derives for: a name (``L40S``, ``NVIDIA H100 80GB HBM3``: ``rlsched profile derive
+    --list-gpus``) or ``tflops=...,bandwidth_gbs=...,memory_gb=...``; empty: the name NVML reports."""
     default_priority: str = "batch"
     """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``."""
     slo_scales: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
@@ -163,6 +168,18 @@ class PluginConfig(BaseModel):
     def _a_spec(cls, value: Any) -> str:
         if not isinstance(value, str) or not value:
             raise ConfigError("extras.rlsched.policy", f"must be a policy spec, not {value!r}")
+        return value
+
+    @field_validator("gpu", mode="after")
+    @classmethod
+    def _a_gpu(cls, value: str) -> str:
+        if value:
+            from rlsched.profiling.gpus import find_gpu, parse_gpu_spec
+
+            try:
+                parse_gpu_spec(value) if "=" in value else find_gpu(value)
+            except ConfigError as exc:
+                raise ConfigError(f"extras.{EXTRAS_KEY}.gpu", exc.why) from None
         return value
 
     @field_validator("default_priority", mode="before")

@@ -46,10 +46,11 @@ from rlsched.atomic import stream_open
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.metrics import model_name_of
+from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics
 from rlsched.integrations.vllm_omni.state import make_request
 from rlsched.routing.views import CARRIER_KEY, STATE_KEY, Ledger, LedgerStage
-from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.cost import CostModel
 from rlsched.sim.layout import at_layout
 from rlsched.sim.request import Request
 from rlsched.sim.simulator import ServingConfig
@@ -79,7 +80,8 @@ class LedgerStagePool(StagePool):
         super().__init__(stage_id, clients, output_processor=output_processor, stage_vllm_config=stage_vllm_config)
         self.router_config = config = config or RouterConfig()
         self.router_settings = settings = settings or PluginConfig()
-        base = load_profile(settings.profile) if costs is None else costs if isinstance(costs, CostModel) else costs[0]
+        base = stage_profile(settings, model_name) if costs is None else costs if isinstance(costs, CostModel) \
+            else costs[0]
         self._base_cost = base
         """The profile as each replica's engine plugin holds it: the requests' default SLOs."""
         per_slot = [_at_layout(base, degree)] if costs is None or isinstance(costs, CostModel) else list(costs)

@@ -70,6 +70,7 @@ from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.logs import join_vllm_logging
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, model_name_of, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
+from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
@@ -77,7 +78,7 @@ from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.policies.base import calibrates
 from rlsched.routing.views import calibration_of
 from rlsched.sim.admission import admitted, fifo_that_fits, split_oom
-from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator
 from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import ServingConfig
@@ -167,7 +168,7 @@ class _PolicyScheduling:
         arg = self._policy_arg
         self.policy: SchedulingPolicy = make_policy(arg or settings.policy) if arg is None or isinstance(arg, str) \
             else arg
-        cost = self._cost_arg or load_profile(settings.profile)
+        cost = self._cost_arg or stage_profile(settings, getattr(od_config, "model", None))
         self.metrics = self.metrics.for_model(model_name_of(od_config))  # every sample labelled with the model
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
@@ -198,7 +199,7 @@ class _PolicyScheduling:
         _log.info("rlsched engine (%s mode, devices %s): policy %s%s, profile %s, decisions within %g ms (budget) / "
                   "%g ms (deadline) on the %s thread, replica state %s, metrics %s",
                   "step" if self.step_mode else "request", replica_devices() or "-", getattr(self.policy, "name", "?"),
-                  f" (checkpoint sha256 {sha[:12]})" if sha else "", settings.profile, settings.decision_budget_ms,
+                  f" (checkpoint sha256 {sha[:12]})" if sha else "", self.rl_state.shipped.name, settings.decision_budget_ms,
                   settings.decision_deadline_ms, "engine" if isinstance(self._guard.runner, InlineRunner) else "worker",
                   "published" if settings.publish_state else "not published",
                   f"on port {port}" if port is not None else "off")

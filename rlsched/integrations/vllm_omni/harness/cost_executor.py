@@ -36,9 +36,10 @@ from vllm_omni.diffusion.worker.utils import BatchRunnerOutput, RunnerOutput
 
 from rlsched.atomic import stream_open
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.scheduler import replica_devices
 from rlsched.integrations.vllm_omni.state import read_request
-from rlsched.sim.cost import CostModel, load_profile
+from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.truth import Truth
 
@@ -54,7 +55,7 @@ class CostProfileExecutor(DiffusionExecutor):
 
     def _init_executor(self) -> None:
         self.settings = PluginConfig.from_od_config(self.od_config)
-        self.cost: CostModel = load_profile(self.settings.profile)
+        self.cost: CostModel = stage_profile(self.settings, getattr(self.od_config, "model", None))
         truth = os.environ.get(TRUTH_ENV)
         if truth:  # the GPU this executor plays differs from the profile the plugin believes
             self.cost = Truth.parse(truth, TRUTH_ENV).apply(self.cost) or self.cost
