@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim", "projection"),
     ("telemetry", "profiling", "parallel", "loadgen", "policies", "routing"),
     ("learned", "evaluation", "planning"),
-    ("envs", "integrations"),
+    ("envs", "integrations", "gymnasium_plugin"),
     ("agents",),
     ("bench",),
     ("commands",),

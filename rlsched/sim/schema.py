@@ -85,50 +85,84 @@ _M = TypeVar("_M", bound=Strict)
 
 
 class ServingSpec(Strict):
+    """``serving:``: vLLM-Omni's diffusion-scheduler knobs, as a deployment sets them."""
+
     mode: Literal["request", "step"] = "request"
+    """``request``: waves run to completion; ``step``: one denoise step per round (preemption)."""
     max_num_seqs: number(bounds.NUM_SEQS) = 1  # type: ignore[valid-type]
+    """Most requests in one batch (vLLM-Omni's ``max_num_seqs``)."""
     request_batch_max_wait_ms: Millis = 0.0
+    """Request mode: how long FIFO may hold a short wave to coalesce more requests."""
     engine_overhead_ms: Millis = 0.0
+    """Engine time per wave outside the GPU's work (busy loop, IPC), added to each batch."""
     engine_overhead_ms_per_mpx: Millis = 0.0
+    """Engine time per output megapixel·frame of a finishing request (output tensors to images)."""
 
 
 class PoissonSpec(Strict):
+    """Poisson arrivals (the default when ``process`` is left out)."""
+
     process: Literal["poisson"]
     rate_rps: Positive
+    """Mean arrivals per second (of the whole stage when the scenario has ``replicas``)."""
 
 
 class RenewalSpec(Strict):
+    """A renewal process: gamma- or Weibull-distributed gaps of mean ``1 / rate_rps``."""
+
     process: Literal["gamma", "weibull"]
     rate_rps: Positive
+    """Mean arrivals per second."""
     cv: Cv = 1.0
+    """Coefficient of variation of the gaps (> 1: bursty; 1 with gamma: Poisson)."""
 
 
 class OnOffSpec(Strict):
+    """A two-state MMPP: exponential on and off sojourns, the rate ``burst_factor`` times higher while on."""
+
     process: Literal["onoff"]
     rate_rps: Positive
+    """Long-run mean arrivals per second (the off-state rate is set to keep it)."""
     on_s: Period = 60.0
+    """Mean length of an on (burst) period, seconds."""
     off_s: Period = 120.0
+    """Mean length of an off period, seconds."""
     burst_factor: number(bounds.BURST_FACTOR) = 4.0  # type: ignore[valid-type]
+    """The on-state rate over the off-state rate."""
 
 
 class DiurnalSpec(Strict):
+    """Poisson at ``rate_rps · (1 + amplitude · sin(2π (t + phase_s) / period_s))`` (by thinning)."""
+
     process: Literal["diurnal"]
     rate_rps: Positive
+    """Mean arrivals per second over a whole period."""
     period_s: Period = 86400.0
+    """Length of one cycle, seconds (a day by default)."""
     amplitude: Fraction = 0.5
+    """Relative swing of the rate: peak ``rate_rps · (1 + amplitude)``, trough ``rate_rps · (1 - amplitude)``."""
     phase_s: number(bounds.PHASE_S) = 0.0  # type: ignore[valid-type]
+    """Shift of the cycle, seconds: the window starts at ``phase_s`` into it."""
 
 
 class ServeGenSpec(Strict):
+    """A ServeGen client trace: each 600 s window draws its own renewal gaps at the trace's rate and CV."""
+
     process: Literal["servegen"]
     path: str
+    """The ServeGen CSV (beside the scenario file first, then the working folder, then ``envs/``)."""
     rate_scale: Scale = 1.0
+    """Multiplies the trace's rates."""
 
 
 class TraceArrivalSpec(Strict):
+    """Arrival times replayed from an Azure-format trace (``TIMESTAMP`` column); those past ``duration_s`` are cut."""
+
     process: Literal["trace"]
     path: str
+    """The trace CSV (beside the scenario file first, then the working folder, then ``envs/``)."""
     time_scale: Scale = 1.0
+    """Divides the trace's times: below 1 stretches them (fewer arrivals per second)."""
 
 
 ArrivalSpec = Annotated[PoissonSpec | RenewalSpec | OnOffSpec | DiurnalSpec | ServeGenSpec | TraceArrivalSpec,
@@ -138,28 +172,48 @@ ARRIVAL_TAGS = ("poisson", "gamma", "weibull", "onoff", "diurnal", "servegen", "
 
 
 class ClassSpecModel(Strict):
+    """One priority class under ``classes:``."""
+
     share: Positive
     """Relative (normalised by the largest share first, so any finite positive numbers work)."""
     slo_scale: number(bounds.SLO_SCALE)  # type: ignore[valid-type]
+    """A request's SLO is ``slo_scale`` × its standalone execution time (vLLM-Omni's benchmark definition)."""
 
 
 class ShapeSpecModel(Strict):
+    """One entry of ``mix:``: a request shape and its relative frequency."""
+
     model: str
+    """A model of the profile."""
     modality: Modality
+    """What the request outputs."""
     height: Side
+    """Pixels."""
     width: Side
+    """Pixels."""
     num_frames: number(bounds.FRAMES) = 1  # type: ignore[valid-type]
+    """1 for an image; a video's frame count."""
     steps: number(bounds.STEPS) = 50  # type: ignore[valid-type]
+    """Denoise steps."""
     cfg: bool = True
+    """Classifier-free guidance (two passes per step, as the profile's stack runs them)."""
     weight: Positive = 1.0
+    """Relative frequency in the mix."""
     prefix_groups: number(bounds.PREFIX_GROUPS) = 0  # type: ignore[valid-type]
+    """> 0: requests carry a prompt-prefix id in ``[0, prefix_groups)`` (cache-aware batching)."""
 
 
 class ShapesFromSpec(Strict):
+    """``shapes_from:``: shapes sampled from a Hetu-DiT trace's rows instead of ``mix``."""
+
     path: str
+    """The Hetu-DiT trace (beside the scenario file first, then the working folder, then ``envs/``)."""
     model: str
+    """The profile's model every shape runs on."""
     modality: Modality = "image"
+    """What every request outputs."""
     cfg: bool = False
+    """Classifier-free guidance on every request."""
 
 
 class ReplicaGroupSpec(Strict):
@@ -169,10 +223,12 @@ class ReplicaGroupSpec(Strict):
     count: number(bounds.REPLICAS) = 1  # type: ignore[valid-type]
     """Replicas of the group; every group of a stage together has at most ``MAX_REPLICAS``."""
     sp_degree: number(bounds.SP_DEGREE) = 1  # type: ignore[valid-type]
+    """Sequence-parallel degree: the GPUs one request is split over (the profile needs an ``sp`` block above 1)."""
     cfg_parallel: number(bounds.CFG_PARALLEL) = 1  # type: ignore[valid-type]
     """CFG-parallel degree (vLLM-Omni ``cfg_parallel_size``): 2 runs a CFG request's two guidance
     branches on two groups of ``sp_degree`` GPUs; the profile needs a ``cfg_parallel`` block."""
     profile: str | None = None
+    """The group's cost profile, a name or a path (default: the scenario's)."""
     name: str | None = None
     """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
 
@@ -181,25 +237,41 @@ class TruthSpec(Strict):
     """``truth:``: the cost the GPU really runs at (``rlsched.sim.truth``); decisions read ``profile:``."""
 
     profile: str = ""
+    """Execute on this profile, a name or a path (``""``: the scenario's own)."""
     time_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    """Multiplies every time term of the profile."""
     quadratic_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    """Multiplies the attention term (∝ tokens²) once more."""
     memory_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    """Multiplies the per-request memory (activations, decode peak)."""
 
 
 class ScenarioFile(Strict):
     """A whole scenario file; see ``rlsched.sim.scenario.Scenario`` for what each key means."""
 
     name: str
+    """What tables and plots show (need not match the file's name)."""
     profile: str
+    """The cost profile: a shipped name (``envs/profiles/NAME.yaml``) or a path (with its suffix; beside the
+    scenario file first, then the working folder)."""
     serving: ServingSpec = ServingSpec()
+    """vLLM-Omni's scheduler knobs (below)."""
     duration_s: Duration
+    """Arrivals are generated over ``[0, duration_s)``; the run then drains the queue."""
     arrival: ArrivalSpec
+    """The arrival process: ``process`` and its keys (below)."""
     classes: Annotated[dict[Priority, ClassSpecModel], Field(min_length=1)]
+    """Priority classes, each with its share and SLO scale; names among ``realtime``, ``batch``, ``background``."""
     mix: tuple[ShapeSpecModel, ...] = ()
+    """Request shapes and their weights (a scenario needs ``mix`` or ``shapes_from``)."""
     shapes_from: ShapesFromSpec | None = None
+    """Shapes from a Hetu-DiT trace instead of ``mix``."""
     replicas: tuple[ReplicaGroupSpec, ...] = ()
+    """A multi-replica stage, groups of replicas (empty: one GPU)."""
     truth: TruthSpec = TruthSpec()
+    """The cost the GPU really runs at, when it differs from ``profile`` (``rlsched.sim.truth``)."""
     description: str = ""
+    """Free text."""
 
     @model_validator(mode="before")
     @classmethod
