@@ -88,3 +88,21 @@ def test_five_seeds_keep_the_t_interval(tmp_path) -> None:
         assert (low, high) == pytest.approx((mean[pol, x] - half[pol, x], mean[pol, x] + half[pol, x]))
     assert "95 % t-interval of the mean over 5 seeds" in fig._suptitle.get_text()
     plt.close("all")
+
+
+def test_the_latency_cdf_shows_the_requests_never_served_and_the_late_tail(tmp_path) -> None:
+    """Requests never served (inf) and those past 30x their SLO sat beyond the axis: the curves stopped
+    short of 1 with nothing to say why (issue 48). They are drawn in a marked tail now."""
+    from rlsched.evaluation.plots import NEVER, TAIL
+
+    grid, cells = _report(["default"], ["fifo"], 2)
+    grid.latency_ratio[("default", "fifo", "batch")] = [0.5, 2.0, 100.0, np.inf, np.inf]
+    fig = draw(grid, cells, tmp_path, {"fifo": "fifo"}, keep=True)["latency_cdf"]
+    ax = fig.axes[1]  # default — batch
+    (line,) = ax.get_lines()[:1]
+    x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+    low, high = ax.get_xlim()
+    assert np.isfinite(x).all() and x.max() <= high and y[-1] == 1.0
+    assert y[x < TAIL].max() == pytest.approx(0.4) and y[x < NEVER].max() == pytest.approx(0.6)  # 1 late, 2 never
+    assert any("never" in t.get_text() for t in ax.texts)
+    plt.close("all")

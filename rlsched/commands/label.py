@@ -76,6 +76,13 @@ def _check_static(scenarios: list[str], static: str) -> None:
             raise ConfigError("--static", f"scenario {sc!r}: {exc}") from None
 
 
+def as_heuristic(validation: dict[str, float]) -> bool:
+    """Whether a stage's paired differences to its heuristic were exactly 0 in every validation cell (mean
+    and 95 % interval both 0): the learned policy then decides as the heuristic on those seeds, which a
+    bare "chosen: imitation@4" did not say. A knob run's validation (no paired differences) is never."""
+    return validation.get("mean") == 0.0 and validation.get("ci95") == 0.0
+
+
 @command("learn", "Train a learned policy end to end: the candidate-batch policy (labels, imitation, DAgger, "
                   "MaskablePPO, validation, export), with a `kind: router` preset the learned router, with "
                   "`kind: knob` (agents/ppo.yaml) the knob policy (train + export).")
@@ -105,10 +112,14 @@ def run_learn(args: argparse.Namespace) -> int:
         cfg = with_timesteps(cfg, args.timesteps)
     cfg.check_inputs(str(args.agent))  # every scenario and file the recipe reads, before any work
     result = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
+    same = as_heuristic(result["validation"].get(result["chosen"], {}))
     summary = {"chosen": result["chosen"], "validation": result["validation"], "total_s": result["total_s"],
-               "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb"}
+               "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb", "same_as_heuristic": same}
     exported = f"\ncheckpoint:  {args.out}" if args.out else ""
+    note = (f"\nnote:        {result['chosen']} scored exactly as the heuristic it starts from in every validation "
+            "cell (paired difference +0.0, interval 0): on these seeds it decides as that heuristic does; serve the "
+            "heuristic, or give the recipe more labels and steps" if same else "")
     report(args, summary, f"chosen:      {result['chosen']} ({result['total_s']:.0f} s; the report and its "
-                          f"validation numbers are in {args.run_dir}){exported}\n"
+                          f"validation numbers are in {args.run_dir}){note}{exported}\n"
                           f"TensorBoard: tensorboard --logdir {args.run_dir}/tb")
     return 0

@@ -17,10 +17,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("background", "per_class.background.slo_attainment", "pct"),
     ("goodput r/s", "goodput_rps", "f4"),
     ("p99 lat s", "latency_p99_s", "f1"),
-    ("GPU util", "gpu_compute_util", "pct"),
-    ("batch", "batch_size_mean", "f2"),
+    ("late", "requests_late", "int"),
+    ("shed", "requests_rejected", "int"),
     ("OOM", "requests_failed", "int"),
+    ("GPU util", "gpu_compute_util", "pct"),
+    ("mean batch", "batch_size_mean", "f2"),
 )
+"""One name per column (the class ``batch`` and the mean batch size were both ``batch``)."""
+LEGEND = ("late: requests served past their SLO (a policy serves those it cannot save last, so they set the p99 "
+          "latency); shed: refused or dropped unserved; OOM: failed in a batch that ran out of GPU memory")
 
 
 def get(row: dict[str, Any], dotted: str) -> Any:
@@ -37,7 +42,7 @@ def fmt(value: Any, kind: str) -> str:
 
 
 def metrics_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
+    table = Table(title=title, caption=LEGEND)
     table.add_column("policy")
     for head, _, _ in COLUMNS:
         table.add_column(head, justify="right")
@@ -52,7 +57,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         cells = [row["policy"]] + [fmt(get(row, key), kind) for _, key, kind in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n{LEGEND[0].upper()}{LEGEND[1:]}."
 
 
 def show(table: Table) -> None:

@@ -140,8 +140,17 @@ def _savefig(fig: Any, path: Path, dpi: int) -> None:
         fig.savefig(fh, format="png", dpi=dpi)
 
 
+TAIL = 30.0
+"""Latency / SLO where the CDF's axis ends: later requests are drawn at the edge of a marked tail."""
+NEVER = 60.0
+"""Where requests never served (failed out of memory, shed, unfinished) are drawn, in the marked tail."""
+
+
 def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict[str, str], styles: dict[str, Any],
               out: Path, plt: Any, np: Any) -> Any:
+    """Latency / SLO per class; requests later than ``TAIL`` x their SLO and those never served are kept in a
+    marked tail (at ``TAIL`` and ``NEVER``), so every curve reaches 1 and the jump at the edge shows their
+    share: the requests a reader most needs to see are the ones a cut axis hid."""
     classes = ("realtime", "batch", "background")
     fig, axes = plt.subplots(len(scenarios), 3, figsize=(12, 2.8 * len(scenarios)), squeeze=False)
     for row, sc in zip(axes, scenarios):
@@ -149,11 +158,16 @@ def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict
             for pol in policies:
                 vals = np.sort(np.asarray(grid.latency_ratio.get((sc, pol, cls), []), dtype=float))
                 if vals.size:
-                    ax.step(vals, np.arange(1, vals.size + 1) / vals.size, where="post", label=shown[pol],
-                            markevery=max(1, vals.size // 6), markersize=4, **styles[pol].line())
+                    x = np.append(np.where(np.isinf(vals), NEVER, np.minimum(vals, TAIL)), 1.5 * NEVER)
+                    y = np.append(np.arange(1, vals.size + 1) / vals.size, 1.0)
+                    ax.step(x, y, where="post", label=shown[pol], markevery=max(1, vals.size // 6), markersize=4,
+                            **styles[pol].line())
             ax.axvline(1.0, color="grey", linestyle=":")
-            ax.set(xscale="log", xlim=(0.3, 30), ylim=(0, 1), title=f"{sc} — {cls}",
-                   xlabel="latency / SLO", ylabel="CDF")
+            ax.axvspan(TAIL, 1.5 * NEVER, color="grey", alpha=0.15, lw=0)
+            for at, text in ((TAIL, f"≥{TAIL:g}×"), (NEVER, "never\nserved")):
+                ax.text(at * 1.04, 0.04, text, fontsize=6, color="dimgrey", va="bottom")
+            ax.set(xscale="log", xlim=(0.3, 1.5 * NEVER), ylim=(0, 1), title=f"{sc} — {cls}",
+                   xlabel=f"latency / SLO (shaded: past {TAIL:g}× or never served)", ylabel="CDF")
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(fontsize=7)
     fig.tight_layout()

@@ -97,6 +97,9 @@ def summarize(sim: Run) -> dict[str, Any]:
                                    "requests_unfinished"))
     if counted != total:
         raise AssertionError(f"request outcomes do not add up: {counted} counted, {total} requests")
+    # Completed past the SLO: a policy that gives up on a request it cannot save (a lost one) serves it
+    # last, so these set the tail latency; a table must say how many there are beside the p99.
+    out["requests_late"] = int((completed & ~met).sum())
     out["rejections"] = dict(Counter(r.reject_reason for r in recs if r.status == REJECTED))
     out["slo_attainment"] = float(met.sum() / total) if total else math.nan
     out["goodput_rps"] = float(met.sum() / makespan)
