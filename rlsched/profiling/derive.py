@@ -429,3 +429,44 @@ def _local(model: str) -> str:
         return str(snapshot_download(model, local_files_only=True, allow_patterns=["*.json"]))
     except Exception:  # not cached, or no huggingface_hub: read_architecture says what is missing
         return model
+
+
+# ---- scored on public measurements the efficiencies were not fitted to ----------------------------------
+
+OFF_GPU_MARKERS = ("t5 cpu", "cpu offload")
+"""A stack whose text names one of these runs part of a request off the GPU (the text encoder on the CPU,
+whole models paged in per request): a derived profile does not model it, so those rows are scored apart."""
+
+
+def stack_of(text: str) -> Stack:
+    """The stack a measurement CSV's ``stack`` column names: ``compile`` in it is a ``torch.compile``d DiT,
+    ``cfg batched`` both CFG passes in one forward (else sequential, as diffusers' Wan and Qwen-Image run)."""
+    low = text.lower()
+    return Stack("compile" in low, "batched" if "cfg batched" in low else "sequential", text)
+
+
+def runs_off_gpu(point: Point) -> bool:
+    low = point.row.stack.lower().replace("_", " ").replace("-", " ")
+    return any(marker in low for marker in OFF_GPU_MARKERS)
+
+
+def measured_points(csv_path: Path) -> list[Point]:
+    """The degree-1 latency and peak-memory rows of any measurement CSV, each with the stack its row names."""
+    from rlsched.profiling.measurements import read_measurements
+
+    return [Point(row, csv_path.parent.name, stack_of(row.stack)) for row in read_measurements(csv_path)
+            if row.layout.degree == 1 and row.replicas == 1 and row.metric in (*LATENCY_METRICS, "peak_gb")]
+
+
+def score_points(points: list[Point], eff: Efficiencies | None = None) -> list[Scored]:
+    """Each point predicted by the profile derived at ``eff`` (the shipped efficiencies by default). The GPU's
+    memory is not checked: a row whose stack keeps the text encoder on the CPU still has a latency to score."""
+    from rlsched.profiling.fit import predict
+
+    eff = load_efficiencies() if eff is None else eff
+    archs = {m: read_architecture(m) for m in {p.row.model for p in points}}
+    out = []
+    for p in points:
+        gpu = replace(find_gpu(p.row.gpu), memory_gb=1e6)
+        out.append(Scored(p, predict(derived_cost(archs[p.row.model], gpu, eff, p.stack), p.row)))
+    return out
