@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rlsched.envs.checks import box_action, non_negative
 from rlsched.envs.episodes import Episode, EpisodeOptions, EpisodeSampler
 from rlsched.envs.reward import SloReward
 from rlsched.learned.observation import OBS_DIM, OBS_HIGH, OBS_LOW, SCHEMA_VERSION, ObservationEncoder
@@ -180,7 +181,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
                  workload_seed: int | None = None, late_penalty: float = 0.5, auto_resolve: bool = True,
                  projection: ProjectionConfig | None = None, render_mode: str | None = None) -> None:
         self.options = EpisodeOptions.build(scenario, mode, rate_scale, window_s, workload_seed)
-        self.late_penalty, self.auto_resolve = late_penalty, auto_resolve
+        self.late_penalty, self.auto_resolve = non_negative("env.late_penalty", late_penalty), auto_resolve
         self.render_mode = render_mode
         self.action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), dtype=np.float32)
         self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, (OBS_DIM,), dtype=np.float32)
@@ -188,6 +189,8 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
         self.encoder = ObservationEncoder(self.policy)
         self.schema_version = SCHEMA_VERSION
         self._sampler = EpisodeSampler()
+        for name in self.options.scenarios:  # a typo or a multi-replica pool fails here, not at the first reset
+            self._sampler.load(name)
         self._started = False
 
     # ------------------------------------------------------------------ API
@@ -205,7 +208,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self._started:
             raise gym.error.ResetNeeded("call reset() before step()")
-        self.policy.set_action(action)
+        self.policy.set_action(box_action(action, ACTION_DIM, "rlsched/DiTBatch-v0"))
         decision = self.policy.decide(self.sim)
         waits = self._queue_waits(decision)
         self._apply(decision)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.envs.checks import workload_seed
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.sim import Request, Scenario, load_scenario
@@ -42,6 +43,7 @@ class EpisodeOptions:
         _check_range("env.rate_scale", self.rate_scale)
         if self.window_s is not None:
             _check_range("env.window_s", self.window_s)
+        workload_seed("env.workload_seed", self.workload_seed)
 
     @classmethod
     def build(cls, scenario: str | Sequence[str] = "default", mode: str | Sequence[str | None] | None = None,

@@ -17,6 +17,10 @@ subtracted, so the return is exactly (agent − heuristic) requests met after th
 
 Observation: ``GLOBAL_DIM`` queue-level entries (the knob policy's ``dit-batch-obs/2``
 before its top-K slots) then K × ``CAND_FIELDS`` per-candidate features, in [-5, 5].
+
+Arguments and actions are checked as the other two ids check theirs (``rlsched.envs.checks``): the episode
+distribution, every scenario or pool and every tuned file at construction, ``reset`` options alike, and an
+action outside ``Discrete(K)`` is an ``InvalidDecision`` (a valid slot the mask refuses is slot 0).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.envs.episodes import EpisodeSampler, names
+from rlsched.envs.checks import discrete_action, non_negative
+from rlsched.envs.episodes import EpisodeOptions, EpisodeSampler
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.learned.observation import GLOBAL_DIM
@@ -57,29 +62,32 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
             warnings.warn("DiTPick-v0: scenarios= is deprecated, pass scenario= (one name or a list)",
                           DeprecationWarning, stacklevel=2)
             scenario = scenarios
-        scenarios = list(names(scenario))
+        self.options = EpisodeOptions.build(scenario, "request", rate_scale, window_s, workload_seed)
+        scenarios = list(self.options.scenarios)
         if static is None:
             static = {s: f"agents/tuned/{s}.json" for s in scenarios}
         missing = [s for s in scenarios if s not in static]
         if missing:
             raise ConfigError("pick.static", f"no tuned action file for {missing}")
         self.scenarios, self.static = list(scenarios), dict(static)
-        self.rate_scale, self.window_s, self.burn_in_s = rate_scale, window_s, burn_in_s
-        self.workload_seed = workload_seed
+        self.burn_in_s = non_negative("pick.burn_in_s", burn_in_s)
         self.action_space = spaces.Discrete(K)
         self.observation_space = spaces.Box(-5.0, 5.0, (OBS_SIZE,), dtype=np.float32)
         self._sampler = EpisodeSampler()
         self._bases: dict[str, ProjectedPolicy] = {}
+        for name in scenarios:  # a typo, a multi-replica pool or a missing tuned file fails here, not at reset
+            self._sampler.load(name)
+            self._base(name)
         self.view: CandidateView | None = None
 
     # ---------------------------------------------------------------- API
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        from rlsched.envs.episodes import EpisodeOptions
-
         super().reset(seed=seed)
-        opts = EpisodeOptions.build(self.scenarios, "request", self.rate_scale, self.window_s, self.workload_seed)
-        opts = opts.merged(options)
+        opts = self.options.merged(options)
+        unknown = [name for name in opts.scenarios if name not in self.static]
+        if unknown:
+            raise ConfigError("pick.static", f"no tuned action file for {unknown} (reset options)")
         for _ in range(_RETRIES):  # a window whose queue never offers a choice has nothing to learn
             obs, info = self._start(self._sampler.sample(opts, self.np_random))
             if info["alive"]:
@@ -108,7 +116,7 @@ class DiTPickEnv(gym.Env[np.ndarray, np.int64]):
     def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._decision is None or self.view is None:
             raise gym.error.ResetNeeded("call reset() before step(), and again after the episode ended")
-        j = int(action)
+        j = discrete_action(action, K, "rlsched/DiTPick-v0")
         if not self.view.mask[j]:
             j = 0  # a masked slot (only without masking) is the heuristic's proposal
         self.decisions += 1

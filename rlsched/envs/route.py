@@ -19,6 +19,10 @@ picks slot 0.
 
 Observation: ``RG`` global features, then ``MAX_REPLICAS`` × ``RF`` replica features
 (proposal first), in [-5, 5].
+
+Arguments and actions are checked as the other two ids check theirs (``rlsched.envs.checks``): the episode
+distribution, every scenario or pool and every tuned file at construction, ``reset`` options alike, and an
+action outside ``Discrete(MAX_REPLICAS)`` is an ``InvalidDecision`` (a valid slot the mask refuses is slot 0).
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.envs.episodes import names
+from rlsched.envs.checks import discrete_action, non_negative
+from rlsched.envs.episodes import EpisodeOptions
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
+from rlsched.policies.static import load_static
 from rlsched.resources import data_dir
 from rlsched.routing.routers import RlschedRouter
 from rlsched.sim import load_scenario
@@ -56,18 +62,21 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(self, pools: str | Sequence[str] = "qwen-image-8gpu", static: dict[str, str] | None = None,
                  rate_scale: tuple[float, float] = (0.5, 1.5), window_s: tuple[float, float] = (1200.0, 2400.0),
                  burn_in_s: float = 300.0, workload_seed: int | None = None) -> None:
-        pools = list(names(pools))
+        self.options = EpisodeOptions.build(pools, None, rate_scale, window_s, workload_seed)
+        pools = list(self.options.scenarios)
         if static is None:
             static = dict(read_yaml(data_dir("agents") / "router.yaml")["static"])
         missing = [p for p in pools if p not in static]
         if missing:
             raise ConfigError("router.static", f"no replica policy for {missing}")
         self.pools, self.static = list(pools), dict(static)
-        self.rate_scale, self.window_s, self.burn_in_s = rate_scale, window_s, burn_in_s
-        self.workload_seed = workload_seed
+        self.burn_in_s = non_negative("router.burn_in_s", burn_in_s)
         self.action_space = spaces.Discrete(MAX_REPLICAS)
         self.observation_space = spaces.Box(-5.0, 5.0, (OBS_SIZE,), dtype=np.float32)
         self._loaded: dict[str, Any] = {}
+        for pool in pools:  # a typo, a one-GPU scenario or a missing tuned file fails here, not at reset
+            self._pool(pool)
+            load_static(self.static[pool])
         self._steps: Generator[Request, int, None] | None = None
         self._order: list[int] = []
 
@@ -75,14 +84,21 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        if options and "mode" in options:
+            raise ConfigError("reset options", "mode: DiTRoute-v0 runs each pool in its own mode")
+        opts = self.options.merged(options)  # pools (scenario), rate_scale, window_s, workload_seed: checked alike
+        unknown = [name for name in opts.scenarios if name not in self.static]
+        if unknown:
+            raise ConfigError("router.static", f"no tuned action file for {unknown} (reset options)")
         rng = self.np_random
         for _ in range(20):  # a window whose arrivals never offer a choice has nothing to learn
-            pool = self.pools[int(rng.integers(len(self.pools)))]
+            pool = opts.scenarios[int(rng.integers(len(opts.scenarios)))]
             sc, cost, specs = self._pool(pool)
-            scale = float(rng.uniform(*self.rate_scale))
-            window = min(float(rng.uniform(*self.window_s)), sc.duration_s)
+            scale = float(rng.uniform(*opts.rate_scale))
+            window = sc.duration_s if opts.window_s is None else min(float(rng.uniform(*opts.window_s)),
+                                                                     sc.duration_s)
             start = float(rng.uniform(0.0, sc.duration_s - window))
-            wseed = self.workload_seed if self.workload_seed is not None else int(rng.integers(TRAIN_SEEDS.stop))
+            wseed = opts.workload_seed if opts.workload_seed is not None else int(rng.integers(TRAIN_SEEDS.stop))
             reqs = [r for r in sc.requests(wseed, scale, duration_s=start + window, cost=cost) if r.arrival_s >= start]
             if reqs and self._start(pool, reqs, specs, wseed, start):
                 break
@@ -92,7 +108,7 @@ class DiTRouteEnv(gym.Env[np.ndarray, np.int64]):
     def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._steps is None:
             raise gym.error.ResetNeeded("call reset() before step(), and again after the episode ended")
-        j = int(action)
+        j = discrete_action(action, MAX_REPLICAS, "rlsched/DiTRoute-v0")
         if not self._mask[j]:
             j = 0  # a masked slot (only without masking) is rlsched's choice
         self.decisions += 1
