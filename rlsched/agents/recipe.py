@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from rlsched import bounds
-from rlsched.agents.config import load_range, rate_scales, read_preset, validated
+from rlsched.agents.config import check_inputs, load_range, rate_scales, read_preset, validated
 from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
@@ -72,27 +72,6 @@ def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]
         raise ConfigError(f"{path}: kind", f"{kind!r} is not a recipe (one of {', '.join(RECIPES)})")
     load, learn = (getattr(importlib.import_module(m), f) for m, f in (e.split(":") for e in RECIPES[kind]))
     return load, learn
-
-
-def check_inputs(where: str, scenarios: dict[str, Sequence[str]], tuned: dict[str, str]) -> None:
-    """Every scenario (``scenarios``: field -> names) and tuned action file (``tuned``: field -> path) a
-    recipe will read, read now: a typo or a missing file fails before any work, naming the preset and the
-    field, not after minutes or hours of labelling."""
-    from rlsched.policies.static import load_static
-    from rlsched.sim import load_scenario
-
-    for field, names in scenarios.items():
-        for name in names:
-            _named(f"{where}: {field}", load_scenario, name)
-    for field, path in tuned.items():
-        _named(f"{where}: {field}", load_static, path)
-
-
-def _named(where: str, read: Callable[[str], Any], name: str) -> None:
-    try:
-        read(name)
-    except ConfigError as exc:
-        raise ConfigError(where, str(exc)) from None
 
 
 LoadRange = Annotated[tuple[float, float], AfterValidator(load_range)]
