@@ -12,6 +12,7 @@ the scales came from, and checks the result loads as a profile before anything i
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from rlsched.errors import ConfigError
+from rlsched.routing.views import MEMORY_HIGH, SCALE_HIGH, SCALE_LOW
 from rlsched.sim.cost import PROFILE_DIR, profile_from_dict
 from rlsched.sim.truth import MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS
 from rlsched.sim.yamlio import read_yaml
@@ -27,12 +29,15 @@ LOG_LINE = re.compile(r"rlsched: cost profile (?P<profile>\S+) calibrated, versi
                       r"time x(?P<time>[0-9.]+), attention x(?P<attention>[0-9.]+), memory x(?P<memory>[0-9.]+)")
 """The plugin's log line for a calibration version (``RLRequestScheduler._calibrated``)."""
 Scales = dict[str, tuple[float, float, float]]
+NUMBER = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+"""A scale as written: a plain decimal number, an exponent allowed."""
 
 
 def scales_from_log(text: str, where: str) -> tuple[str, int, Scales]:
     """(profile, version, per-model scales) of the newest calibration line in a server log; ``ConfigError``
-    naming ``where`` when it has none. Lines of several profiles (replicas of different kinds): the last
-    profile's."""
+    naming ``where`` when it has none, or naming the line of one whose numbers a calibration cannot publish
+    (``check_scales``: ``1.2.3``, ``0``, past the bounds). Lines of several profiles (replicas of different
+    kinds): the last profile's."""
     found = list(LOG_LINE.finditer(text))
     if not found:
         raise ConfigError(where, "no 'rlsched: cost profile ... calibrated, version N: ...' line (the plugin logs "
@@ -42,26 +47,43 @@ def scales_from_log(text: str, where: str) -> tuple[str, int, Scales]:
     version = 0
     for m in found:
         if m["profile"] == profile:
-            scales[m["model"]] = (float(m["time"]), float(m["attention"]), float(m["memory"]))
+            line = f"{where}:{text.count(chr(10), 0, m.start()) + 1}"
+            values = check_scales(m["model"], [m["time"], m["attention"], m["memory"]], line)
+            scales[m["model"]] = values  # a model's newer line replaces its older one
             version = int(m["version"])
     return profile, version, scales
 
 
 def parse_scales(text: str, where: str) -> Scales:
-    """``MODEL=TIME,ATTENTION[,MEMORY]`` entries separated by ``;``."""
+    """``MODEL=TIME,ATTENTION[,MEMORY]`` entries separated by ``;``, each model once (``check_scales``)."""
     out: Scales = {}
     for entry in filter(None, (e.strip() for e in text.split(";"))):
         model, eq, values = entry.partition("=")
-        try:
-            nums = [float(v) for v in values.split(",")]
-        except ValueError:
-            nums = []
-        if not eq or not model.strip() or len(nums) not in (2, 3) or not all(0 < v < float("inf") for v in nums):
+        model = model.strip()
+        nums = values.split(",")
+        if not eq or not model or len(nums) not in (2, 3):
             raise ConfigError(where, f"{entry!r}: expected MODEL=TIME,ATTENTION[,MEMORY] (positive numbers)")
-        out[model.strip()] = (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
+        if model in out:
+            raise ConfigError(where, f"{entry!r}: model {model!r} is given twice (one entry per model)")
+        out[model] = check_scales(model, nums + ["1"] * (3 - len(nums)), where)
     if not out:
         raise ConfigError(where, "no MODEL=TIME,ATTENTION[,MEMORY] entry")
     return out
+
+
+def check_scales(model: str, values: list[str], where: str) -> tuple[float, float, float]:
+    """``[time, attention, memory]`` as numbers a calibration can publish: each a plain finite number within the
+    published state's bounds (``rlsched.routing.views``: what a router accepts of a replica); a malformed,
+    zero or unbounded scale wrote a profile no replica could have reached (or a traceback, for ``1.2.3``)."""
+    highs = (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH)
+    out = []
+    for name, text, high in zip(("time", "attention", "memory"), values, highs):
+        value = float(text) if NUMBER.fullmatch(text.strip()) else math.nan  # not float's "1_0", "inf", "nan"
+        if not SCALE_LOW <= value <= high:
+            raise ConfigError(where, f"{model}: {name} scale {text.strip()!r} must be a number >= {SCALE_LOW:g} "
+                                     f"and <= {high:g} (the bounds of a published calibration)")
+        out.append(value)
+    return out[0], out[1], out[2]
 
 
 def calibrated_profile(profile: str, scales: Scales, provenance: str) -> dict[str, Any]:
@@ -104,4 +126,4 @@ def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-__all__ = ["LOG_LINE", "calibrated_profile", "parse_scales", "render", "scales_from_log"]
+__all__ = ["LOG_LINE", "calibrated_profile", "check_scales", "parse_scales", "render", "scales_from_log"]
