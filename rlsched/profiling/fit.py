@@ -408,6 +408,9 @@ def _scalar(v: Any) -> str:
 
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, float) and "e" in repr(v) and "." not in repr(v):
+        mantissa, _, exponent = repr(v).partition("e")  # YAML 1.1 (PyYAML) reads 5e-05 as a string
+        return f"{mantissa}.0e{exponent}"
     if isinstance(v, (int, float)):
         return repr(v)
     return json.dumps(str(v), ensure_ascii=False)
