@@ -142,3 +142,16 @@ def test_deploy_and_plan_write_absolute_paths(shop: Path, monkeypatch: pytest.Mo
     shipped = deploy_command(Layout(2, 1), 2, "static:agents/tuned/default.json@rlsched", "qwen-image-h200-vllm-omni",
                              ServingConfig("request", 4))
     assert "static:agents/tuned/default.json " in shipped  # shipped data is found from any folder: as written
+
+
+def test_a_shipped_profile_path_stays_as_written_and_loads_from_any_folder(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``deploy`` keeps ``envs/profiles/NAME.yaml`` as written (shipped data): the plugin, started in another
+    folder, must find it, as it finds ``agents/tuned/…`` and ``checkpoints/…``."""
+    from rlsched.sim.cost import load_profile, portable_profile
+
+    shipped = "envs/profiles/qwen-image-h200-vllm-omni.yaml"
+    monkeypatch.chdir(ENVS.parent)
+    assert portable_profile(shipped) == shipped
+    monkeypatch.chdir(tmp_path)
+    assert load_profile(shipped).name == load_profile("qwen-image-h200-vllm-omni").name

@@ -42,7 +42,7 @@ from typing import Any
 
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest
-from rlsched.resources import data_dir, portable
+from rlsched.resources import data_dir, portable, shipped_path
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.schema import LineOf, ModelSpec, StackSpec, validate_profile
 from rlsched.sim.yamlio import read_yaml_lines
@@ -442,10 +442,10 @@ class CostModel:
 
 
 def load_profile(name_or_path: str | Path) -> CostModel:
-    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file (errors name file, line and key)."""
+    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file (errors name file, line and key); a
+    shipped ``envs/profiles/…`` path is found from any folder (``shipped_path``), as ``deploy`` writes it."""
     path = Path(name_or_path)
-    if not path.suffix:
-        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    path = PROFILE_DIR / f"{name_or_path}.yaml" if not path.suffix else shipped_path(path)
     input_file(path, "profile file")
     data, line_of = read_yaml_lines(path)
     return profile_from_dict(data, str(path), line_of)
