@@ -24,9 +24,11 @@ from rlsched.profiling.gpus import find_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_SET = ROOT / "tests" / "data" / "derive_public" / "measurements.csv"
+TARGET = 0.25
+"""Issue 46: median |error| on pairs the efficiencies were not fitted to."""
 DOCUMENTED_MEDIAN = 0.304
-"""The median |error| docs/derive.md reports for the on-GPU rows. Issue 46 asks <= 0.25: not met (the video
-rows on non-Hopper GPUs are over-estimated x1.65-x2.45; docs/derive.md says why)."""
+"""The median |error| docs/derive.md reports for the on-GPU rows: the target is missed (the video rows on
+non-Hopper GPUs are over-estimated x1.65-x2.45; docs/derive.md says why). Lower it when a change lowers it."""
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +72,10 @@ def test_the_public_table_in_the_docs_is_this_run() -> None:
     assert res.returncode == 0, res.stderr
 
 
-def test_the_on_gpu_median_is_the_documented_one_and_memory_never_under_estimated(scored) -> None:
+def test_the_on_gpu_median_stays_within_the_documented_one_and_memory_is_never_under_estimated(scored) -> None:
     on = summary([s for s in scored if not runs_off_gpu(s.point)])
     assert on["latency_points"] >= 20 and on["memory_points"] >= 4
-    assert on["median_abs_error"] == pytest.approx(DOCUMENTED_MEDIAN, abs=5e-4)
-    assert on["median_abs_error"] > 0.25  # issue 46's target, missed: a fix makes this fail, then tighten both
+    assert on["median_abs_error"] <= max(TARGET, DOCUMENTED_MEDIAN) + 5e-4
     assert on["worst_memory_under"] == 0.0
 
 
