@@ -157,6 +157,11 @@ def run_derive(args: argparse.Namespace) -> int:
     gpu = find_gpu(args.gpu) if args.gpu else parse_gpu_spec(args.gpu_spec)
     arch = read_architecture(args.model)
     profile = derive_profile(arch, gpu, load_efficiencies(), Stack(compile=args.compile, cfg=args.cfg), args.name)
+    weights = next(iter(profile["models"].values()))["weights_gb"]
+    if weights >= gpu.memory_gb:  # the file would load nowhere; say why here, not at the first predict or serve
+        raise ConfigError("--gpu", f"{arch.name}'s {arch.params / 1e9:.1f}B parameters in BF16 with the prior's "
+                                   f"memory overhead take {weights:.4g} GB, more than the {gpu.name}'s "
+                                   f"{gpu.memory_gb:g} GB (a prior errs on the safe side; docs/derive.md)")
     text = render_derived(profile, f"rlsched profile derive --model {args.model} --gpu "
                                    f"{args.gpu or repr(args.gpu_spec)}{' --compile' if args.compile else ''}")
     if args.out:

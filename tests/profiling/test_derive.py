@@ -164,3 +164,9 @@ def test_cli_derive_lists_and_refuses_cleanly(tmp_path: Path) -> None:
     spec = rlsched("profile", "derive", "--model", "wan2.1-t2v-1.3b", "--gpu-spec",
                    "tflops=100,bandwidth_gbs=500,memory_gb=24")
     assert "name: wan2.1-t2v-1.3b-custom-derived" in spec.stdout
+
+
+def test_cli_derive_refuses_a_model_whose_weights_with_the_prior_overhead_do_not_fit() -> None:
+    res = rlsched("profile", "derive", "--model", "hunyuanvideo", "--gpu", "L20", check=False)
+    assert res.returncode == 2 and "54.76 GB" in res.stderr and "L20's 48 GB" in res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
