@@ -44,5 +44,29 @@ def int_list(text: str, field: str, bound: Bound = bounds.SEED) -> list[int]:
     return values
 
 
+def number_list(text: str, field: str, bound: Bound = bounds.SCALE) -> list[float]:
+    """``"0.5,1"`` as numbers in ``bound``; anything else is a ``ConfigError`` naming ``field`` (as the CLI
+    says a flag's error, not ``invalid request field '--loads'``)."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ConfigError(field, f"expected comma-separated numbers, not {text!r}") from None
+        if not bound.holds(value):
+            raise ConfigError(field, f"each value must be {bound.describe()}, not {part.strip()}")
+        values.append(value)
+    return values
+
+
+def distinct(values: list[Any], field: str) -> list[Any]:
+    """``values`` when none repeats; a repeated one is a ``ConfigError`` naming ``field`` (a grid ran it
+    twice and reported the repeats as agreement: ``± 0.0`` over one seed given twice)."""
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ConfigError(field, f"{seen[0]!r} is given twice; each value once")
+    return values
+
+
 seed_arg = flag(bounds.SEED)
 """argparse type of a seed: numpy's generators take integers >= 0 only."""

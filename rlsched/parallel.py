@@ -31,6 +31,17 @@ LOCAL_RAY = "local"
 """``--ray local``: start a private Ray instance on this machine (no dashboard), for trying Ray out."""
 
 
+def progress_bar(disable: bool = False, **kwargs: Any) -> Any:
+    """A ``rich`` progress bar on stderr (``rich.progress.Progress(**kwargs)``), drawn only on a terminal:
+    stdout holds only a command's report, so ``--json`` prints one JSON object there and nothing else (a
+    bar on stdout came before ``label --json``'s object), and a log or a pipe gets no bar's leftovers."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    return Progress(console=console, disable=disable or not console.is_terminal, **kwargs)
+
+
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], workers: int = 1, ray: str | None = None) -> Iterator[R]:
     """``map(fn, tasks)``, in task order, so callers can advance a progress bar per result.
 
@@ -206,4 +217,5 @@ def add_parallel_args(p: argparse.ArgumentParser, workers: int | None = 1) -> No
                         f"'{LOCAL_RAY}' = a private instance on this machine with --workers CPUs")
 
 
-__all__ = ["LOCAL_RAY", "add_parallel_args", "connect", "cpu_count", "import_ray", "local_workers", "run_tasks"]
+__all__ = ["LOCAL_RAY", "add_parallel_args", "connect", "cpu_count", "import_ray", "local_workers", "progress_bar",
+           "run_tasks"]

@@ -130,12 +130,10 @@ def generate(tasks: list[Any], workers: int = 1, progress: bool = True, ray: str
     """Label every task with ``label`` (default: the candidate policy's episodes; the learned router
     passes its own) on local processes, or Ray tasks with ``ray``, with a progress bar over
     finished episodes."""
-    from rich.progress import Progress
-
-    from rlsched.parallel import run_tasks
+    from rlsched.parallel import progress_bar, run_tasks
 
     parts = []
-    with Progress(disable=not progress) as bar:
+    with progress_bar(disable=not progress) as bar:
         job = bar.add_task(what, total=len(tasks))
         for part in run_tasks(label, tasks, workers, ray):
             parts.append(part)

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from rlsched import bounds
-from rlsched.argtypes import flag, int_list
+from rlsched.argtypes import distinct, flag, int_list, number_list
 from rlsched.commands.args import check_out_dir, command, print_json, renamed, write_atomic
+from rlsched.errors import ConfigError
 from rlsched.evaluation import EVAL_SEED_BASE, REPORT_FILES, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
 from rlsched.sim.metrics import json_safe
-from rlsched.sim.workload import positive
 
 PARTIAL = "partial.json"
 """Written into --out when a grid stops early: the rows of the runs that finished."""
@@ -48,13 +48,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = int_list(args.seeds, "--seeds")
+    seeds = distinct(int_list(args.seeds, "--seeds"), "--seeds")
     if min(seeds) < EVAL_SEED_BASE and not args.allow_training_seeds:
-        raise SystemExit(f"rlsched eval: seeds below {EVAL_SEED_BASE} are training seeds; "
-                         "pass --allow-training-seeds to use them anyway")
-    loads = [positive(x, "--loads") for x in args.rate_scales.split(",")]
+        raise ConfigError("--seeds", f"{min(seeds)} is a training seed (evaluation seeds are >= {EVAL_SEED_BASE}); "
+                                     "pass --allow-training-seeds to use training seeds anyway")
+    loads = distinct(number_list(args.rate_scales, "--loads"), "--loads")
     out = check_out_dir(args.out, "--out", (*REPORT_FILES, PARTIAL))
-    scenarios, policies = args.scenarios.split(","), args.policies.split(",")
+    scenarios = distinct(args.scenarios.split(","), "--scenarios")
+    policies = distinct(args.policies.split(","), "--policies")
     grid = Grid([], {}, {}, 1.0)
     total = len(scenarios) * len(policies) * len(seeds) * len(loads)
     try:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from rlsched import bounds
-from rlsched.argtypes import flag, seed_arg
+from rlsched.argtypes import flag, number_list, seed_arg
 from rlsched.commands.args import add_json, check_out_dir, check_out_file, command, renamed, report
 from rlsched.errors import ConfigError
 from rlsched.parallel import add_parallel_args
@@ -38,9 +38,8 @@ def add_label_args(p: argparse.ArgumentParser) -> None:
 
 def run_label(args: argparse.Namespace) -> int:
     from rlsched.agents.labels import generate, label_tasks, save_labels
-    from rlsched.sim.workload import positive
 
-    loads = [positive(x, "--load-range") for x in args.rate_scales.split(",")]
+    loads = number_list(args.rate_scales, "--load-range")
     if len(loads) != 2 or loads[0] > loads[1]:
         raise ConfigError("--load-range", f"expected LOW,HIGH with LOW <= HIGH, not {args.rate_scales!r}")
     low, high = loads
@@ -111,7 +110,9 @@ def run_learn(args: argparse.Namespace) -> int:
     if args.timesteps is not None:
         cfg = with_timesteps(cfg, args.timesteps)
     cfg.check_inputs(str(args.agent))  # every scenario and file the recipe reads, before any work
-    result = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None, not args.no_progress)
+    # labelling bars are on stderr; PPO's (stable-baselines3's own) is on stdout, which --json keeps for the JSON
+    result = learn(cfg, Path(args.run_dir), Path(args.out) if args.out else None,
+                   not (args.no_progress or args.json))
     same = as_heuristic(result["validation"].get(result["chosen"], {}))
     summary = {"chosen": result["chosen"], "validation": result["validation"], "total_s": result["total_s"],
                "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb", "same_as_heuristic": same}

@@ -12,7 +12,7 @@ from rlsched import bounds
 from rlsched.argtypes import flag, int_list
 from rlsched.commands.args import check_out_dir, command, existing_outputs, print_json, write_atomic
 from rlsched.errors import CheckpointError, ConfigError
-from rlsched.parallel import add_parallel_args
+from rlsched.parallel import add_parallel_args, progress_bar
 
 PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
 """What ``rlsched plan`` writes into --out (each checked before the first layout is simulated)."""
@@ -138,9 +138,7 @@ class _bar:
     def __enter__(self):  # type: ignore[no-untyped-def]
         if self.quiet:
             return lambda: None
-        from rich.progress import Progress
-
-        self._progress = Progress(transient=True)
+        self._progress = progress_bar(transient=True)
         self._progress.start()
         task = self._progress.add_task("layouts x loads x seeds", total=self.total)
         return lambda: self._progress.advance(task)

@@ -41,7 +41,8 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_agent_config(args.agent, **overrides)  # step counts checked: agent.timesteps ...
     cfg.check_inputs(str(args.agent))  # every scenario, tuned file and baseline, before any work
     check_out_dir(args.run_dir, "--run-dir")
-    last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume, progress=not args.no_progress)
+    last = train(cfg, Path(args.run_dir), seed=args.seed, resume=args.resume,
+                 progress=not (args.no_progress or args.json))  # stable-baselines3's bar is on stdout
     report(args, {"checkpoint": str(last), "tensorboard": f"{args.run_dir}/tb"},
            f"trained: {last}\nTensorBoard: tensorboard --logdir {args.run_dir}/tb\n"
            f"export:   rlsched export {args.run_dir} --out checkpoints/NAME")

@@ -9,12 +9,11 @@ from pathlib import Path
 from rlsched import bounds
 from rlsched.agents.reproducible import PROVENANCE, provenance
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
-from rlsched.argtypes import flag, int_list, seed_arg
+from rlsched.argtypes import distinct, flag, int_list, number_list, seed_arg
 from rlsched.commands.args import check_out_file, command, print_json, renamed, write_atomic
 from rlsched.evaluation import VALIDATION_SEED_BASE
-from rlsched.parallel import add_parallel_args
+from rlsched.parallel import add_parallel_args, progress_bar
 from rlsched.policies.projected import encode_params
-from rlsched.sim.workload import positive
 
 DEFAULT_OUT = "runs/tuned/{scenario}.json"
 """Where a tune writes without --out: never a shipped file (``agents/tuned/*.json`` are the
@@ -60,17 +59,15 @@ def default_storage(out: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
-
     spec = TuneSpec(args.scenario, tuple(int_list(args.seeds, "--seeds")),
-                    tuple(positive(x, "--loads") for x in args.rate_scales.split(",")),
+                    tuple(distinct(number_list(args.rate_scales, "--loads"), "--loads")),
                     args.duration, args.trials, args.search_seed, init=_init_action(args.init), batch=args.batch)
     # the output is checked (and its folder made) before the first trial, not after the last
     out = check_out_file(args.out or DEFAULT_OUT.format(scenario=Path(spec.scenario).stem), "--out",
                          make_parents=True)
     storage = args.storage or default_storage(out)
     require_optuna().logging.set_verbosity(require_optuna().logging.WARNING)  # the progress bar reports trials
-    with Progress(disable=args.json) as bar:
+    with progress_bar(disable=args.json) as bar:
         job = bar.add_task("tuning", total=spec.trials)
         result = search(spec, lambda done, score, best: bar.update(
             job, completed=done, description=f"tuning (best {100 * best:.1f} %)"), args.workers, args.ray,

@@ -271,7 +271,11 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, s
             lines.append(f"| {shown[pol]} | " + " | ".join(_pm(row[x], "weighted_slo_attainment") for x in loads)
                          + " |")
         lines.append("")
-    if head:
+    if head and not any(head["per_scenario"].values()):  # no ratio to show: a sentence, not a table of ×nan
+        lines += [f"### {shown[head['target']]} at loads where {head.get('baseline') or 'FIFO'} meets 40–80 % of "
+                  "SLOs", "", f"No load here has {head.get('baseline') or 'FIFO'} meeting 40–80 % of SLOs, so there "
+                  "is no headline ratio; add loads (--loads) where it does.", ""]
+    elif head:
         base = head.get("baseline")
         lines += [f"### {shown[head['target']]} at loads where {base or 'FIFO'} meets 40–80 % of SLOs", "",
                   f"| scenario | load | target | {base or 'fifo'} | best other | ×{base or 'fifo'} | ×best |",

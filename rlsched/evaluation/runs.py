@@ -15,7 +15,7 @@ from typing import Any
 from rlsched import bounds
 from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError, RlschedError
-from rlsched.parallel import run_tasks
+from rlsched.parallel import progress_bar, run_tasks
 from rlsched.policies import make_policy
 from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kind
 from rlsched.routing.routers import ROUTER_KINDS, check_spec, is_late, router_kind, split_pair, split_view
@@ -296,8 +296,6 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
     a caller keeps the runs that finished when a later one fails or is interrupted.
     ``replicas`` × ``sp_degree``: run one-GPU scenarios as a stage of that many replicas
     (arrivals × replicas); scenarios that declare ``replicas`` run their own (and refuse these)."""
-    from rich.progress import Progress
-
     check_grid(scenarios, policies)
     if (replicas, sp_degree) != (1, 1):
         own = [sc for sc in dict.fromkeys(scenarios) if load_scenario(sc).replicas]
@@ -313,7 +311,7 @@ def run_grid(scenarios: list[str], policies: list[str], seeds: list[int], loads:
     if grid is None:
         grid = Grid([], {}, {}, ref)
     grid.reference_load = ref
-    with Progress(disable=not progress) as bar:
+    with progress_bar(disable=not progress) as bar:
         job = bar.add_task("evaluating", total=len(tasks))
         for task, (metrics, ratios, sizes) in zip(tasks, run_tasks(_one, tasks, workers, ray)):
             grid.rows.append(metrics)

@@ -450,13 +450,27 @@ def _load(target: str) -> Callable:
 
 def split_pair(spec: str) -> tuple[str, str]:
     """``POLICY@ROUTER`` -> (policy spec, router spec); a bare policy routes ``round-robin``, as
-    vLLM-Omni does. ``@`` because policy arguments are paths."""
+    vLLM-Omni does. ``@`` because policy arguments are paths, which may hold an ``@`` themselves: what
+    follows the last ``@`` is a router only when it is not a path (``static:runs/v@2/t.json`` is a bare
+    policy; its ``@2/t.json`` was read as a router and the file as ``runs/v``)."""
     policy, at, router = spec.rpartition("@")
-    if not at:
+    if not at or _a_path(router):
         return spec, "round-robin"
     if not policy or not router:
         raise ConfigError("policy", f"{spec!r}: expected POLICY@ROUTER")
+    name = parse_spec(router).name
+    if name not in (*ROUTERS, *TEACHERS, *CENTRAL_TEACHERS, "central"):
+        raise ConfigError("router", f"unknown router {router!r} in {spec!r} (known: "
+                                    f"{', '.join(sorted([*ROUTERS, *TEACHERS]))}, or central for late binding); a "
+                                    f"policy whose path holds '@' is given with its router: {spec}@round-robin")
     return policy, router
+
+
+def _a_path(text: str) -> bool:
+    """``text`` (what follows a spec's last ``@``) names a file, not a router: its name (before ``:`` and
+    ``;``) has a folder separator or a suffix. Router names are words (``least-work``, ``router:DIR``)."""
+    name = text.split(";")[0].split(":")[0]
+    return "/" in name or "\\" in name or "." in name
 
 
 LATE_REPLICA_POLICY = "fifo"
