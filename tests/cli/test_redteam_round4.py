@@ -155,3 +155,37 @@ def test_a_policy_path_holding_an_at_sign_is_one_policy(tmp_path: Path, capsys: 
     assert ("unknown router 'b' in 'rl:runs/a@b' (known: affinity, hindsight, least-queue, least-work, lookahead, "
             "random, rlsched, round-robin, router, or central for late binding); a policy whose path holds '@' is "
             "given with its router: rl:runs/a@b@round-robin") in capsys.readouterr().err
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks (100 a second on Linux)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the child's CPU time in /proc")
+def test_a_real_ctrl_c_in_simulate_is_one_line_and_130(tmp_path: Path) -> None:
+    """The signal itself, not a raised KeyboardInterrupt: SIGINT to a simulation well under way."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import take_ctrl_c
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlsched", "simulate", "--scenario", "default", "--policy", "fifo",
+                             "--duration", "1000000", "--load", "4", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=take_ctrl_c)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and _cpu_s(proc.pid) < 1.5 and time.monotonic() < deadline:
+            time.sleep(0.1)  # past the imports (under 1 s of CPU) and into the simulation (about 6 s)
+        assert proc.poll() is None, "the simulation ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out) == (130, "")
+    assert err == ("rlsched: interrupted: rlsched simulate stopped; each file it wrote is whole, the rest were "
+                   "not written\n")
