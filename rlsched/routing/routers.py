@@ -460,9 +460,9 @@ def split_pair(spec: str) -> tuple[str, str]:
         raise ConfigError("policy", f"{spec!r}: expected POLICY@ROUTER")
     name = parse_spec(router).name
     if name not in (*ROUTERS, *TEACHERS, *CENTRAL_TEACHERS, "central"):
+        hint = f"; a policy whose path holds '@' is given with its router: {spec}@round-robin" if ":" in policy else ""
         raise ConfigError("router", f"unknown router {router!r} in {spec!r} (known: "
-                                    f"{', '.join(sorted([*ROUTERS, *TEACHERS]))}, or central for late binding); a "
-                                    f"policy whose path holds '@' is given with its router: {spec}@round-robin")
+                                    f"{', '.join(sorted([*ROUTERS, *TEACHERS]))}, or central for late binding){hint}")
     return policy, router
 
 

@@ -155,6 +155,9 @@ def test_a_policy_path_holding_an_at_sign_is_one_policy(tmp_path: Path, capsys: 
     assert ("unknown router 'b' in 'rl:runs/a@b' (known: affinity, hindsight, least-queue, least-work, lookahead, "
             "random, rlsched, round-robin, router, or central for late binding); a policy whose path holds '@' is "
             "given with its router: rl:runs/a@b@round-robin") in capsys.readouterr().err
+    assert main(["simulate", "--scenario", "default", "--policy", "edf@rlshed", "--duration", "60"]) == 2
+    err = capsys.readouterr().err  # a plain typo: no hint about paths
+    assert "unknown router 'rlshed' in 'edf@rlshed'" in err and "holds '@'" not in err
 
 
 def _cpu_s(pid: int) -> float:
