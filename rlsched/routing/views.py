@@ -125,13 +125,14 @@ class ReplicaState:
         return cls(seq, float(remaining), running, finished, preempted, None if cal is None else _calibration(cal))
 
 
-Calibration = tuple[int, tuple[tuple[str, float, float, float], ...]]
+Calibration = tuple[int, tuple[tuple[Any, ...], ...]]
+"""(version, per model ``(name, time, quadratic, memory[, fixed])``: ``rlsched.sim.online.CostCalibrator.scales``)."""
 CALIBRATION_KEY = "cal"
 MAX_CALIBRATED_MODELS = 64
 
 
 def _calibration(raw: Any) -> Calibration:
-    """``{"version": V, "scales": {MODEL: [time, quadratic, memory]}}`` checked (``state.cal``)."""
+    """``{"version": V, "scales": {MODEL: [time, quadratic, memory(, fixed)]}}`` checked (``state.cal``)."""
     if not isinstance(raw, Mapping):
         raise StateError(f"state.cal: a mapping expected, not {type(raw).__name__}")
     version, scales = raw.get("version"), raw.get("scales", {})
@@ -140,11 +141,11 @@ def _calibration(raw: Any) -> Calibration:
         raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
     out = []
     for model, values in scales.items():
-        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or len(values) != 3 or not all(
+        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or len(values) not in (3, 4) or not all(
                 not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= high
-                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH))):
-            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory], each at least {SCALE_LOW:g} "
-                             f"and at most {SCALE_HIGH:g} ({MEMORY_HIGH:g} for memory), expected, not "
+                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, SCALE_HIGH))):
+            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory(, fixed)], each at least "
+                             f"{SCALE_LOW:g} and at most {SCALE_HIGH:g} ({MEMORY_HIGH:g} for memory), expected, not "
                              f"{model!r:.80}: {values!r:.80}")
         out.append((model, *map(float, values)))
     return version, tuple(out)
@@ -191,7 +192,7 @@ def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int
              "preempted": [[str(rid), int(done)] for rid, done in preempted]}
     if calibration is not None:
         version, scales = calibration
-        state[CALIBRATION_KEY] = {"version": version, "scales": {m: [t, q, mem] for m, t, q, mem in scales}}
+        state[CALIBRATION_KEY] = {"version": version, "scales": {m: list(values) for m, *values in scales}}
     return state
 
 
@@ -326,10 +327,10 @@ class LedgerReplica:
             return True
         return False
 
-    def _calibrate(self, version: int, scales: tuple[tuple[str, float, float, float], ...]) -> None:
+    def _calibrate(self, version: int, scales: tuple[tuple[Any, ...], ...]) -> None:
         """The replica's calibration ``version``: the ledger's work and predicted ends re-costed on it (models
         the profile does not hold are ignored)."""
-        known = {m: (t, q, mem) for m, t, q, mem in scales if m in self.shipped.models}
+        known = {m: tuple(values) for m, *values in scales if m in self.shipped.models}
         self.calibration_version = version
         self.cost = rescaled(self.shipped, known, f"published-v{version}") if known else self.shipped
         refresh(self._followed.values(), self.cost)

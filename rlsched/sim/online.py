@@ -5,13 +5,15 @@ measures the harm). ``CostCalibrator`` watches each batch's duration from start 
 time coefficients per model:
 
 * **Time.** A batch's duration under the current cost splits into ``O`` (the engine's overheads, which
-  the profile does not hold), the attention part ``A`` (the ``c·ΣQ`` term over the steps) and the rest
-  ``L`` (step floor, fixed and linear terms, encode, decode, sequence-parallel communication). The
-  observed duration is fitted as ``O + θ₁·L + θ₂·A`` by weighted least squares on relative errors (a
-  30-minute video and a 3-second image count alike), so a uniformly slower GPU gives ``θ₁ = θ₂`` and an
-  attention kernel that scales worse than the profile's gives ``θ₂ > θ₁``: the profile's own form,
-  re-weighted (the two terms whose ratio changes across stacks, attention backends and resolutions),
-  rather than a residual model that would need features the scheduler does not have.
+  the profile does not hold), the attention part ``A`` (the ``c·ΣQ`` term over the steps), the fixed part
+  ``F`` (what the step's floor and per-forward terms add: the time that does not grow with the batch's
+  tokens) and the rest ``L`` (linear terms, encode, decode, sequence-parallel communication). The
+  observed duration is fitted as ``O + θ₁·L + θ₂·A + θ₃·F`` by weighted least squares on relative errors (a
+  30-minute video and a 3-second image count alike), so a uniformly slower GPU gives ``θ₁ = θ₂ = θ₃``, an
+  attention kernel that scales worse than the profile's gives ``θ₂ > θ₁``, and a GPU of another *form* —
+  its FLOPs scaled but not its kernel launches (an A100 under an H200 profile), or a derived prior's fixed
+  cost off — gives ``θ₃ ≠ θ₁``: the profile's own form, every term re-weighted, rather than a residual
+  model that would need features the scheduler does not have.
 * **Memory** is learned from the two memory facts the engine has: the device's total memory, read before
   the first decision (``observe_capacity``: a GPU smaller than the profile's), and a batch that failed out
   of memory (``observe_oom``). That batch's true memory was more than the GPU holds, so the model's memory
@@ -60,6 +62,21 @@ HUBER = 0.25
 ROOM_HIGH = 1000.0
 """Most the device's memory may scale activations (``observe_capacity``): past it no batch fits anyway (an
 H200 profile's 75 GB of room down to 75 MB), and a published scale stays a number a router can check."""
+FORM_PRIOR = 0.02
+"""Pull of the fixed scale to the time scale, in batches of evidence (as ``prior``'s): what decides it where no
+batch tells the fixed and the linear parts apart. Stronger pulls slowed a GPU of another form (an A100 under
+an H200 profile: fixed ×0.26 of time) for hundreds of batches, its attention held at the bound meanwhile."""
+ANCHOR = 0.01
+"""Share of ``prior`` that pulls the time scale itself to 1 (the ties of the attention and fixed scales to it
+take all of it): the batches always tell the overall scale, and a full-weight anchor leant on the one
+direction they cannot tell apart (fixed against linear time, when the batches are alike), so a GPU uniformly
+1.3x slower came out 1.28x in its linear and 1.35x in its fixed terms."""
+MOVE_FORM = 0.05
+"""The fixed scale alone moves a version only past 5 %: a small share of most batches, it wanders on noise."""
+FORM_TOLERANCE = MOVE
+"""A fixed scale within 2 % of 1 is 1: the profile's form holds, and the calibration is the three scales it
+published before the fixed one existed (a uniformly slower GPU's fit leaves θ₃ a few tenths of a percent off
+θ₁ from the weak prior)."""
 OOM_MARGIN = 0.05
 """An OOM raises the memory scale 5 % past the least that explains it: the bound alone would leave the next
 batch of the same size believed to fit exactly, and fail again."""
@@ -72,11 +89,11 @@ class _ModelFit:
     seen: int = 0
     counted: int = 0
     """Batches in the fit (``seen`` less the warm-up and the unreadable)."""
-    s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    """Σ w·x̃x̃ᵀ as (xx, xa, aa), x̃ = (L, A) / (L + A)."""
-    b: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    theta: tuple[float, float] = (1.0, 1.0)
-    """(θ₁, θ₂) in the current version (relative to the shipped profile)."""
+    s: list[list[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
+    """Σ w·x̃x̃ᵀ, x̃ = (L, A, F) / (L + A + F)."""
+    b: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    theta: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """(θ₁, θ₂, θ₃) in the current version (relative to the shipped profile)."""
     moved_at: int = 0
     """Batches seen when its scales last moved (0: never)."""
     moves: list[tuple[int, float, float]] = field(default_factory=list)
@@ -106,20 +123,24 @@ class CostCalibrator:
 
     # ------------------------------------------------------------------ reading a batch
     def _derived(self, cost: CostModel) -> None:
-        # the same cost without its attention term, and with no profile time at all (the overheads alone)
+        # the same cost without its attention term, without its fixed step terms, and with no profile time at
+        # all (the overheads alone)
         self._no_attention = rescaled(cost, {m: (1.0, 0.0, 1.0) for m in cost.models}, "no-attention")
+        self._no_fixed = rescaled(cost, {m: (1.0, 1.0, 1.0, 0.0) for m in cost.models}, "no-fixed")
         self._overheads = rescaled(cost, {m: (0.0, 1.0, 1.0) for m in cost.models}, "overheads")
 
     def parts(self, batch: Sequence[RequestRecord], step_mode: bool, overhead_ms: float, overhead_ms_per_mpx: float,
-              steps_done: Sequence[int]) -> tuple[float, float, float]:
-        """``(O, L, A)`` of ``batch`` (records at the current version) relative to the shipped profile:
-        its predicted duration now is ``O + θ₁·L + θ₂·A``."""
+              steps_done: Sequence[int]) -> tuple[float, float, float, float]:
+        """``(O, L, A, F)`` of ``batch`` (records at the current version) relative to the shipped profile:
+        its predicted duration now is ``O + θ₁·L + θ₂·A + θ₃·F``."""
         args = (step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
         full = self.cost.batch_duration(batch, *args)
         linear = self._no_attention.batch_duration(batch, *args)
         overhead = self._overheads.batch_duration(batch, *args)
-        t1, t2 = self._fit(batch[0].request.model).theta
-        return overhead, (linear - overhead) / t1, max(full - linear, 0.0) / t2
+        fixed = max(full - self._no_fixed.batch_duration(batch, *args), 0.0)
+        attention = max(full - linear, 0.0)
+        t1, t2, t3 = self._fit(batch[0].request.model).theta
+        return overhead, max(full - overhead - attention - fixed, 0.0) / t1, attention / t2, fixed / t3
 
     # ------------------------------------------------------------------ evidence
     def _fit(self, model: str) -> _ModelFit:
@@ -128,23 +149,25 @@ class CostCalibrator:
             fit = self._fits[model] = _ModelFit()
         return fit
 
-    def observe(self, model: str, parts: tuple[float, float, float], seconds: float) -> bool:
-        """A batch of ``model`` whose ``parts`` took ``seconds``; True when the calibrated cost moved."""
-        overhead, linear, attention = parts
-        total = linear + attention
+    def observe(self, model: str, parts: tuple[float, ...], seconds: float) -> bool:
+        """A batch of ``model`` whose ``parts`` (``parts``' ``(O, L, A, F)``) took ``seconds``; True when the
+        calibrated cost moved."""
+        overhead, *terms = parts
+        x3 = (*terms, 0.0)[:3]  # (L, A) alone: no fixed part
+        total = sum(x3)
         fit = self._fit(model)
         fit.seen += 1
         if fit.seen <= self.warmup or not total > 0 or not math.isfinite(seconds) or seconds < 0:
             return False
-        x, a, y = linear / total, attention / total, (seconds - overhead) / total
+        x, y = [v / total for v in x3], (seconds - overhead) / total
         w = 1.0
         fit.counted += 1
         if fit.counted > self.min_batches:
-            residual = abs(y - fit.theta[0] * x - fit.theta[1] * a)
+            residual = abs(y - sum(t * v for t, v in zip(fit.theta, x)))
             w = 1.0 if residual <= HUBER else HUBER / residual
         r = self.forget
-        fit.s = [r * fit.s[0] + w * x * x, r * fit.s[1] + w * x * a, r * fit.s[2] + w * a * a]
-        fit.b = [r * fit.b[0] + w * x * y, r * fit.b[1] + w * a * y]
+        fit.s = [[r * fit.s[i][j] + w * x[i] * x[j] for j in range(3)] for i in range(3)]
+        fit.b = [r * fit.b[i] + w * x[i] * y for i in range(3)]
         if fit.counted < self.min_batches:
             return False
         return self._move(model, fit, _solve(fit.s, fit.b, self.prior), fit.memory)
@@ -183,13 +206,13 @@ class CostCalibrator:
         return True
 
     # ------------------------------------------------------------------ versions
-    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, float], memory: float) -> bool:
+    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, float, float], memory: float) -> bool:
         old = (*fit.theta, fit.memory)
         new = (*theta, memory)
-        if all(abs(n / o - 1) <= MOVE for n, o in zip(new, old)):
+        if all(abs(n / o - 1) <= limit for n, o, limit in zip(new, old, (MOVE, MOVE, MOVE_FORM, MOVE))):
             return False
         fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
-        fit.moves.append((fit.seen, *theta))
+        fit.moves.append((fit.seen, *theta[:2]))
         self._new_version()
         return True
 
@@ -200,14 +223,17 @@ class CostCalibrator:
         self.published = self.version, tuple((m, *s) for m, s in sorted(scales.items()))
         self._derived(self.cost)
 
-    def scales(self) -> dict[str, tuple[float, float, float]]:
-        """Per model ``(time, quadratic, memory)`` scales of the current version over the shipped profile
-        (``rlsched.sim.truth``'s terms: time scales every time coefficient, quadratic the attention term
-        once more; memory holds the device's ``room``)."""
-        out = {}
+    def scales(self) -> dict[str, tuple[float, ...]]:
+        """Per model ``(time, quadratic, memory[, fixed])`` scales of the current version over the shipped
+        profile (``rlsched.sim.truth.rescaled``'s terms: time scales every time coefficient, quadratic the
+        attention term once more, fixed the step's floor and per-forward terms once more — given only when it
+        is not 1; memory holds the device's ``room``)."""
+        out: dict[str, tuple[float, ...]] = {}
         for m in self.base.models:
             f = self._fits.get(m) or _ModelFit()
-            s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room)
+            fixed = f.theta[2] / f.theta[0]
+            form = (fixed,) if abs(fixed - 1.0) > FORM_TOLERANCE else ()
+            s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room, *form)
             if s != (1.0, 1.0, 1.0):
                 out[m] = s
         return out
@@ -216,7 +242,8 @@ class CostCalibrator:
         """Version, the device's memory ``room``, per-model scales (memory: the one decisions use, ``room``
         included) and evidence (batches seen), for logs and results."""
         return {"version": self.version, "room": self.room, "models": {
-            m: {"time": f.theta[0], "attention": f.theta[1], "memory": f.memory * self.room, "batches": f.seen,
+            m: {"time": f.theta[0], "attention": f.theta[1], "fixed": f.theta[2], "memory": f.memory * self.room,
+                "batches": f.seen,
                 "last_moved_at_batch": f.moved_at, "moves": list(f.moves)}
             for m, f in self._fits.items()}}
 
@@ -231,16 +258,27 @@ def refresh(records: Iterable[RequestRecord], cost: CostModel) -> None:
             fresh.encode_s, fresh.decode_s, fresh.work_s, fresh.step_s, fresh.mem_gb)
 
 
-def _solve(s: list[float], b: list[float], prior: float) -> tuple[float, float]:
-    """argmin Σ w(y − θ·x̃)² + prior·((θ₁ − 1)² + (θ₂ − θ₁)²), each θ clipped to [LOW, HIGH].
+def _solve(s: list[list[float]], b: list[float], prior: float) -> tuple[float, float, float]:
+    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + (θ₂ − θ₁)²) + ``FORM_PRIOR``·(θ₃ − θ₁)², each θ
+    clipped to [LOW, HIGH].
 
-    The prior pulls the time scale to the profile's and the attention scale to the time scale: where the
-    batches seen do not tell the two terms apart (one shape, or every step on the floor), a GPU that is
-    uniformly slower stays uniformly slower rather than half-way back to the profile's attention."""
-    xx, xa, aa = s[0] + 2 * prior, s[1] - prior, s[2] + prior
-    bx, ba = b[0] + prior, b[1]
-    det = xx * aa - xa * xa
-    return _clip((aa * bx - xa * ba) / det), _clip((xx * ba - xa * bx) / det)
+    The prior pulls the time scale to the profile's and the attention and fixed scales to the time scale:
+    where the batches seen do not tell the terms apart (one shape, or every step on the floor), a GPU that
+    is uniformly slower stays uniformly slower rather than half-way back to the profile's form. Three
+    unknowns: Cramer's rule (no linear-algebra import in the simulator's inner loop)."""
+    z, p, q = prior * ANCHOR, prior, FORM_PRIOR
+    a = [[s[0][0] + z + p + q, s[0][1] - p, s[0][2] - q],
+         [s[1][0] - p, s[1][1] + p, s[1][2]],
+         [s[2][0] - q, s[2][1], s[2][2] + q]]
+    rhs = [b[0] + z, b[1], b[2]]
+    det = _det3(a)
+    return tuple(_clip(_det3([row[:i] + [r] + row[i + 1:] for row, r in zip(a, rhs)]) / det)  # type: ignore[return-value]
+                 for i in range(3))
+
+
+def _det3(m: list[list[float]]) -> float:
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
 
 
 def _clip(v: float) -> float:

@@ -37,6 +37,8 @@ TIME_TERMS = (*STEP_TERMS, "encode_s", "decode_s_per_mpx")
 """What ``time_scale`` multiplies on a model (and ``SP_TIME_TERMS`` of its ``sp`` block)."""
 SP_TIME_TERMS = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok",
                  "ring_sync_s_per_degree")
+FIXED_TERMS = ("floor_s", "a_s")
+"""A step's terms that do not grow with its tokens (what the calibration's ``fixed`` scale multiplies)."""
 MEMORY_TERMS = ("act_gb_per_ktok", "vae_gb_per_mpx")
 """What ``memory_scale`` multiplies (the weights are known to the byte)."""
 
@@ -117,16 +119,19 @@ def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.
     return rescaled(cost, {name: (time_scale, quadratic_scale, memory_scale) for name in cost.models}, "truth")
 
 
-def rescaled(cost: CostModel, scales: dict[str, tuple[float, float, float]], tag: str) -> CostModel:
-    """``cost`` with each named model's coefficients scaled by its ``(time, quadratic, memory)`` (models not
-    named keep theirs), named ``NAME×tag``; the class (a layout's cost) and every other field kept."""
+def rescaled(cost: CostModel, scales: dict[str, tuple[float, ...]], tag: str) -> CostModel:
+    """``cost`` with each named model's coefficients scaled by its ``(time, quadratic, memory[, fixed])``
+    (models not named keep theirs; ``fixed``, default 1, scales the step's fixed terms — floor and per-forward
+    cost — once more), named ``NAME×tag``; the class (a layout's cost) and every other field kept."""
     models = {name: _scaled_model(m, *scales[name]) if name in scales else m for name, m in cost.models.items()}
     return dataclasses.replace(cost, name=f"{cost.name}×{tag}", models=models)
 
 
-def _scaled_model(m: ModelCost, time: float, quad: float, memory: float) -> ModelCost:
+def _scaled_model(m: ModelCost, time: float, quad: float, memory: float, fixed: float = 1.0) -> ModelCost:
     changes: dict[str, object] = {k: getattr(m, k) * time for k in TIME_TERMS}
     changes["c_s_per_gtok2"] = m.c_s_per_gtok2 * time * quad
+    for k in FIXED_TERMS:
+        changes[k] = getattr(m, k) * time * fixed
     changes.update({k: getattr(m, k) * memory for k in MEMORY_TERMS})
     if m.sp is not None:
         changes["sp"] = _scaled_sp(m.sp, time)
@@ -144,5 +149,5 @@ def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
                                link_gb_s=cfg.link_gb_s / time if time > 0 else math.inf)  # time 0: no exchange
 
 
-__all__ = ["BELIEFS", "EXACT", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS", "TIME_TERMS", "Truth", "decided_on",
-           "rescaled", "scaled"]
+__all__ = ["BELIEFS", "EXACT", "FIXED_TERMS", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS", "TIME_TERMS", "Truth",
+           "decided_on", "rescaled", "scaled"]

@@ -26,7 +26,8 @@ name                                       type       labels              meanin
 ``rlsched_batch_duration_ratio``           histogram  —                   observed / predicted seconds, per batch
 ``rlsched_memory_headroom_bytes``          gauge      —                   GPU memory free, as telemetry last read it
 ``rlsched_calibration_version``            gauge      —                   online calibration's version (0: as shipped)
-``rlsched_calibration_scale``              gauge      term                calibrated / shipped: time, attention, memory
+``rlsched_calibration_scale``              gauge      term                calibrated / shipped: time, attention,
+                                                                          memory, fixed
 ``rlsched_oom_requests_total``             counter    outcome             requests in a batch that ran out of memory:
                                                                           ``retried`` (queued again) or ``failed``
 =========================================  =========  ==================  ==========================================
@@ -217,7 +218,8 @@ class PluginMetrics(MetricSet):
                                         "Online calibration's version of the cost profile (0: as shipped)")
         self.calibration_scale = make("Gauge", "rlsched_calibration_scale",
                                       "Calibrated over shipped profile coefficients: time (every time term), "
-                                      "attention (the attention term), memory", ["term"])
+                                      "attention (the attention term), memory, fixed (the step's fixed terms)",
+                                      ["term"])
         self.oom_requests = make("Counter", "rlsched_oom_requests_total",
                                  "Requests in a batch the engine ran out of memory on: retried (queued again, "
                                  "once) or failed", ["outcome"])
@@ -258,10 +260,11 @@ class PluginMetrics(MetricSet):
         self.batch_duration.labels(kind="observed").observe(observed_s)
         self.duration_ratio.observe(observed_s / predicted_s)
 
-    def set_calibration(self, version: int, scales: tuple[float, float, float]) -> None:
-        """The calibration's ``version`` and the served model's ``(time, attention, memory)`` scales."""
+    def set_calibration(self, version: int, scales: tuple[float, ...]) -> None:
+        """The calibration's ``version`` and the served model's ``(time, attention, memory[, fixed])`` scales
+        (fixed: 1 when not given)."""
         self.calibration_version.set(version)
-        for term, value in zip(("time", "attention", "memory"), scales):
+        for term, value in zip(("time", "attention", "memory", "fixed"), (*scales, 1.0)[:4]):
             self.calibration_scale.labels(term=term).set(value)
 
     def set_headroom(self, sample: Any) -> None:

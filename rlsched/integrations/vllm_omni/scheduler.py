@@ -199,8 +199,9 @@ class _PolicyScheduling:
         _log.info("rlsched engine (%s mode, devices %s): policy %s%s, profile %s, decisions within %g ms (budget) / "
                   "%g ms (deadline) on the %s thread, replica state %s, metrics %s",
                   "step" if self.step_mode else "request", replica_devices() or "-", getattr(self.policy, "name", "?"),
-                  f" (checkpoint sha256 {sha[:12]})" if sha else "", self.rl_state.shipped.name, settings.decision_budget_ms,
-                  settings.decision_deadline_ms, "engine" if isinstance(self._guard.runner, InlineRunner) else "worker",
+                  f" (checkpoint sha256 {sha[:12]})" if sha else "", self.rl_state.shipped.name,
+                  settings.decision_budget_ms, settings.decision_deadline_ms,
+                  "engine" if isinstance(self._guard.runner, InlineRunner) else "worker",
                   "published" if settings.publish_state else "not published",
                   f"on port {port}" if port is not None else "off")
 
@@ -452,8 +453,9 @@ class _PolicyScheduling:
         model = st.settings.model or next(iter(st.shipped.models))
         scales = cal.scales().get(model, (1.0, 1.0, 1.0))
         self.metrics.set_calibration(cal.version, scales)
-        _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f",
-                  st.shipped.name, cal.version, model, *scales)
+        _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f%s",
+                  st.shipped.name, cal.version, model, *scales[:3],
+                  f", fixed x{scales[3]:.3f}" if len(scales) > 3 else "")
 
     def _steps_done(self, request_id: str) -> int:
         """Denoise steps done (step mode: vLLM-Omni's progress; a request-mode wave starts at 0)."""
