@@ -9,18 +9,22 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas results-plan help
+.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas results-plan docs-reference help
 
 help:
-	@echo "make run    - compare policies on the default scenario"
-	@echo "make test   - install (first time) and run the test suite"
-	@echo "make test-vllm - plugin tests against the real vLLM-Omni classes (own venv)"
-	@echo "make test-ray - eval grid, tuning and labels on a local Ray instance (adds the ray extra)"
-	@echo "make bench  - speed benchmarks (plus bench-plugin when $(VLLM_VENV) is built)"
-	@echo "make bench-plugin - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv)"
-	@echo "make results - the one-GPU results table and plots (results/default; docs/results.md)"
-	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas)"
-	@echo "make results-plan - plan's layout choice on the pools, re-checked on evaluation seeds"
+	@echo "Every target, with its rough wall time on the 2-core development machine (first run: + the venv install)."
+	@echo "make run              - compare policies on the default scenario (~5 s)"
+	@echo "make test             - install (first time) and run the test suite (~12-14 min on 2 cores)"
+	@echo "make lint             - ruff over rlsched and tests (~1 s)"
+	@echo "make test-vllm        - plugin tests against the real vLLM-Omni classes (own venv; ~2.5 min)"
+	@echo "make test-e2e         - a real vllm serve --omni with the plugin, on CPU (own venv; 2-8 min, docs/e2e.md)"
+	@echo "make test-ray         - eval grid, tuning and labels on a local Ray instance (adds the ray extra; < 1 min)"
+	@echo "make bench            - speed benchmarks (~1.5 min; plus bench-plugin when $(VLLM_VENV) is built)"
+	@echo "make bench-plugin     - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv; ~3 min)"
+	@echo "make results          - the one-GPU results table and plots (results/default; docs/results.md; ~6 min)"
+	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas; ~34 min)"
+	@echo "make results-plan     - plan's layout choice on the pools, re-checked on evaluation seeds (~19 min)"
+	@echo "make docs-reference   - regenerate the scenario file reference in docs/workload.md from the schema (~1 s)"
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,6 +47,11 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests
+
+# The scenario file reference (docs/workload.md's last section) from rlsched.sim.schema; a test
+# (tests/sim/test_scenario_reference.py) fails when the page and the schema disagree.
+docs-reference: $(VENV)/.installed
+	$(PY) -m rlsched.sim.reference --write docs/workload.md
 
 bench: $(VENV)/.installed
 	@for b in sim projection env decision route backlog stage calibration; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
