@@ -375,14 +375,22 @@ def test_every_numeric_setting_takes_exactly_its_bounds_values() -> None:
     it is of the bound's kind); anything else is a ConfigError naming the setting, never another exception."""
     from numbers import Integral
 
+    from rlsched import bounds
     from rlsched.integrations.vllm_omni.config import NUMBERS
+
+    # the budget may not exceed the deadline (issue 47): each is probed with the other out of its way
+    def other(name: str, value: object) -> dict:
+        if name == "decision_budget_ms":
+            return {"decision_deadline_ms": bounds.DECISION_MS.high}
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e300
+        return {"decision_budget_ms": min(value, 5.0)} if name == "decision_deadline_ms" and number else {}
 
     for name, bound in NUMBERS.items():
         for value in _hostile(bound):
             kind_ok = not isinstance(value, bool) and (isinstance(value, Integral) if bound.integer
                                                        else isinstance(value, (int, float)))
             try:
-                got = PluginConfig(**{name: value})
+                got = PluginConfig(**{name: value, **other(name, value)})
             except ConfigError as exc:
                 assert exc.where == f"extras.rlsched.{name}", (name, value, str(exc))
                 assert not (kind_ok and bound.holds(value)), (name, value)
