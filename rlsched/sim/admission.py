@@ -13,7 +13,7 @@ chose it, a fallback did, or it carries a request an out-of-memory batch sent ba
   that memory check added. What every fallback runs: bounded work however deep the queue.
 * ``split_oom`` — which requests of a batch that ran out of memory go back to the queue: each, unless it
   failed alone; one that had been sent back already goes alone next time, so a request fails only after
-  failing alone, and is sent back at most twice.
+  failing alone (where ``admitted`` keeps it alone), and is sent back at most twice.
 
 No engine imports: records and a ``CostModel`` only.
 """
@@ -82,14 +82,17 @@ class OomSplit:
     """Failed now: the batch was theirs alone (or step mode, where nothing is sent back)."""
 
 
-def split_oom(batch: Sequence[RequestRecord], retried: Container[int], fail_all: bool = False) -> OomSplit:
-    """The requests of ``batch`` (out of memory) to send back and to fail. ``retried``: ids sent back before.
-    ``fail_all``: none is sent back (step mode: the worker keeps a request's denoise state and refuses it as a
-    new request; or an engine that does not retry)."""
+def split_oom(batch: Sequence[RequestRecord], retried: Container[int], fail_all: bool = False,
+              alone: Container[int] = NOBODY) -> OomSplit:
+    """The requests of ``batch`` (out of memory) to send back and to fail. ``retried``: ids sent back before;
+    ``alone``: ids sent back to go alone (one in a batch of more was not kept alone: it fails, so no request
+    is sent back a third time whoever batched it). ``fail_all``: none is sent back (step mode: the worker
+    keeps a request's denoise state and refuses it as a new request; or an engine that does not retry)."""
     if fail_all or len(batch) <= 1:
         return OomSplit((), (), tuple(batch))
-    again = tuple(batch)
-    return OomSplit(again, tuple(r for r in again if r.request.id in retried), ())
+    again = tuple(r for r in batch if r.request.id not in alone)
+    failed = tuple(r for r in batch if r.request.id in alone)
+    return OomSplit(again, tuple(r for r in again if r.request.id in retried), failed)
 
 
 __all__ = ["NOBODY", "OomSplit", "admitted", "fifo_that_fits", "split_oom"]

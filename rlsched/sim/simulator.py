@@ -439,7 +439,7 @@ class Simulator:
         cal = self.calibrator
         if cal is not None and cal.observe_oom(batch):
             self._adopt()
-        split = split_oom(batch, self._oom_retried, self.step_mode or not self.retry_oom)
+        split = split_oom(batch, self._oom_retried, self.step_mode or not self.retry_oom, self._oom_alone)
         if split.retry:
             self.oom_retries += len(split.retry)
             self._oom_retried.update(r.request.id for r in split.retry)

@@ -90,6 +90,18 @@ def test_an_oom_sends_a_batch_back_unless_it_was_one_requests_alone() -> None:
     assert split.retry == tuple(recs) and split.alone == (recs[1],)
     assert split_oom(recs[:1], set()).failed == (recs[0],)
     assert split_oom(recs, set(), fail_all=True).failed == tuple(recs)
+    split = split_oom(recs, {0, 1, 2}, alone={1})  # 1 was to go alone: whoever batched it, it is not sent back
+    assert split.retry == (recs[0], recs[2]) and split.failed == (recs[1],)
+
+
+def test_a_simulator_that_does_not_keep_a_request_alone_still_ends() -> None:
+    """Retrying without the memory check (a simulator told ``retry_oom`` whose decisions nothing cuts): a
+    request to go alone that fails in a batch again is failed, not sent back forever."""
+    reqs = [make_request(i, size=1024) for i in range(4)]
+    sim = Simulator(reqs, COST, ServingConfig("request", 4, 0.0), truth=scaled(COST, memory_scale=20.0),
+                    memory_check=False)
+    sim.run(make_policy("fifo"))
+    assert _statuses(sim) == ["failed_oom"] * 4 and sim.oom_retries == 8 and sim.oom_batches == 3
 
 
 # ------------------------------------------------------------------ the simulator

@@ -421,7 +421,8 @@ class _PolicyScheduling:
         batch's order; returns their names (one vLLM-Omni keeps running fails with the batch)."""
         names = {r.request.id: st.name(r.request.id) for r in recs}
         retried = {iid for iid, name in names.items() if name in self._oom_retried}
-        split = split_oom(recs, retried, self.step_mode)
+        kept_alone = {iid for iid, name in names.items() if name in self._oom_alone}
+        split = split_oom(recs, retried, self.step_mode, kept_alone)
         alone = {names[r.request.id] for r in split.alone}
         # reversed: each goes to the head, so the batch keeps its order there
         retry = [n for n in (names[r.request.id] for r in reversed(split.retry)) if self._requeue(n)]
