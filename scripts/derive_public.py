@@ -20,6 +20,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from derive_score import render_page  # the sibling script (scripts/ is on the path when it runs)
+
 from rlsched.profiling.architecture import read_architecture
 from rlsched.profiling.derive import (
     LATENCY_METRICS,
@@ -116,12 +118,6 @@ def table(scored: list[Scored], shipped: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_page(text: str, body: str) -> str:
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{body}{END}{tail}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail when docs/derive.md's table is not what this run gives")
@@ -137,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if BEGIN not in text:
         print(f"{PAGE}: no {BEGIN} marker", file=sys.stderr)
         return 1
-    page = render_page(text, table(score_points(points), shipped))
+    page = render_page(text, table(score_points(points), shipped), BEGIN, END)
     if args.check:
         if page != text:
             print("docs/derive.md: the public-score table differs from this run (python scripts/derive_public.py)",

@@ -52,10 +52,11 @@ def table(scored: list[Scored]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_page(text: str, body: str) -> str:
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{body}{END}{tail}"
+def render_page(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with what stands between its ``begin`` and ``end`` markers replaced by ``body``."""
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
