@@ -200,6 +200,20 @@ def test_a_bad_choice_is_routed_by_vllm_omnis_rule_and_counted(bad: Any, reason:
     assert sent(p) == p._request_bindings and sum(map(len, p.outstanding().values())) == 3
 
 
+def test_a_fallback_never_sends_a_request_to_a_replica_whose_gpu_cannot_hold_it() -> None:
+    """Replica 0's GPU holds a 1536² image no more (its memory cut to the weights and 2 GB); vLLM-Omni's
+    round-robin would send every other request there. Caught (issue 47): the router's fallback memory-blind."""
+    import dataclasses
+
+    small = dataclasses.replace(BASE, gpu_memory_gb=BASE.weights_gb + 2.0)
+    p = pool(2, Scripted(*[ValueError("boom")] * 6), costs=[small, BASE])
+    got = [submit(p, f"r{i}", params(1536)) for i in range(4)]
+    assert got == [1, 1, 1, 1] and p.router_fallbacks == {"exception": 4}
+    assert sent(p) == p._request_bindings and sum(map(len, p.outstanding().values())) == 4
+    tiny = [submit(p, f"t{i}", params(256)) for i in range(2)]  # fits either: vLLM-Omni's own rule
+    assert sorted(tiny) == [0, 1]
+
+
 def test_slow_then_backoff() -> None:
     p = pool(2, budget_ms=1e-9)  # no routing decision is that fast
     got = [submit(p, f"r{i}") for i in range(4)]

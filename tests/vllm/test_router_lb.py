@@ -82,6 +82,15 @@ def test_a_bad_choice_falls_back_to_vllm_omnis_balancer(bad: Any, reason: str) -
     assert sorted(sum(pool.outstanding().values(), [])) == ["r0", "r1", "r2"]  # followed all the same
 
 
+def test_the_balancers_fallback_never_sends_a_request_to_a_replica_whose_gpu_cannot_hold_it() -> None:
+    import dataclasses
+
+    small = dataclasses.replace(BASE, gpu_memory_gb=BASE.weights_gb + 2.0)  # holds no 1536² image
+    pool, _ = distributed(2, Scripted(*[ValueError("boom")] * 3), costs=[small, BASE])
+    assert [submit(pool, f"r{i}", 1536) for i in range(3)] == [1, 1, 1]  # RoundRobinBalancer's: 0, 1, 0
+    assert pool.router_fallbacks == {"exception": 3}
+
+
 def test_a_replica_the_hub_reports_down_is_not_chosen() -> None:
     pool, hub = distributed(2, Scripted(1, 1))
     hub.status["tcp://r1"] = ReplicaStatus.DOWN  # pick offers only UP replicas

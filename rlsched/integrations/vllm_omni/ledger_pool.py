@@ -153,12 +153,29 @@ class LedgerStagePool(StagePool):
                 if reason is not None:
                     self._fallback(reason)
                 chosen = super().select_replica_id(request_id, affinity_request_id=affinity_request_id)
+                if affinity_request_id is None:
+                    chosen = self._one_that_holds(chosen, req)
                 how = reason or "vllm-omni"
             self._request_bindings[request_id] = chosen
             if req is not None:
                 self._follow(request_id, chosen, req)
             self._log_choice(request_id, chosen, how, req)
             return chosen
+
+    def _one_that_holds(self, slot: int, req: Request | None) -> int:
+        """vLLM-Omni's choice ``slot``, unless its GPU cannot hold ``req`` alone (by the replica's calibrated
+        cost, as published) while another live replica's can: then the first such. A fallback may be simpler
+        than the router, never memory-blind; O(replicas), and only when ``slot`` cannot hold it."""
+        if req is None or self._holds(slot, req):
+            return slot
+        live = (s for s in self._ledger.slots if s != slot and self.clients[s] is not None
+                and self.is_replica_available(s))
+        return next((s for s in live if self._holds(s, req)), slot)
+
+    def _holds(self, slot: int, req: Request) -> bool:
+        view = self._ledger.views.get(slot)
+        cost = view.cost if view is not None else self._cost_of(slot)
+        return cost.fits([cost.record(req)])
 
     def _parent(self, affinity_request_id: str | None) -> int | None:
         """vLLM-Omni's rule for a CFG companion: its parent's replica, while that is live."""

@@ -13,7 +13,8 @@ which asks the load balancer and never calls ``select_replica_id``. ``attach_loa
 balancer vLLM-Omni attaches (its ``_build_load_balancer_factory`` enum: random, round-robin,
 least-queue-length) in a ``RouterLoadBalancer``: the router chooses among the UP replicas ``pick``
 offers, with the same ledger, checks and fallbacks (the wrapped balancer's choice, counted), and the
-ledger follows the request until ``release_binding``.
+ledger follows the request until ``release_binding``. A fallback never sends a request to a replica whose
+GPU cannot hold it alone (by that replica's calibrated cost) while another can (``_one_that_holds``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class RouterStagePool(LedgerStagePool):
                 reason = "no_request"
             if slot is None:
                 self._fallback(reason or "no_request")
-                index = fallback.select(task, list(replicas))
+                index = self._offered_that_holds(fallback.select(task, list(replicas)), offered, req)
                 slot, how = offered[index] if 0 <= index < len(offered) else None, reason or "vllm-omni"
             else:
                 index = offered.index(slot)
@@ -123,6 +124,15 @@ class RouterStagePool(LedgerStagePool):
                 self._log_choice(rid, slot, how, req)
             return index
 
+
+    def _offered_that_holds(self, index: int, offered: list[int | None], req: Request | None) -> int:
+        """The balancer's ``index``, unless that replica's GPU cannot hold ``req`` alone while another one
+        offered can (``_one_that_holds``)."""
+        slot = offered[index] if 0 <= index < len(offered) else None
+        if slot is None or req is None:
+            return index
+        better = self._one_that_holds(slot, req)
+        return offered.index(better) if better in offered else index
 
 
 class RouterLoadBalancer:
