@@ -4,7 +4,8 @@ A derived profile is a *prior*: the plugin's online calibration refines it while
 the shipped profiles' form (``rlsched.sim.cost``), per forward of the DiT:
 
 - ``b_s_per_mtok`` = (linear FLOPs per token / (peak · eff_linear) + image-text attention FLOPs per token /
-  (peak · eff_attention)) · 1e6;
+  (peak · eff_attention) + ``elementwise_bytes`` · hidden · 2 B · layers / (bandwidth · eff_bandwidth)) · 1e6
+  (the last: what is not a GEMM, memory-bound);
 - ``c_s_per_gtok2`` = attention FLOPs per token² / (peak · eff_attention) · 1e9;
 - ``a_s`` = the prompt tokens' own FLOPs / (peak · eff_linear) + ``launch_s_per_layer`` · layers (the fixed
   cost of a forward that does not shrink with the image: kernel launches, norms, the host);
@@ -46,8 +47,8 @@ from rlsched.sim.cost import CostModel, profile_from_dict
 EFFICIENCY_FILE = ARCH_DIR / "efficiencies.yaml"
 LATENCY_METRICS = ("step_s", "diffuse_s", "total_s", "encode_s", "decode_s")
 VIDEO_DECODE_CHUNKS = 8
-"""A video VAE decodes a clip a few latent frames at a time (causal chunks): its peak is about this
-fraction of a whole-clip decode (an estimate)."""
+"""A video VAE decodes a clip a few latent frames at a time (causal chunks): its peak is about one this-th of
+a whole-clip decode's (an estimate)."""
 MEMORY_MARGIN = 1.1
 """Factor on the fitted activation and overhead memory (the envelope of a handful of points)."""
 
