@@ -106,8 +106,10 @@ BELIEFS = ("profile", "truth")
 
 def decided_on(belief: str, cost: CostModel, true: CostModel | None) -> tuple[CostModel, CostModel | None]:
     """(what decisions read, what the GPU runs at — None: the same) of a replica believing ``cost`` on a GPU
-    that runs at ``true``: ``belief="truth"`` decides on the truth too (``BELIEFS``)."""
-    return (true, None) if belief == "truth" and true is not None else (cost, true)
+    that runs at ``true``: ``belief="truth"`` decides on the truth too (``BELIEFS``). The truth is still
+    passed as what the GPU runs at, so that replica plays the same deployment as the others — the plugin's
+    memory check on every batch (``Simulator.memory_check``) — only with the true profile in hand."""
+    return (true, true) if belief == "truth" and true is not None else (cost, true)
 
 
 def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.0,

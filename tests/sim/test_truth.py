@@ -112,8 +112,8 @@ def test_each_replica_runs_at_its_groups_truth() -> None:
             assert spec.truth.layout == spec.cost.layout and spec.truth.model("qwen-image").sp is not None
     informed = prepare_stage(RunSpec("qwen-image-hetero", "edf@least-work", seed=1000, duration_s=60,
                                      belief="truth"), sc)
-    assert all(sim.truth is None and sim.cost.models["qwen-image"].a_s == pytest.approx(1.3 * s.cost.models[
-        "qwen-image"].a_s) for sim, s in zip(informed.replicas, stage.specs))
+    assert all(sim.truth is sim.cost and sim.cost.models["qwen-image"].a_s == pytest.approx(1.3 * s.cost.models[
+        "qwen-image"].a_s) for sim, s in zip(informed.replicas, stage.specs))  # the same deployment, truth in hand
 
 
 def test_one_gpu_replicas_of_a_scenario_carry_the_truth() -> None:
