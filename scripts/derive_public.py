@@ -20,7 +20,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from derive_score import render_page  # the sibling script (scripts/ is on the path when it runs)
+from derive_score import PAGE, render_page, write_or_check  # the sibling script (scripts/ is on the path when it runs)
 
 from rlsched.profiling.architecture import read_architecture
 from rlsched.profiling.derive import (
@@ -37,7 +37,6 @@ from rlsched.profiling.derive import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "derive.md"
 PUBLIC_SET = ROOT / "tests" / "data" / "derive_public" / "measurements.csv"
 BEGIN, END = "<!-- derive-public:begin -->", "<!-- derive-public:end -->"
 
@@ -134,15 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PAGE}: no {BEGIN} marker", file=sys.stderr)
         return 1
     page = render_page(text, table(score_points(points), shipped), BEGIN, END)
-    if args.check:
-        if page != text:
-            print("docs/derive.md: the public-score table differs from this run (python scripts/derive_public.py)",
-                  file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page)
-    print(f"wrote {PAGE}", file=sys.stderr)
-    return 0
+    return write_or_check(page, args.check, "public-score table", "derive_public.py")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,19 @@ def render_page(text: str, body: str, begin: str = BEGIN, end: str = END) -> str
     return f"{head}{begin}\n{body}{end}{tail}"
 
 
+def write_or_check(new: str, check: bool, table_name: str, script: str) -> int:
+    """Write ``new`` to docs/derive.md, or with ``check`` only compare: 1 and a line naming the table and the
+    script that regenerates it when the page differs."""
+    if check:
+        if new != PAGE.read_text():
+            print(f"docs/derive.md: the {table_name} differs from this run (python scripts/{script})", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(new)
+    print(f"wrote {PAGE}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail when docs/derive.md's table is not what this run gives")
@@ -68,14 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_efficiencies:
         EFFICIENCY_FILE.write_text(render_efficiencies(fit_efficiencies(points), len(points)))
     page = render_page(PAGE.read_text(), table(score_leave_one_out(points)))
-    if args.check:
-        if page != PAGE.read_text():
-            print("docs/derive.md: the table differs from this run (python scripts/derive_score.py)", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page)
-    print(f"wrote {PAGE}", file=sys.stderr)
-    return 0
+    return write_or_check(page, args.check, "table", "derive_score.py")
 
 
 if __name__ == "__main__":

@@ -340,10 +340,11 @@ class Scored:
 def score_leave_one_out(points: list[Point] | None = None) -> list[Scored]:
     """Each point predicted by a profile derived with its GPU × model pair's rows left out of the fit."""
     points = shipped_points() if points is None else points
+    archs = {m: read_architecture(m) for m in {p.row.model for p in points}}
     out = []
     for pair in sorted({p.pair for p in points}):
         eff = fit_efficiencies([p for p in points if p.pair != pair])
-        out += [Scored(p, predict_point(p, eff)) for p in points if p.pair == pair]
+        out += [Scored(p, predict_point(p, eff, archs)) for p in points if p.pair == pair]
     return out
 
 
@@ -365,11 +366,6 @@ def render_efficiencies(eff: Efficiencies, n_points: int) -> str:
              "efficiencies:"]
     lines += [f"  {k}: {v!r}" for k, v in asdict(eff).items()]
     return "\n".join(lines) + "\n"
-
-
-def derive_for(model: str | Path, gpu: GPU, stack: Stack = Stack()) -> dict[str, Any]:
-    """The derived profile of ``model`` (a folder or a shipped name) on ``gpu`` at the shipped efficiencies."""
-    return derive_profile(read_architecture(model), gpu, load_efficiencies(), stack)
 
 
 def render_derived(profile: dict[str, Any], command: str) -> str:

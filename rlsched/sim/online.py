@@ -64,10 +64,6 @@ HUBER = 0.25
 ROOM_HIGH = 1000.0
 """Most the device's memory may scale activations (``observe_capacity``): past it no batch fits anyway (an
 H200 profile's 75 GB of room down to 75 MB), and a published scale stays a number a router can check."""
-FORM_PRIOR = 0.02
-"""Pull of the fixed scale to the time scale, in batches of evidence (as ``prior``'s): what decides it where no
-batch tells the fixed and the linear parts apart. Stronger pulls slowed a GPU of another form (an A100 under
-an H200 profile: fixed ×0.26 of time) for hundreds of batches, its attention held at the bound meanwhile."""
 ANCHOR = 0.01
 """Share of ``prior`` that pulls the time scale itself to 1 (the ties of the attention and fixed scales to it
 take all of it): the batches always tell the overall scale, and a full-weight anchor leant on the one
@@ -154,8 +150,7 @@ class CostCalibrator:
     def observe(self, model: str, parts: tuple[float, ...], seconds: float) -> bool:
         """A batch of ``model`` whose ``parts`` (``parts``' ``(O, L, A, F)``) took ``seconds``; True when the
         calibrated cost moved."""
-        overhead, *terms = parts
-        x3 = (*terms, 0.0)[:3]  # (L, A) alone: no fixed part
+        overhead, *x3 = parts
         total = sum(x3)
         fit = self._fit(model)
         fit.seen += 1
@@ -261,17 +256,19 @@ def refresh(records: Iterable[RequestRecord], cost: CostModel) -> None:
 
 
 def _solve(s: list[list[float]], b: list[float], prior: float) -> tuple[float, float, float]:
-    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + (θ₂ − θ₁)²) + ``FORM_PRIOR``·(θ₃ − θ₁)², each θ
-    clipped to [LOW, HIGH].
+    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + (θ₂ − θ₁)² + (θ₃ − θ₁)²), each θ clipped to
+    [LOW, HIGH].
 
     The prior pulls the time scale to the profile's and the attention and fixed scales to the time scale:
     where the batches seen do not tell the terms apart (one shape, or every step on the floor), a GPU that
     is uniformly slower stays uniformly slower rather than half-way back to the profile's form. Three
-    unknowns: Cramer's rule (no linear-algebra import in the simulator's inner loop)."""
-    z, p, q = prior * ANCHOR, prior, FORM_PRIOR
-    a = [[s[0][0] + z + p + q, s[0][1] - p, s[0][2] - q],
+    unknowns: Cramer's rule (no linear-algebra import in the simulator's inner loop). The fixed scale's tie
+    weighs what the attention scale's does: stronger (tried up to 50 times) slowed a GPU of another form (an A100
+    under an H200 profile: fixed ×0.26 of time) for hundreds of batches, its attention held at the bound."""
+    z, p = prior * ANCHOR, prior
+    a = [[s[0][0] + z + p + p, s[0][1] - p, s[0][2] - p],  # the ties of θ₂ and θ₃, term by term
          [s[1][0] - p, s[1][1] + p, s[1][2]],
-         [s[2][0] - q, s[2][1], s[2][2] + q]]
+         [s[2][0] - p, s[2][1], s[2][2] + p]]
     rhs = [b[0] + z, b[1], b[2]]
     det = _det3(a)
     return tuple(_clip(_det3([row[:i] + [r] + row[i + 1:] for row, r in zip(a, rhs)]) / det)  # type: ignore[return-value]

@@ -121,7 +121,7 @@ class Simulator:
         self.memory_trims = 0
         """Decisions whose batch the memory check cut (``memory_check``)."""
         self._version = self.calibrator.version if self.calibrator is not None else 0
-        self._observing: tuple[float, float, float] | None = None
+        self._observing: tuple[float, float, float, float] | None = None
         self.step_mode = config.step_mode
         self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
         ids = [r.id for r in self._arrivals]
