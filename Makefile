@@ -42,8 +42,9 @@ run: $(VENV)/.installed
 	$(VENV)/bin/rlsched simulate --scenario default --seed 1000 \
 	  --compare "fifo,edf,seed-composite,static:agents/tuned/default.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/default.json"
 
+# Bounded overall too (about 5 minutes here): a hang after the last test fails in 25 minutes, not at CI's 90.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	timeout --kill-after=30 1500 $(PY) -m pytest -q
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests

@@ -69,7 +69,7 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], workers: int) -> Ite
     traceback, InvalidStateError), as ``Executor.map`` cancels its futures when stopped."""
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(workers, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(workers, initializer=_worker_signals)
     todo, flight = iter(tasks), deque()  # type: ignore[var-annotated]
     try:
         for task in itertools.islice(todo, 2 * workers):
@@ -80,8 +80,13 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], workers: int) -> Ite
                 flight.append(pool.submit(fn, task))
             yield result
     except BaseException:
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):  # not awaited: a task may run minutes
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for proc in procs:  # not awaited: a task may run minutes
             proc.terminate()
+        for proc in procs:  # SIGTERM ends a worker at once (its default action, ``_worker_signals``)
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
         # Wait (briefly) for the pool's manager thread to close its wakeup pipe: Python 3.11's exit hook
         # writes to that pipe unlocked, and when the thread closed it meanwhile the exit printed an
         # "OSError: Bad file descriptor" traceback after eval's one line (seen once in CI). Taken before
@@ -94,10 +99,15 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], workers: int) -> Ite
     pool.shutdown()
 
 
-def _ignore_sigint() -> None:
+def _worker_signals() -> None:
+    """A worker ignores Ctrl-C (its caller takes it) and dies of SIGTERM. A forked worker inherits its
+    parent's Python handlers: one that raises on SIGTERM (a server's graceful stop, pytest's e2e tier)
+    made ``terminate`` raise KeyboardInterrupt inside the task, which the pool's worker loop sends back
+    as the task's result, and the worker ran the tasks left (CI once waited 80 minutes at exit)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def cpu_count() -> int:

@@ -45,3 +45,34 @@ def make_sim(qwen_cost):
     def build(requests, mode: str = "request", max_num_seqs: int = 4, wait_ms: float = 0.0) -> Simulator:
         return Simulator(requests, qwen_cost, ServingConfig(mode, max_num_seqs, wait_ms))
     return build
+
+
+@pytest.fixture(autouse=True)
+def _no_process_pool_outlives_its_test():
+    """A local fan-out's process pool that outlives its test hangs pytest's exit: Python joins every
+    pool's manager thread then, for ever if its workers are stuck (CI once ran out its 90 minutes after
+    "2784 passed"). The test that leaves one fails here instead, by name."""
+    import concurrent.futures.process as pool_module
+    import time
+
+    before = set(pool_module._threads_wakeups)
+    yield
+    deadline = time.monotonic() + 15.0
+    while True:
+        left = [t for t in pool_module._threads_wakeups if t not in before and t.is_alive()]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"a process pool still runs after the test: {[t.name for t in left]}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The last guard against a hang at exit: Python joins every process pool's manager thread after
+    the tests, for ever if one is stuck. Name them and fail now instead of at CI's 90-minute limit."""
+    import concurrent.futures.process as pool_module
+    import sys
+
+    left = [t.name for t in pool_module._threads_wakeups if t.is_alive()]
+    if left:
+        print(f"\nprocess pools still running after the tests: {left}", file=sys.stderr, flush=True)
+        os._exit(3)

@@ -107,3 +107,40 @@ def test_a_stopped_fan_out_leaves_no_pool_thread_running() -> None:
     with pytest.raises(KeyboardInterrupt):
         results.throw(KeyboardInterrupt)
     assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+
+
+
+
+def _first_fast(task: tuple[int, str]) -> int:
+    import time
+
+    x, folder = task
+    time.sleep(0.0 if x == 0 else 2.0)
+    Path(folder, f"finished-{x}").touch()
+    return x
+
+
+def test_a_stopped_fan_out_ends_its_workers_even_when_sigterm_has_a_python_handler(tmp_path: Path) -> None:
+    """Bug (CI ran out its 90 minutes after "2784 passed"): a process whose SIGTERM handler raises
+    (the e2e conftest's, a server's graceful shutdown) forked workers with that handler, so ending them
+    with SIGTERM raised KeyboardInterrupt inside the task (possibly half-way through sending a result),
+    which the pool's worker loop catches and sends back: the worker lived on and ran the tasks left."""
+    import multiprocessing
+    import signal
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        results = run_tasks(_first_fast, [(x, str(tmp_path)) for x in range(4)], workers=2)
+        assert next(results) == 0  # the workers are inside 2 s tasks now
+        with pytest.raises(KeyboardInterrupt):
+            results.throw(KeyboardInterrupt)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for proc in multiprocessing.active_children():
+        if proc.pid not in before:
+            proc.join(timeout=10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["finished-0"]

@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import tiny_model
+from rlsched.integrations.vllm_omni.cpu_server import build_tiny_model
 from tests.e2e.harness import REPO, Server, deploy_stage, group_members
 
 VLLM = Path(sys.executable).with_name("vllm")
 
 
+_PYTEST_PID = os.getpid()
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    if os.getpid() != _PYTEST_PID:  # a forked child (a process pool's worker) dies of it as it would without us
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -37,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    return tiny_model.build(REPO / ".cache" / "e2e-model")
+    return build_tiny_model(REPO / ".cache" / "e2e-model")
 
 
 @pytest.fixture
