@@ -92,7 +92,7 @@ $(VLLM_VENV)/.installed: pyproject.toml requirements/vllm-omni-cpu.txt
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	RLSCHED_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
+	RLSCHED_REQUIRE_VLLM=1 timeout --kill-after=30 900 $(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
 # schedule() in the real RequestScheduler/StepScheduler, every shipped policy vs vLLM-Omni's own, at
 # 16-4,096 waiting, three rounds pooled (~2 min on 2 cores). E.g. BENCH_PLUGIN_ARGS="--json" or "--modes step --calls 200".
