@@ -28,6 +28,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "deploy": ("rlsched deploy --policy edf --profile qwen-image-h200-vllm-omni --max-num-seqs 4 --out deploy.yaml",
                "rlsched deploy --replicas 2 --devices 0,1 --policy edf --router rlsched "
                "--profile qwen-image-h200-vllm-omni --out deploy.yaml"),
+    "serve-cpu": ("rlsched serve-cpu --config deploy.yaml --port 8000",),
     "loadgen": ("rlsched loadgen http://127.0.0.1:8000 --scenario default --duration 600 --max-requests 50",),
     "profile": ("rlsched profile predict qwen-image-h800-sdpa --height 2048 --width 2048 --steps 50 --cfg",
                 "rlsched profile fit envs/profiles/measurements/wan21-t2v-14b-h100 --out /tmp/wan.yaml"),

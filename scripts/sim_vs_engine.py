@@ -50,13 +50,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlsched import loadgen  # noqa: E402
+from rlsched.integrations.vllm_omni.cpu_server import build_tiny_model  # noqa: E402
 from rlsched.policies import make_policy  # noqa: E402
 from rlsched.routing.routers import make_router, split_pair  # noqa: E402
 from rlsched.routing.views import PUBLISH_DELAY_S  # noqa: E402
 from rlsched.sim import Simulator, load_scenario  # noqa: E402
 from rlsched.sim.request import PRIORITY_CLASSES, Request  # noqa: E402
 from rlsched.sim.stage import CENTRAL_LEAD_S, Stage  # noqa: E402
-from tests.e2e import tiny_model  # noqa: E402
 from tests.e2e.harness import Server, deploy_stage  # noqa: E402
 
 
@@ -158,7 +158,7 @@ def engine(policy: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     stage = deploy_stage(sys.executable, "--policy", policy, "--max-num-seqs", str(args.max_num_seqs),
                          "--time-scale", str(args.time_scale), "--decision-budget-ms",
                          str(args.decision_budget_ms), out=work / "deploy.yaml")
-    model = tiny_model.build(REPO / ".cache" / "e2e-model")
+    model = build_tiny_model(REPO / ".cache" / "e2e-model")
     with Server(model, stage, work, python=sys.executable) as server:
         t0 = time.monotonic()
         results = loadgen.run(server.url, planned, timeout_s=300, workers=len(planned))
@@ -346,7 +346,7 @@ def engine_stage(spec: str, args: argparse.Namespace, work: Path) -> dict[str, A
                          "--devices", ",".join(map(str, range(args.replicas))), "--max-num-seqs",
                          str(args.max_num_seqs), "--time-scale", str(args.time_scale), "--decision-budget-ms",
                          str(args.decision_budget_ms), "--metrics-port", "9400", out=work / "deploy.yaml")
-    model = tiny_model.build(REPO / ".cache" / "e2e-model")
+    model = build_tiny_model(REPO / ".cache" / "e2e-model")
     with Server(model, stage, work, python=sys.executable) as server:
         t0 = time.monotonic()
         results = loadgen.run(server.url, planned, timeout_s=600, workers=len(planned))

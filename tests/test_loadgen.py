@@ -344,3 +344,24 @@ def test_cli_ctrl_c_keeps_the_records_and_prints_a_summary(stub: StubServer, tmp
     assert "interrupted" in stdout and "SLO attainment" in stdout and "rlsched: interrupted:" in stderr
     rows = out.read_text().splitlines()
     assert rows[0].startswith("id,priority") and len(rows) - 1 == int(stdout.split("requests ")[1].split(",")[0])
+
+
+def test_slo_attainment_is_per_class_and_says_what_it_measures() -> None:
+    """loadgen's attainment is end-to-end and client side, per class with its counts (the server's
+    rlsched_slo_attainment_ratio is per class, stage side); "all" is said to have no server counterpart; a
+    scenario's own class names are reported by name; an error or a timeout is a miss, as on the server."""
+    from rlsched.commands.loadgen import format_summary
+
+    def res(i: int, cls: str, latency_s: float, status: int = 200, error: str = "") -> loadgen.Result:
+        return loadgen.Result(i, cls, 10.0, 0.0, latency_s, status, int(status == 200), error)
+
+    s = loadgen.summarize([res(0, "realtime", 1), res(1, "realtime", 20), res(2, "batch", 2),
+                           res(3, "batch", 1, 0, "RequestTimeout: no reply"), res(4, "paid", 30)])
+    assert s["slo_attainment"] == {"realtime": 0.5, "batch": 0.5, "paid": 0.0, "all": 0.4}
+    assert s["slo_met"] == {"realtime": 1, "batch": 1, "paid": 0, "all": 2}
+    assert s["slo_requests"] == {"realtime": 2, "batch": 2, "paid": 1, "all": 5}
+    assert s["slo_measure"] == loadgen.SLO_MEASURE
+    text = format_summary(s)
+    assert ("SLO attainment per class (end-to-end, client side: send to the reply's last byte; an error or a "
+            "timeout is a miss): realtime 0.500 (1/2), batch 0.500 (1/2), paid 0.000 (0/1)") in text
+    assert "all classes 0.400 (the server's rlsched_slo_attainment_ratio is per class only)" in text

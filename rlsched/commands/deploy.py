@@ -16,6 +16,7 @@ from rlsched.argtypes import flag
 from rlsched.commands.args import add_json, check_out_file, command, report, write_atomic
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import DECISION_THREADS, EXTRAS_KEY, PluginConfig, check_budget
+from rlsched.integrations.vllm_omni.cpu_server import EXECUTOR
 from rlsched.integrations.vllm_omni.profiles import nvml_name, stage_profile
 from rlsched.integrations.vllm_omni.routing import CENTRAL, RouterConfig
 from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
@@ -95,6 +96,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the orchestrator waits no longer for one routing (central: batch) decision; it is "
                         f"interrupted (default {RouterConfig().deadline_ms:g}, or --router-budget-ms when higher; "
                         ">= --router-budget-ms)")
+    p.add_argument("--cpu", action="store_true",
+                   help=f"no GPU: the stage runs {EXECUTOR.rsplit('.', 1)[1]} (distributed_executor_backend: "
+                        "sleeps the profile's batch time, returns gray images) and `rlsched serve-cpu --config "
+                        "OUT` serves it with a tiny model (docs/deploy.md, 'Try it without a GPU')")
     p.add_argument("--base-config",
                    help="inherit a deploy YAML (vLLM-Omni base_config): a path, or the name of one shipped with "
                         "vLLM-Omni when it is installed here; it must exist and parse, and hold --stage-id")
@@ -148,24 +153,35 @@ def run(args: argparse.Namespace) -> int:
                            policy=central) if router else None
     wait = args.max_wait_ms if args.max_wait_ms is not None else CENTRAL_WAIT_MS if central else 0.0
     doc = deploy_config(settings, args.stage_id, args.max_num_seqs, wait, args.step_execution, base,
-                        layout=layout, router=routing)
+                        layout=layout, router=routing, cpu=args.cpu)
     _write(out, _HEADER + yaml.safe_dump(doc, sort_keys=False))
     stage = {k: v for k, v in doc["stages"][0].items() if k != "stage_id"}
     overrides = json.dumps({str(args.stage_id): stage}, separators=(",", ":"))
-    report(args, {"deploy_config": str(args.out), "stage_overrides": json.loads(overrides)},
-           f"wrote {args.out}\n\nregistered pipelines (a deploy YAML applies):\n"
-           f"  vllm serve MODEL --omni --deploy-config {args.out}\n"
-           f"generic single-stage diffusion models, e.g. Qwen-Image (vLLM-Omni ignores a deploy YAML there):\n"
-           f"  vllm serve MODEL --omni --stage-overrides '{overrides}'")
+    serve_cpu = f"rlsched serve-cpu --config {out.resolve()}"
+    report(args, {"deploy_config": str(args.out), "stage_overrides": json.loads(overrides),
+                  "executor": EXECUTOR if args.cpu else None, "serve_cpu": serve_cpu if args.cpu else None},
+           f"wrote {args.out}\n\n" + (_CPU_LINES.format(executor=EXECUTOR, serve_cpu=serve_cpu) if args.cpu else
+                                      f"registered pipelines (a deploy YAML applies):\n"
+                                      f"  vllm serve MODEL --omni --deploy-config {args.out}\n")
+           + "generic single-stage diffusion models, e.g. Qwen-Image (vLLM-Omni ignores a deploy YAML there):\n"
+           f"  vllm serve MODEL --omni --stage-overrides '{overrides}'"
+           + ("" if args.cpu else "\nno GPU here? add --cpu, then `rlsched serve-cpu --config OUT` (docs/deploy.md)"))
     return 0
+
+
+_CPU_LINES = ("no GPU (--cpu): distributed_executor_backend: {executor}\n"
+              "  stands in for the GPU worker at the profile's batch times; serve it on this machine with a tiny "
+              "model:\n  {serve_cpu}\n")
 
 
 def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int = 4, max_wait_ms: float = 0.0,
                   step_execution: bool = False, base_config: str | None = None, *,
-                  layout: dict[str, Any] | None = None, router: RouterConfig | None = None) -> dict[str, Any]:
+                  layout: dict[str, Any] | None = None, router: RouterConfig | None = None,
+                  cpu: bool = False) -> dict[str, Any]:
     """The deploy YAML as a dict: one stage with ``engine_backend`` and ``extras``; ``layout``'s stage keys
     (``replica_keys``) and the router's ``extras.rlsched_router`` when given, with the replicas publishing
-    their scheduler state to it (``extras.rlsched.publish_state``)."""
+    their scheduler state to it (``extras.rlsched.publish_state``); ``cpu``: the executor that stands in for
+    the GPU worker (``distributed_executor_backend``, what ``rlsched serve-cpu`` serves)."""
     if max_num_seqs < 1:
         raise ConfigError("--max-num-seqs", "must be >= 1")
     if stage_id < 0:
@@ -178,7 +194,8 @@ def deploy_config(settings: PluginConfig, stage_id: int = 0, max_num_seqs: int =
     section = {"policy": settings.policy, "profile": settings.profile, **settings.to_extras()[EXTRAS_KEY]}
     stage = {"stage_id": stage_id, "max_num_seqs": max_num_seqs, "step_execution": step_execution,
              "request_batch_max_wait_ms": max_wait_ms, "engine_backend": ENGINE_BACKEND,
-             **(layout or {}), "extras": {EXTRAS_KEY: section}}
+             **(layout or {}), **({"distributed_executor_backend": EXECUTOR} if cpu else {}),
+             "extras": {EXTRAS_KEY: section}}
     if router is not None:
         stage["extras"][ROUTER_KEY] = {"router": router.router, "budget_ms": router.budget_ms}
         if router.deadline_ms != RouterConfig().deadline_ms:

@@ -114,8 +114,12 @@ def format_summary(s: dict[str, Any]) -> str:
     if s["time_scale"] != 1:
         lines.append("latency" + unit + ": " + ", ".join(
             f"p{q} {s[f'latency_p{q}_s'] * s['time_scale']:.2f}" for q in (50, 90, 99)))
-    att = s["slo_attainment"]
-    lines.append("SLO attainment: " + ", ".join(f"{k} {v:.3f}" for k, v in att.items()))
+    att, met, n = s["slo_attainment"], s.get("slo_met", {}), s.get("slo_requests", {})
+    per_class = [f"{k} {v:.3f}" + (f" ({met[k]}/{n[k]})" if k in met and k in n else "")
+                 for k, v in att.items() if k != "all"]
+    lines.append(f"SLO attainment per class ({loadgen.SLO_MEASURE}): " + ", ".join(per_class))
+    if "all" in att:
+        lines.append(f"  all classes {att['all']:.3f} (the server's rlsched_slo_attainment_ratio is per class only)")
     if "queue_delay_p50_s" in s or "processing_p50_s" in s:
         lines.append(f"server split (p50 wall s): queueing {s.get('queue_delay_p50_s', math.nan):.3f}, "
                      f"processing {s.get('processing_p50_s', math.nan):.3f}")

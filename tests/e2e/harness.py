@@ -1,9 +1,8 @@
 """Start a real ``vllm serve MODEL_DIR --omni`` with the stage ``rlsched deploy`` writes; stop it for sure.
 
-Only 127.0.0.1; the server runs in its own process group (``start_new_session``) and
-``Server.stop`` kills the whole group (SIGTERM, then SIGKILL after a grace period), so
-the API server, the stage process and anything they spawned go together. Imports no vLLM:
-the server runs in ``.venv-vllm`` as a subprocess.
+Only 127.0.0.1. The stand-ins, the server's environment and its process group (``Server.stop`` kills the
+whole group) are ``rlsched serve-cpu``'s own (``rlsched.integrations.vllm_omni.cpu_server``): one copy.
+Imports no vLLM: the server runs in ``.venv-vllm`` as a subprocess.
 
 Used by ``tests/e2e`` and ``scripts/sim_vs_engine.py``.
 """
@@ -15,27 +14,20 @@ import contextlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsched.integrations.vllm_omni import cpu_server
+from rlsched.integrations.vllm_omni.cpu_server import EXECUTOR, free_port, group_members
+
 REPO = Path(__file__).resolve().parents[2]
-STUBS = Path(__file__).resolve().parent / "stubs"
-EXECUTOR = "rlsched.integrations.vllm_omni.cost_executor.CostProfileExecutor"
 START_TIMEOUT_S = 240.0
-STOP_GRACE_S = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["EXECUTOR", "REPO", "Server", "deploy_stage", "free_port", "free_ports", "group_members"]
 
 
 def free_ports(n: int) -> int:
@@ -81,8 +73,14 @@ class Server:
 
     @property
     def model(self) -> str:
-        """The model as the server is told it: every ``rlsched_*`` sample's ``model_name``."""
+        """The model as the server is told it (its folder's path)."""
         return str(Path(self.model_dir).resolve())
+
+    @property
+    def model_name(self) -> str:
+        """The served model's name, every ``rlsched_*`` sample's ``model_name``: the folder's basename (no
+        ``--served-model-name``), not its path."""
+        return Path(self.model).name
 
     @property
     def url(self) -> str:
@@ -126,57 +124,27 @@ class Server:
         Path(f"{self.router_log}.states").unlink(missing_ok=True)
         if len(self.metrics_ports) > 1:
             self.metrics_port = free_ports(len(self.metrics_ports))
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "RLSCHED_EXECUTOR_LOG": str(self.executor_log),
-               "RLSCHED_ROUTER_LOG": str(self.router_log),
-               "PYTHONPATH": os.pathsep.join([str(STUBS), str(REPO), os.environ.get("PYTHONPATH", "")]),
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
-        vllm = str(Path(self.python).with_name("vllm"))
-        cmd = [vllm, "serve", self.model, "--omni", "--host", "127.0.0.1",
-               "--port", str(self.port), "--stage-overrides", json.dumps(self.overrides())]
+        env = cpu_server.server_env({"RLSCHED_EXECUTOR_LOG": str(self.executor_log),
+                                     "RLSCHED_ROUTER_LOG": str(self.router_log), "OMP_NUM_THREADS": "1",
+                                     "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+        cmd = cpu_server.serve_command(Path(self.python).with_name("vllm"), Path(self.model), self.port,
+                                       self.overrides())
         with self.server_log.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir,
-                                         start_new_session=True)
+            self.proc = cpu_server.start(cmd, env, self.workdir, log)
         self.pgid = self.proc.pid
         atexit.register(self.stop)  # a second guard if the caller never reaches its finally
         try:
-            self._wait_healthy()
+            cpu_server.wait_healthy(self.proc, self.url, START_TIMEOUT_S, self.log_tail)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}):\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"vllm serve not healthy after {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
-
     def stop(self) -> None:
-        """Kill the process group: SIGTERM, then SIGKILL after ``STOP_GRACE_S``; bounded time."""
+        """Kill the process group: SIGTERM, then SIGKILL after a grace period; bounded time."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _group_alive(proc.pid):
-                proc.poll()
-                time.sleep(0.2)
-            if not _group_alive(proc.pid):
-                break
-        proc.poll()
+        if proc is not None:
+            cpu_server.stop_group(proc)
 
     def __enter__(self) -> Server:
         return self.start()
@@ -194,7 +162,7 @@ class Server:
     def metrics(self, port: int | None = None) -> dict[str, float]:
         """The ``rlsched_*`` samples of the plugin's Prometheus endpoint (the first replica's unless ``port``),
         by ``name{labels}``."""
-        return _scrape(f"http://127.0.0.1:{port or self.metrics_port}/metrics", self.model)
+        return _scrape(f"http://127.0.0.1:{port or self.metrics_port}/metrics", self.model_name)
 
     def replica_metrics(self) -> dict[str, dict[str, float]]:
         """Each replica's plugin metrics, by the devices it names in ``rlsched_replica_info{devices}``."""
@@ -209,7 +177,7 @@ class Server:
 
     def api_metrics(self) -> dict[str, float]:
         """The ``rlsched_*`` samples of the API server's ``/metrics`` (the router's live there)."""
-        return _scrape(f"{self.url}/metrics", self.model)
+        return _scrape(f"{self.url}/metrics", self.model_name)
 
     def routed(self) -> list[dict[str, Any]]:
         """The router's choices in order (``$RLSCHED_ROUTER_LOG``), one dict per routed request."""
@@ -246,37 +214,3 @@ def _scrape(url: str, model: str) -> dict[str, float]:
             kept = [p for p in pairs if not p.startswith("model_name=")]
             out[name + ("{" + ",".join(kept) + "}" if kept else "")] = float(value)
     return out
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie leader still counts until reaped; check for live members
-    return any(_pgid(pid) == pgid and _state(pid) != "Z" for pid in _pids())
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _pgid(pid: int) -> int:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return -1
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes of a group (tests assert none is left)."""
-    return [pid for pid in _pids() if _pgid(pid) == pgid and _state(pid) != "Z"]

@@ -78,6 +78,40 @@ def test_the_model_name_is_the_one_vllm_labels_with() -> None:
     assert model_name_of(None, SimpleNamespace()) == "unknown"
 
 
+def test_the_model_name_is_the_served_name_not_the_folders_path(tmp_path: Path) -> None:
+    """vLLM's served model name when given; else the model folder's basename (vLLM-Omni 0.30 tells a diffusion
+    stage only ``model``, the path; vLLM's own default served name is that path too), as a client names it."""
+    from types import SimpleNamespace
+
+    from rlsched.integrations.vllm_omni.metrics import model_name_of
+
+    folder = tmp_path / "FLUX.1-dev"
+    folder.mkdir()
+    assert model_name_of(SimpleNamespace(model=str(folder))) == "FLUX.1-dev"  # the diffusion stage's od_config
+    assert model_name_of(SimpleNamespace(model=f"{folder}/")) == "FLUX.1-dev"
+    assert model_name_of(SimpleNamespace(model_config=SimpleNamespace(served_model_name=str(folder),
+                                                                      model=str(folder)))) == "FLUX.1-dev"
+    assert model_name_of(SimpleNamespace(model_config=SimpleNamespace(served_model_name="flux", model=str(folder)))) \
+        == "flux"
+    assert model_name_of("./models/qwen") == "qwen" and model_name_of("Qwen/Qwen-Image") == "Qwen/Qwen-Image"
+
+
+def test_a_request_aborted_past_its_deadline_missed_its_slo() -> None:
+    """A client that gave up on a late request (loadgen's --timeout) counts it as a miss, and so does the server;
+    cancelled before its deadline it is neither met nor missed."""
+    from types import SimpleNamespace
+
+    from rlsched.integrations.vllm_omni.metrics import finish_outcome
+
+    def rec(status: str, finish_s: float) -> SimpleNamespace:  # a RequestRecord's fields that finish_outcome reads
+        return SimpleNamespace(status=status, finish_s=finish_s, deadline_s=10.0,
+                               slo_met=status == "completed" and finish_s <= 10.0)
+
+    assert [finish_outcome(rec("completed", 9.0)), finish_outcome(rec("completed", 11.0)),
+            finish_outcome(rec("failed", 1.0))] == ["slo_met", "slo_missed", "slo_missed"]
+    assert [finish_outcome(rec("aborted", 11.0)), finish_outcome(rec("aborted", 5.0))] == ["slo_missed", "aborted"]
+
+
 def test_slo_attainment_per_class() -> None:
     m = PluginMetrics(prom.CollectorRegistry())
     for outcome in ("slo_met", "slo_met", "slo_missed", "aborted"):

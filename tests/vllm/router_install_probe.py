@@ -1,8 +1,8 @@
 """``router.install`` against vLLM-Omni 0.30's real ``StageRuntime`` (run by test_router.py in its own process).
 
 ``vllm_omni.engine.stage_runtime`` imports the model registry, which imports torchvision; this CPU tier
-has none, so the test runs this script with ``tests/e2e/stubs`` on ``PYTHONPATH`` (import-only
-stand-ins, as the e2e tier's server does) in a process of its own, keeping them out of the other
+has none, so the test runs this script with ``cpu_server.STUBS`` on ``PYTHONPATH`` (import-only
+stand-ins, as ``rlsched serve-cpu``'s server does) in a process of its own, keeping them out of the other
 tests. Prints one JSON object of findings; the test asserts on them.
 """
 

@@ -29,6 +29,7 @@ from rlsched.errors import ConfigError  # noqa: E402
 from rlsched.integrations.vllm_omni import router as router_mod  # noqa: E402
 from rlsched.integrations.vllm_omni import routing  # noqa: E402
 from rlsched.integrations.vllm_omni.config import PluginConfig  # noqa: E402
+from rlsched.integrations.vllm_omni.cpu_server import STUBS  # noqa: E402
 from rlsched.integrations.vllm_omni.router_pool import RouterStagePool  # noqa: E402
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics  # noqa: E402
 from rlsched.routing.routers import RlschedRouter  # noqa: E402
@@ -283,8 +284,8 @@ def test_a_replica_marked_unavailable_is_dropped() -> None:
 def probe() -> dict[str, Any]:
     """router_install_probe.py's findings: install() against the real StageRuntime, in its own process."""
     here = Path(__file__).resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1] / "e2e" / "stubs"), str(here.parents[2]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(STUBS), str(here.parents[2]), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([sys.executable, str(here.parent / "router_install_probe.py")], env=env, capture_output=True,
                          text=True, timeout=600)
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith("PROBE ")), None)

@@ -4,8 +4,9 @@
 process-wide ``prometheus_client.REGISTRY``); one instance per registry is shared, so
 two schedulers in one process do not register twice. Tests pass their own
 ``CollectorRegistry``. Without ``prometheus_client`` every metric is a no-op. Every sample also
-carries ``model_name`` (``MODEL_LABEL``), as every vLLM metric does: the served model
-(``model_name_of``), bound when the engine or pool learns it.
+carries ``model_name`` (``MODEL_LABEL``), as every vLLM metric does: the served model's name
+(``model_name_of``: ``--served-model-name`` where the process knows it, else the model folder's basename), bound
+when the engine or pool learns it.
 
 =========================================  =========  ==================  ==========================================
 name                                       type       labels              meaning
@@ -18,7 +19,9 @@ name                                       type       labels              meanin
 ``rlsched_batch_size``                     histogram  —                   requests in each scheduled batch
 ``rlsched_queue_depth``                    gauge      priority            waiting requests per class, after admission
 ``rlsched_requests_finished_total``        counter    priority, outcome   ``slo_met``, ``slo_missed``, ``aborted``
-``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed)
+                                                                          (``finish_outcome``)
+``rlsched_slo_attainment_ratio``           gauge      priority            slo_met / (slo_met + slo_missed): timed
+                                                                          in the stage (docs/e2e.md)
 ``rlsched_invalid_request_fields_total``   counter    field               request fields replaced by defaults
 ``rlsched_admission_mismatches_total``     counter    —                   admitted batch != the policy's batch
 ``rlsched_replica_info``                   gauge      devices, port       1: this replica (its devices, metrics port)
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import weakref
 from collections import Counter
@@ -77,20 +81,41 @@ UNKNOWN_MODEL = "unknown"
 
 
 def model_name_of(*configs: Any) -> str:
-    """The served model name as vLLM labels its metrics, from the first of ``configs`` that names one: a
-    string, or a config's ``served_model_name`` (its first entry when a list), its
-    ``model_config.served_model_name``, else its ``model``; else ``UNKNOWN_MODEL``."""
+    """The served model's name, from the first of ``configs`` that names one: a string, or a config's
+    ``served_model_name`` (its first entry when a list), its ``model_config.served_model_name``, else its
+    ``model``; else ``UNKNOWN_MODEL``. A name that is the model's local folder (vLLM's default when
+    ``--served-model-name`` is not given, and all vLLM-Omni 0.30 tells a diffusion stage) is that folder's
+    basename: ``/models/FLUX.1-dev`` is ``FLUX.1-dev``, as a client would call it; a hub id stays as it is."""
     for cfg in configs:
         if isinstance(cfg, str) and cfg:
-            return cfg
-        for value in (getattr(cfg, "served_model_name", None),
-                      getattr(getattr(cfg, "model_config", None), "served_model_name", None),
-                      getattr(cfg, "model", None)):
+            return _name(cfg)
+        model_config = getattr(cfg, "model_config", None)
+        for value in (getattr(cfg, "served_model_name", None), getattr(model_config, "served_model_name", None),
+                      getattr(cfg, "model", None), getattr(model_config, "model", None)):
             if isinstance(value, (list, tuple)):
                 value = value[0] if value else None
             if isinstance(value, str) and value:
-                return value
+                return _name(value)
     return UNKNOWN_MODEL
+
+
+def _name(model: str) -> str:
+    """A local folder's basename (an absolute or explicitly relative path, or a folder that exists); any other
+    name as it is (a hub id such as ``Qwen/Qwen-Image``, a ``--served-model-name``)."""
+    path = os.path.expanduser(model)
+    if os.path.isabs(path) or model.startswith(("./", "../", "~")) or os.path.isdir(path):
+        return os.path.basename(os.path.normpath(path)) or model
+    return model
+
+
+def finish_outcome(rec: Any) -> str:
+    """A finished request's ``outcome`` label: ``slo_met`` (completed by its deadline), ``slo_missed`` (completed
+    late, failed, or aborted after its deadline had passed: a client that gave up on a late request, as
+    ``rlsched loadgen`` on its ``--timeout``, missed its SLO), ``aborted`` (cancelled before its deadline: neither
+    met nor missed). So ``rlsched_slo_attainment_ratio`` and a client count errors and timeouts alike."""
+    if rec.slo_met:
+        return "slo_met"
+    return "aborted" if rec.status == "aborted" and not rec.finish_s > rec.deadline_s else "slo_missed"
 
 
 class _Labelled:

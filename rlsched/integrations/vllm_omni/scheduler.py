@@ -68,7 +68,7 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import InlineRunner
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.logs import join_vllm_logging
-from rlsched.integrations.vllm_omni.metrics import PluginMetrics, model_name_of, serve
+from rlsched.integrations.vllm_omni.metrics import PluginMetrics, finish_outcome, model_name_of, serve
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
@@ -246,8 +246,7 @@ class _PolicyScheduling:
         outcome = {_COMPLETED: "completed", _ABORTED: "aborted"}.get(state.status, "failed")
         rec = st.finish(request_id, outcome)
         if rec is not None and not self._warming_up:
-            self.metrics.record_finish(rec.request.priority, "aborted" if outcome == "aborted"
-                                       else "slo_met" if rec.slo_met else "slo_missed")
+            self.metrics.record_finish(rec.request.priority, finish_outcome(rec))
         self._update_queue_depth(force=True)  # a request aborted while waiting leaves the queue here
         return state
 

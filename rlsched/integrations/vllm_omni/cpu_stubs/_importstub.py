@@ -1,8 +1,8 @@
-"""Import-only stand-in (test-only) shared by the ``torchvision`` and ``torchaudio`` stubs: every
-submodule imports, every attribute is an inert placeholder.
+"""Import-only stand-in shared by the ``torchvision`` and ``torchaudio`` stubs (``rlsched serve-cpu``, the e2e
+tier): every submodule imports, every attribute is an inert placeholder.
 
 The serve path imports torchvision/torchaudio at module level, but a CPU-only machine has no wheel
-of either that loads against torch 2.13 (see docs/e2e.md). Nothing in the end-to-end tier calls them.
+of either that loads against torch 2.13 (see docs/e2e.md). Nothing the CPU server runs calls them.
 """
 import importlib.abc
 import importlib.machinery
@@ -26,7 +26,7 @@ class _Placeholder(metaclass=_Meta):
         return _Placeholder
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError("import-only stand-in: not available in this test environment")
+        raise RuntimeError("import-only stand-in (rlsched serve-cpu): torchvision/torchaudio are not installed here")
 
 
 def _module_getattr(name):
