@@ -91,8 +91,8 @@ class PlanTask:
     layout: Layout
     spec: str
     seed: int
-    load: float
-    gpus: int
+    rate_scale: float
+    """× the scenario's own rate: the load × the nominal rate per GPU × the GPUs (or × ``--rate``)."""
 
 
 def run_one(task: PlanTask) -> float:
@@ -100,7 +100,7 @@ def run_one(task: PlanTask) -> float:
     sc = load_scenario(task.scenario)
     cost = load_profile(task.profile)
     wide = at_layout(cost, task.layout.degree, task.layout.cfg)
-    reqs = sc.requests(task.seed, rate_scale=task.load * task.gpus / sc.gpus, cost=cost)
+    reqs = sc.requests(task.seed, rate_scale=task.rate_scale, cost=cost)
     stage = Stage.uniform(reqs, task.layout.replicas, wide, sc.serving, seed=task.seed)
     run_spec(stage, task.spec)
     return float(summarize_stage(stage)["weighted_slo_attainment"])
@@ -121,79 +121,175 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     to compare on the recommended layout, ``spec``'s policy behind each (``rlsched``, ``router``,
     ``central``), on the routers' deployed view — the winner's mean over the loads picks the router
     of the deploy line (``router_rows``, ``recommended_router``)."""
-    bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
-    if bad:
-        raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
-    low = [s for s in check_seeds if s < EVAL_SEED_BASE]
-    if low:
-        raise ConfigError("--check-seeds", f"the re-check uses evaluation seeds (>= {EVAL_SEED_BASE}), not {low}")
-    if not loads or any(not (math.isfinite(x) and x > 0) for x in loads):
-        raise ConfigError("--loads", f"must be finite numbers > 0, not {list(loads)}")
-    sc = load_scenario(scenario)
-    if len({(g.profile, g.sp_degree, g.cfg_parallel) for g in sc.replicas}) > 1:
-        raise ConfigError("--scenario", f"{sc.name!r} declares a heterogeneous pool; plan enumerates layouts of "
-                                        "one profile (evaluate the pool as it is with rlsched eval)")
-    gpus = sc.gpus if gpus is None else gpus
-    profile = profile or profile_of(sc)
-    options = layouts(gpus, load_profile(profile), cfg_degrees)
-    check_loads(sc, scenario, profile, gpus, loads, seeds)
-    policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
-    specs = [f"{policy}@{r}" for r in routers]
-    for s in specs:
-        check_spec(s)
+    sized = _Sized.check(scenario, gpus, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers)
+    return sized.finish(sized.simulate_layouts(workers, ray, progress), routers, check_seeds)
 
-    def simulate(seed_list: Sequence[int], lays: Sequence[Layout] = options,
-                 pairs: Sequence[str] = (spec,)) -> np.ndarray:
-        tasks = [PlanTask(scenario, profile, lay, p, s, x, gpus) for lay in lays for p in pairs for x in loads
-                 for s in seed_list]
-        values: list[float] = []
-        for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
-            values.append(v)
-            if progress is not None:
-                progress()
-        return np.asarray(values).reshape(len(lays) * len(pairs), len(loads), len(seed_list))
 
-    grid = simulate(seeds)
-    rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree, "cfg_parallel": lay.cfg,
-             **_scores(grid[i], loads)} for i, lay in enumerate(options)]
-    best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].gpus_per_replica,
-                                                   -options[i].cfg))
-    worst = min(rows, key=lambda r: r["mean"])
-    out = {"scenario": scenario, "profile": profile, "gpus": gpus, "policy": spec, "seeds": list(seeds),
-           "loads": list(loads), "rows": rows, "recommended": rows[best]["layout"],
-           "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
-           "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
-           "deploy_command": deploy_command(options[best], gpus, spec, profile, sc.serving)}
-    if specs:
-        _compare_routers(out, routers, lambda seed_list: simulate(seed_list, [options[best]], specs), seeds,
-                         check_seeds, loads)
-        out["deploy_command"] = deploy_command(options[best], gpus, f"{policy}@{out['recommended_router']}",
-                                               profile, sc.serving)
-    if check_seeds:
-        check = simulate(check_seeds)
-        for i, row in enumerate(rows):
-            row.update(_scores(check[i], loads, "check_"))
-        hindsight = max(rows, key=lambda r: r["check_mean"])
-        out.update(check_seeds=list(check_seeds), hindsight_best=hindsight["layout"],
-                   recommended_loses_points=round(100 * (hindsight["check_mean"] - rows[best]["check_mean"]), 2),
-                   check_worst_loses_points=round(100 * (hindsight["check_mean"]
-                                                         - min(r["check_mean"] for r in rows)), 2))
+def plan_for_rate(scenario: str, gpu_counts: Sequence[int], rate_rps: float, spec: str, seeds: Sequence[int],
+                  loads: Sequence[float], target: float, profile: str | None = None, workers: int = 1,
+                  ray: str | None = None, progress: Callable[[], None] | None = None,
+                  check_seeds: Sequence[int] = (), cfg_degrees: Sequence[int] = CFG_DEGREES,
+                  routers: Sequence[str] = ()) -> dict[str, Any]:
+    """"2 or 4 GPUs for *my* traffic?": every layout of every count in ``gpu_counts`` serves the same
+    ``rate_rps`` (× ``loads``) of the scenario's mix; the recommendation is the fewest GPUs whose best
+    layout reaches ``target`` class-weighted SLO attainment (mean over loads and seeds), else the count
+    whose best layout comes closest. The result is that count's plan (its layouts, routers, re-check and
+    deploy line) with ``by_gpus``: each count's best layout and mean."""
+    if not gpu_counts or len(set(gpu_counts)) != len(gpu_counts):
+        raise ConfigError("--gpus", f"with --rate, give distinct GPU counts, not {list(gpu_counts)}")
+    if not (math.isfinite(target) and 0 < target <= 1):
+        raise ConfigError("--target", f"must be a class-weighted SLO attainment in (0, 1], not {target!r}")
+    counts = sorted(gpu_counts)
+    sized = [_Sized.check(scenario, g, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers, rate_rps)
+             for g in counts]
+    done = [s.simulate_layouts(workers, ray, progress) for s in sized]
+    means = [d.rows[d.best]["mean"] for d in done]
+    reach = [i for i, m in enumerate(means) if m >= target - 1e-9]
+    pick = reach[0] if reach else max(range(len(counts)), key=lambda i: (round(means[i], 9), -counts[i]))
+    out = sized[pick].finish(done[pick], routers, check_seeds)
+    out.update(rate_rps=rate_rps, target=target, reaches_target=bool(reach),
+               by_gpus=[{"gpus": g, "layout": d.rows[d.best]["layout"], "mean": m, "reaches_target": m >= target - 1e-9}
+                        for g, d, m in zip(counts, done, means)])
     return out
 
 
-def check_loads(sc: Any, scenario: str, profile: str, gpus: int, loads: Sequence[float], seeds: Sequence[int]) -> None:
-    """The heaviest workload a layout gets (the highest load on ``gpus`` GPUs) drawn once, before
-    any layout: one too large to simulate is an error naming ``--loads`` and ``--gpus``, which the
-    user gave, rather than the rate scale they multiply to, which they never did. The scenario
-    at its own rate is drawn first, so a problem of the scenario itself is reported as it is."""
+@dataclass
+class _Grid:
+    """Every layout of one GPU count simulated: the rows, the best one's index, and how to simulate more."""
+
+    options: list[Layout]
+    rows: list[dict[str, Any]]
+    best: int
+    simulate: Callable[..., np.ndarray]
+
+
+@dataclass
+class _Sized:
+    """One GPU count's plan, its arguments checked before anything is simulated."""
+
+    scenario: str
+    sc: Any
+    gpus: int
+    spec: str
+    seeds: Sequence[int]
+    loads: Sequence[float]
+    profile: str
+    cfg_degrees: Sequence[int]
+    specs: list[str]
+    scale: float
+    """The rate scale of load 1 (× the scenario's own rate)."""
+    rate_rps: float | None = None
+
+    @classmethod
+    def check(cls, scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
+              profile: str | None, check_seeds: Sequence[int], cfg_degrees: Sequence[int], routers: Sequence[str],
+              rate_rps: float | None = None) -> _Sized:
+        bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
+        if bad:
+            raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
+        low = [s for s in check_seeds if s < EVAL_SEED_BASE]
+        if low:
+            raise ConfigError("--check-seeds", f"the re-check uses evaluation seeds (>= {EVAL_SEED_BASE}), not {low}")
+        if not loads or any(not (math.isfinite(x) and x > 0) for x in loads):
+            raise ConfigError("--loads", f"must be finite numbers > 0, not {list(loads)}")
+        sc = load_scenario(scenario)
+        if len({(g.profile, g.sp_degree, g.cfg_parallel) for g in sc.replicas}) > 1:
+            raise ConfigError("--scenario", f"{sc.name!r} declares a heterogeneous pool; plan enumerates layouts of "
+                                            "one profile (evaluate the pool as it is with rlsched eval)")
+        gpus = sc.gpus if gpus is None else gpus
+        profile = profile or profile_of(sc)
+        layouts(gpus, load_profile(profile), cfg_degrees)  # --gpus and --cfg-degrees checked here
+        if rate_rps is None:
+            scale = gpus / sc.gpus
+        else:
+            scale = rate_rps / own_rate(sc, seeds, profile)
+        check_loads(sc, scenario, profile, gpus, loads, seeds, scale, rate_rps)
+        policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
+        specs = [f"{policy}@{r}" for r in routers]
+        for s in specs:
+            check_spec(s)
+        return cls(scenario, sc, gpus, spec, seeds, loads, profile, cfg_degrees, specs, scale, rate_rps)
+
+    def simulate_layouts(self, workers: int, ray: str | None, progress: Callable[[], None] | None) -> _Grid:
+        options = layouts(self.gpus, load_profile(self.profile), self.cfg_degrees)
+
+        def simulate(seed_list: Sequence[int], lays: Sequence[Layout] = options,
+                     pairs: Sequence[str] = (self.spec,)) -> np.ndarray:
+            tasks = [PlanTask(self.scenario, self.profile, lay, p, s, x * self.scale) for lay in lays for p in pairs
+                     for x in self.loads for s in seed_list]
+            values: list[float] = []
+            for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
+                values.append(v)
+                if progress is not None:
+                    progress()
+            return np.asarray(values).reshape(len(lays) * len(pairs), len(self.loads), len(seed_list))
+
+        grid = simulate(self.seeds)
+        rows = [{"layout": lay.name, "replicas": lay.replicas, "sp_degree": lay.degree, "cfg_parallel": lay.cfg,
+                 **_scores(grid[i], self.loads)} for i, lay in enumerate(options)]
+        best = max(range(len(options)), key=lambda i: (round(rows[i]["mean"], 9), -options[i].gpus_per_replica,
+                                                       -options[i].cfg))
+        return _Grid(options, rows, best, simulate)
+
+    def finish(self, grid: _Grid, routers: Sequence[str], check_seeds: Sequence[int]) -> dict[str, Any]:
+        """The plan of this count: the table, the choice, the routers compared on it, the re-check."""
+        options, rows, best, simulate = grid.options, grid.rows, grid.best, grid.simulate
+        profile, gpus, serving = self.profile, self.gpus, self.sc.serving
+        worst = min(rows, key=lambda r: r["mean"])
+        out = {"scenario": self.scenario, "profile": profile, "gpus": gpus, "policy": self.spec,
+               "seeds": list(self.seeds), "loads": list(self.loads), "rows": rows,
+               "recommended": rows[best]["layout"],
+               "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
+               "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
+               "deploy_command": deploy_command(options[best], gpus, self.spec, profile, serving)}
+        if self.specs:
+            _compare_routers(out, routers, lambda seed_list: simulate(seed_list, [options[best]], self.specs),
+                             self.seeds, check_seeds, self.loads)
+            policy, _ = split_pair(self.spec)
+            out["deploy_command"] = deploy_command(options[best], gpus, f"{policy}@{out['recommended_router']}",
+                                                   profile, serving)
+        if check_seeds:
+            check = simulate(check_seeds)
+            for i, row in enumerate(rows):
+                row.update(_scores(check[i], self.loads, "check_"))
+            hindsight = max(rows, key=lambda r: r["check_mean"])
+            out.update(check_seeds=list(check_seeds), hindsight_best=hindsight["layout"],
+                       recommended_loses_points=round(100 * (hindsight["check_mean"] - rows[best]["check_mean"]), 2),
+                       check_worst_loses_points=round(100 * (hindsight["check_mean"]
+                                                             - min(r["check_mean"] for r in rows)), 2))
+        return out
+
+
+def own_rate(sc: Any, seeds: Sequence[int], profile: str) -> float:
+    """The scenario's own traffic in requests a second: its arrivals on the planning seeds over its window
+    (a drawn mean, so every arrival process and trace counts alike, diurnal and on/off included)."""
+    cost = load_profile(profile)
+    drawn = [len(sc.requests(s, 1.0, cost=cost)) for s in seeds or [0]]
+    rate = float(np.mean(drawn)) / sc.duration_s
+    if rate <= 0:
+        raise ConfigError("--rate", f"scenario {sc.name!r} draws no arrivals at its own rate, so no rate scale "
+                                    "reaches a traffic; give it an arrival rate first")
+    return rate
+
+
+def check_loads(sc: Any, scenario: str, profile: str, gpus: int, loads: Sequence[float], seeds: Sequence[int],
+                scale: float | None = None, rate_rps: float | None = None) -> None:
+    """The heaviest workload a layout gets (the highest load on ``gpus`` GPUs, or of ``rate_rps``) drawn
+    once, before any layout: one too large to simulate is an error naming ``--loads`` and ``--gpus`` (or
+    ``--rate``), which the user gave, rather than the rate scale they multiply to, which they never did.
+    The scenario at its own rate is drawn first, so a problem of the scenario itself is reported as it is."""
     cost = load_profile(profile)
     seed = seeds[0] if seeds else 0
     sc.requests(seed, 1.0, cost=cost)
     top = max(loads)
-    scale = top * gpus / sc.gpus
+    scale = top * (gpus / sc.gpus if scale is None else scale)
     try:
         sc.requests(seed, scale, cost=cost)
     except ConfigError as exc:
+        if rate_rps is not None:
+            raise ConfigError("--rate", f"load {top:g} x --rate {rate_rps:g} runs scenario {sc.name!r} at "
+                                        f"{scale:g} x its own rate, too much to simulate: {exc}; lower --rate or "
+                                        "--loads") from None
         raise ConfigError("--loads", f"load {top:g} on --gpus {gpus} runs scenario {sc.name!r} at {scale:g} x its "
                                      f"own rate (the nominal rate per GPU x {gpus} GPUs), too much to simulate: "
                                      f"{exc}; lower --loads or --gpus") from None
@@ -297,13 +393,16 @@ def plan_figure(result: dict[str, Any]) -> Any:
             line.update(color=RECOMMENDED, linewidth=2.8, zorder=6, markersize=8)
             label += " (recommended)"
         ax.plot(xs, [100 * v for v in r["by_load"].values()], label=label, **line)
-    title = f"{result['scenario']} on {result['gpus']} GPUs, {result['policy']}: recommended {best}"
+    rate = result.get("rate_rps")
+    traffic = f" at {rate:g} req/s" if rate is not None else ""
+    title = f"{result['scenario']}{traffic} on {result['gpus']} GPUs, {result['policy']}: recommended {best}"
     fig.suptitle(textwrap.fill(title, 70), fontsize=10)
-    ax.set(xlabel="load (× nominal rate per GPU)", ylabel="class-weighted SLO attainment %", ylim=(0, 100))
+    xlabel = f"load (× {rate:g} req/s, --rate)" if rate is not None else "load (× nominal rate per GPU)"
+    ax.set(xlabel=xlabel, ylabel="class-weighted SLO attainment %", ylim=(0, 100))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # constrained layout makes room
     return fig
 
 
-__all__ = ["Layout", "check_loads", "deploy_command", "layouts", "plan", "plan_figure", "profile_of", "stage_yaml",
-           "write_plot"]
+__all__ = ["Layout", "check_loads", "deploy_command", "layouts", "own_rate", "plan", "plan_figure", "plan_for_rate",
+           "profile_of", "stage_yaml", "write_plot"]

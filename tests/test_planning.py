@@ -6,6 +6,7 @@ import json
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -156,3 +157,42 @@ def test_plan_png_keeps_its_title_and_gives_the_recommended_layout_a_colour_of_i
     best = colours.pop("8x SP1 (recommended)")
     assert best not in colours.values() and len(colours) == len(names) - 1
     plt.close(fig)
+
+
+def test_plan_for_a_fixed_traffic_serves_the_same_rate_on_every_gpu_count_and_picks_the_fewest_that_reach() -> None:
+    """``plan --rate``: "2 or 4 GPUs for *my* traffic?" (issue 48): without it the traffic grows with --gpus."""
+    from rlsched.planning import own_rate, plan_for_rate
+    from rlsched.sim import load_scenario
+
+    assert own_rate(load_scenario("default"), [0, 1, 2], "qwen-image-h200") == pytest.approx(0.05, rel=0.1)
+    result = plan_for_rate("default", [4, 1, 2], 0.12, "edf@rlsched", [0], [1.0], 0.95,
+                           profile="qwen-image-h200-vllm-omni")
+    by = {r["gpus"]: r for r in result["by_gpus"]}
+    assert sorted(by) == [1, 2, 4] and by[1]["mean"] < by[2]["mean"] < by[4]["mean"]  # the same traffic on more GPUs
+    first = min(g for g, r in by.items() if r["reaches_target"])
+    assert result["gpus"] == first and result["reaches_target"] and result["rate_rps"] == 0.12
+    assert result["recommended"] == by[first]["layout"] and f"--devices {','.join(map(str, range(first)))}" \
+        in result["deploy_command"]
+    none = plan_for_rate("default", [1, 2], 0.12, "edf@rlsched", [0], [1.0], 1.0, profile="qwen-image-h200-vllm-omni")
+    assert not none["reaches_target"] and none["gpus"] == max(none["by_gpus"], key=lambda r: r["mean"])["gpus"]
+
+
+def test_plan_refuses_several_gpu_counts_without_a_rate_and_a_target_outside_0_1(tmp_path, capsys) -> None:
+    from rlsched.planning import plan_for_rate
+
+    assert main(["plan", "--gpus", "1,2", "--out", str(tmp_path / "p")]) != 0
+    assert "--gpus: several GPU counts (1,2) answer a fixed traffic: give --rate too" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="with --rate, give distinct GPU counts"):
+        plan_for_rate("default", [2, 2], 0.1, "edf@rlsched", [0], [1.0], 0.9)
+    with pytest.raises(ConfigError, match="must be a class-weighted SLO attainment in"):
+        plan_for_rate("default", [2], 0.1, "edf@rlsched", [0], [1.0], 1.5)
+    with pytest.raises(ConfigError, match="--rate: load 1 x --rate 1e[+]06 runs scenario 'default' at .* too much to "
+                                          "simulate: .*; lower --rate or --loads"):
+        plan_for_rate("default", [2], 1e6, "edf@rlsched", [0], [1.0], 0.9)
+    quiet = tmp_path / "quiet.yaml"
+    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "envs" / "default.yaml").read_text())
+    spec.update(duration_s=1.0, arrival={"process": "poisson", "rate_rps": 1e-6})
+    quiet.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="--rate: scenario 'default' draws no arrivals at its own rate, so no rate "
+                                          "scale reaches a traffic"):
+        plan_for_rate(str(quiet), [1], 0.1, "edf@rlsched", [0], [1.0], 0.9)

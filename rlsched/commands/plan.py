@@ -22,8 +22,16 @@ PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
                  "on training seeds; recommend one and write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--gpus", type=flag(bounds.STAGE_GPUS), default=None,
-                   help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1)")
+    p.add_argument("--gpus", default=None,
+                   help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1); with --rate, the "
+                        "GPU counts to compare (default 1,2,4,8)")
+    p.add_argument("--rate", type=flag(bounds.POSITIVE), default=None, metavar="REQ_PER_S",
+                   help="your traffic in requests a second (the scenario's mix at that rate): every GPU count of "
+                        "--gpus serves the same traffic, and the fewest GPUs reaching --target is recommended "
+                        "(without it, the traffic grows with the GPUs: --loads x the nominal rate per GPU)")
+    p.add_argument("--target", type=flag(bounds.FRACTION), default=0.95,
+                   help="with --rate: the class-weighted SLO attainment (0-1) the recommended GPU count must reach "
+                        "(mean over --loads and --seeds; default 0.95)")
     p.add_argument("--profile", default=None,
                    help="cost profile (default: the scenario's); SP degrees > 1 need one with an 'sp' block, "
                         "CFG-parallel layouts one with a 'cfg_parallel' block (derived), e.g. "
@@ -35,8 +43,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "the deployed router's information (view=engine); the best mean picks the deploy line's "
                         "router ('' keeps --policy's)")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
-    p.add_argument("--loads", default="0.5,0.75,1.0,1.25,1.5",
-                   help="loads, x the scenario's nominal rate per GPU x --gpus")
+    p.add_argument("--loads", default=None,
+                   help="loads, x the scenario's nominal rate per GPU x --gpus (default 0.5,0.75,1.0,1.25,1.5); "
+                        "with --rate, x --rate (default 1: exactly your traffic)")
     p.add_argument("--cfg-degrees", default="1,2",
                    help="CFG-parallel degrees to consider (2 only where the profile has a cfg_parallel block, "
                         "whose coefficients are derived); 1: sequence-parallel layouts only")
@@ -51,32 +60,39 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsched.planning import layouts, plan, profile_of
+    from rlsched.planning import layouts, plan, plan_for_rate, profile_of
     from rlsched.sim import load_scenario
     from rlsched.sim.cost import load_profile
 
+    loads_text = args.loads or ("1" if args.rate is not None else "0.5,0.75,1.0,1.25,1.5")
     try:
-        loads = [float(x) for x in args.loads.split(",")]
+        loads = [float(x) for x in loads_text.split(",")]
     except ValueError:
-        raise ConfigError("--loads", f"expected comma-separated numbers, not {args.loads!r}") from None
+        raise ConfigError("--loads", f"expected comma-separated numbers, not {loads_text!r}") from None
     out = check_out_dir(args.out, "--out", PLAN_FILES)  # before minutes of simulating, not after
     seeds = int_list(args.seeds, "--seeds")
     check = int_list(args.check_seeds, "--check-seeds") if args.check_seeds else []
     sc = load_scenario(args.scenario)
     profile = args.profile or profile_of(sc)
-    gpus = sc.gpus if args.gpus is None else args.gpus
+    counts = _gpu_counts(args.gpus, args.rate, sc.gpus)
     cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees", bounds.CFG_PARALLEL)
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
     deployable(args.policy, routers)
-    total = (len(layouts(gpus, load_profile(profile), cfg_degrees)) + len(routers)) * len(loads) \
-        * (len(seeds) + len(check))
+    cost = load_profile(profile)
+    total = (sum(len(layouts(g, cost, cfg_degrees)) for g in counts) * len(seeds)
+             + (max(len(layouts(g, cost, cfg_degrees)) for g in counts) * len(check)
+                + len(routers) * (len(seeds) + len(check)))) * len(loads)  # the re-check and routers: one count
     earlier = existing_outputs(out, PLAN_FILES)
     if earlier:  # said before the work, so a plan worth keeping can still be saved (Ctrl-C)
         print(f"rlsched: note: --out {out} holds {', '.join(p.name for p in earlier)} of an earlier plan; "
               "this plan replaces them", file=sys.stderr)
     with _bar(total, args.json) as advance:
-        result = plan(args.scenario, gpus, args.policy, seeds, loads, profile, args.workers, args.ray, advance,
-                      check, cfg_degrees, routers)
+        if args.rate is None:
+            result = plan(args.scenario, counts[0], args.policy, seeds, loads, profile, args.workers, args.ray,
+                          advance, check, cfg_degrees, routers)
+        else:
+            result = plan_for_rate(args.scenario, counts, args.rate, args.policy, seeds, loads, args.target, profile,
+                                   args.workers, args.ray, advance, check, cfg_degrees, routers)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "plan.json", json.dumps(result, indent=1), "--out")  # each file whole or not at all
     write_atomic(out / "stage.yaml", result["stage_yaml"], "--out")
@@ -87,6 +103,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
+    if "by_gpus" in result:
+        print(f"{result['scenario']} at {result['rate_rps']:g} req/s ({result['profile']}), {result['policy']}, "
+              f"seeds {result['seeds']}: the best layout of each GPU count, class-weighted SLO attainment %")
+        for r in result["by_gpus"]:
+            print(f"{r['gpus']:>5} GPUs  {r['layout']:>12}  {100 * r['mean']:6.1f}"
+                  + ("  reaches" if r["reaches_target"] else ""))
+        verdict = "the fewest that reach" if result["reaches_target"] else "none reaches; the closest to"
+        print(f"recommended: {result['gpus']} GPUs ({verdict} the target {100 * result['target']:g} %)")
     print(f"{result['scenario']} on {result['gpus']} GPUs ({result['profile']}), {result['policy']}, "
           f"seeds {result['seeds']}: class-weighted SLO attainment %")
     print(f"{'layout':>12} " + " ".join(f"x{x:>5g}" for x in loads) + "    mean")
@@ -114,6 +138,18 @@ def run(args: argparse.Namespace) -> int:
               + f"; best in hindsight {result['hindsight_best']}, the recommendation loses "
                 f"{result['recommended_loses_points']} points, the worst layout {result['check_worst_loses_points']}")
     return 0
+
+
+def _gpu_counts(text: str | None, rate: float | None, own: int) -> list[int]:
+    """``--gpus``: one count (default the scenario's), or with ``--rate`` the counts to compare."""
+    if rate is None:
+        if text is None:
+            return [own]
+        counts = int_list(text, "--gpus", bounds.STAGE_GPUS)
+        if len(counts) > 1:
+            raise ConfigError("--gpus", f"several GPU counts ({text}) answer a fixed traffic: give --rate too")
+        return counts
+    return int_list(text or "1,2,4,8", "--gpus", bounds.STAGE_GPUS)
 
 
 def _plot(result: dict, path: Path) -> bool:
