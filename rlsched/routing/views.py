@@ -40,6 +40,13 @@ state (``missing``: the replica does not run rlsched's engine, or has not starte
 malformed or oversized one (``invalid``), and once it is silent past its bound (``stale``: no message
 for ``silence_s`` after the later of the last message and the predicted end). A stale or invalid view
 is trusted again at its next valid state.
+
+**Acknowledgement** (issue 50): a request the router sent stays **unacknowledged** (``unacknowledged``)
+until a state reflects it: one that lists it (running, finished, preempted) or lists a request sent to
+that replica after it (sends reach a replica in order; the unlisted ones wait there). Sent to a replica
+the view sees free, the oldest unacknowledged request may have started already, whatever its deadline:
+without that, the arrivals inside one publication delay all saw it waiting behind them and herded onto
+that replica.
 """
 
 from __future__ import annotations
@@ -220,6 +227,13 @@ class LedgerReplica:
         self.on_finish: list[Hook] = []
         self._followed: dict[int, RequestRecord] = {}
         """Every bound, unfinished request (waiting or running)."""
+        self.unacknowledged: dict[int, RequestRecord] = {}
+        """The bound requests no state taken reflects yet, in send order (``acknowledge``): sent to a replica
+        seen free, the oldest may have started already (``RlschedRouter`` counts it ahead of a new request
+        whatever its deadline)."""
+        self._sent: dict[int, int] = {}
+        """Each followed request's send number (the sends to one replica reach it in order)."""
+        self._sends = 0
         self._end_s = INF
         self._step_s = 0.0
         """Step mode: one step of the running batch, from the cost model."""
@@ -257,7 +271,9 @@ class LedgerReplica:
     def add(self, req: Request) -> RequestRecord:
         rec = self.cost.record(req, req.arrival_s + req.slo_s)
         rec.key = req.key(self.step_mode)
-        self._followed[req.id] = self.waiting[req.id] = rec
+        self._followed[req.id] = self.waiting[req.id] = self.unacknowledged[req.id] = rec
+        self._sent[req.id] = self._sends
+        self._sends += 1
         self._added_s = max(self._added_s, self.now)
         self.journal.append(ENQUEUED, rec)
         return rec
@@ -270,6 +286,8 @@ class LedgerReplica:
         rec = self._followed.pop(iid, None)
         if rec is None:
             return
+        self.unacknowledged.pop(iid, None)
+        self._sent.pop(iid, None)
         if self.waiting.pop(iid, None) is not None:
             self.journal.append(DEQUEUED, rec)
         elif any(r is rec for r in self.running):
@@ -294,6 +312,8 @@ class LedgerReplica:
         self._seq, self._behind, self._heard_s, self.fallback = state.seq, -1, now, None
         if state.calibration is not None and state.calibration[0] != self.calibration_version:
             self._calibrate(*state.calibration)
+        listed = (*state.finished, *(rid for rid, _ in state.preempted), *(rid for rid, _ in state.running))
+        self.acknowledge(max((self._sent.get(iid, -1) for iid in map(iid_of, listed) if iid is not None), default=-1))
         for rid in state.finished:
             iid = iid_of(rid)
             if iid is not None:
@@ -315,6 +335,16 @@ class LedgerReplica:
             cfg = self.config
             self._step_s = self.cost.batch_step_time(running) + cfg.engine_overhead_ms / 1e3
         return True
+
+    def acknowledge(self, upto: int) -> None:
+        """The replica has taken in every send numbered up to ``upto``: a state that lists a request (running,
+        finished, preempted) reflects it and every request sent here before it, the unlisted ones waiting."""
+        unacked, sent = self.unacknowledged, self._sent
+        while unacked:
+            iid = next(iter(unacked))
+            if sent[iid] > upto:
+                break
+            del unacked[iid]
 
     def _restarted(self, seq: int) -> bool:
         """A state at or below the last one taken is a late one (ignored), unless the replica restarted and
@@ -359,6 +389,7 @@ class LedgerReplica:
                     self.journal.append(ENQUEUED, rec)
                 else:  # a request-mode wave runs to its end: gone, its finish is on its way
                     del self._followed[rec.request.id]
+                    self._sent.pop(rec.request.id, None)
         for rec in batch:
             if self.waiting.pop(rec.request.id, None) is not None:
                 self.journal.append(DEQUEUED, rec)
@@ -518,6 +549,7 @@ class ViewRouter:
         if self.view == "engine" and present:
             progress = [(r.request.id, r.steps_done) for r in sim.waiting.values() if r.steps_done]
             self.ledger.publish(slot, self._state(slot, sim, progress), sim.now)
+        self.ledger.views[slot].acknowledge(INF)  # the fork's replica holds them all
 
     @property
     def fallbacks(self) -> dict[str, int]:

@@ -173,6 +173,14 @@ class ReplicaView(QueueView, Protocol):
         """When the running batch is predicted to end, on the view's clock; INF when nothing runs."""
         ...
 
+    @property
+    def unacknowledged(self) -> Mapping[int, RequestRecord]:
+        """Requests sent here (among ``waiting``) that no state the view took reflects yet, in send order: on a
+        replica seen free, the oldest may have started already, whatever its deadline. Empty in the true
+        state; in the router's view, those sent after the last request a state of the replica listed
+        (``routing.views``)."""
+        ...
+
 
 class StageView(Protocol):
     """What a ``Router`` decides on: the live replicas (index = the router's answer), the clock and the seed.

@@ -57,13 +57,14 @@ def test_the_ledger_view_sees_nothing_running_and_routes_worse() -> None:
     stage = Stage(workload(240, rate=1.5), replicas(4), seed=3)
     stage.run([make_policy(STATIC) for _ in range(4)], ViewRouter(Spy(), "ledger"))
     assert seen and set(seen) == {math.inf}
-    # worse on a pool of the evaluation (qwen-image-8gpu, x1, a training seed; 30 points here): on the
-    # toy workload above, four replicas of one 60 s SLO, the two views meet within a point of each other
+    # worse on a pool of the evaluation (qwen-image-8gpu, x1, a training seed; 3 points here, 30 before
+    # issue 50 counted every unacknowledged send ahead of a new request: the ledger acknowledges none): on
+    # the toy workload above, four replicas of one 60 s SLO, the two views meet within a point of each other
     met = {view: summarize_stage(run_spec(prepare_stage(RunSpec("qwen-image-8gpu", "t", 0, 1.0, 1800.0),
                                                         load_scenario("qwen-image-8gpu")),
                                           f"{STATIC}@rlsched;view={view}"))["weighted_slo_attainment"]
            for view in ("ledger", "engine")}
-    assert met["ledger"] < met["engine"] - 0.1, met
+    assert met["ledger"] < met["engine"] - 0.02, met
 
 
 def test_the_default_view_is_the_engines_and_every_view_serves_every_request_once() -> None:
