@@ -103,6 +103,9 @@ TRUTH_SCALE = floats(0.01, 100)
 far past any stack difference measured (2x)."""
 MAX_SLO_SCALE = 1e6
 SLO_SCALE = floats(0, MAX_SLO_SCALE, low_open=True)
+MAX_CLASS_WEIGHT = 1e6
+CLASS_WEIGHT = floats(0, MAX_CLASS_WEIGHT, low_open=True)
+"""A class's weight in the weighted SLO attainment (relative: eight classes of the largest still sum finite)."""
 MAX_MS = 3_600_000.0
 """An hour in milliseconds: the longest engine overhead, batching wait or decision budget."""
 MILLIS = floats(0, MAX_MS)

@@ -13,7 +13,9 @@ from rlsched.commands.args import check_out_dir, command, print_json, renamed, w
 from rlsched.errors import ConfigError
 from rlsched.evaluation import EVAL_SEED_BASE, REPORT_FILES, Grid, run_grid, write_report
 from rlsched.parallel import add_parallel_args
+from rlsched.sim.classes import print_note
 from rlsched.sim.metrics import json_safe
+from rlsched.sim.scenario import load_scenario
 
 PARTIAL = "partial.json"
 """Written into --out when a grid stops early: the rows of the runs that finished."""
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     scenarios = distinct(args.scenarios.split(","), "--scenarios")
     policies = distinct(args.policies.split(","), "--policies")
     grid = Grid([], {}, {}, 1.0)
+    for sc in scenarios:
+        print_note(load_scenario(sc).class_table)
     total = len(scenarios) * len(policies) * len(seeds) * len(loads)
     try:
         run_grid(scenarios, policies, seeds, loads, args.duration, args.workers, progress=not args.json,

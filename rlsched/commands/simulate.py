@@ -18,6 +18,7 @@ from rlsched.errors import TraceRowsSkipped
 from rlsched.evaluation import RunSpec, simulate, write_records
 from rlsched.policies import policy_names
 from rlsched.sim import Scenario, load_scenario
+from rlsched.sim.classes import print_note
 from rlsched.sim.truth import Truth
 
 
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.truth is not None:
         scenario = dataclasses.replace(scenario, truth=Truth.parse(args.truth, "--truth"))
         scenario.true_cost()  # a profile without the scenario's models: refused before any run
+    print_note(scenario.class_table)
     policies = [p.strip() for p in args.compare.split(",")] if args.compare else [args.policy]
     records = records_paths(args.records, policies, bool(args.compare)) if args.records else {}
     rows: list[dict[str, Any]] = []

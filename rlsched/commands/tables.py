@@ -23,7 +23,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("GPU util", "gpu_compute_util", "pct"),
     ("mean batch", "batch_size_mean", "f2"),
 )
-"""One name per column (the class ``batch`` and the mean batch size were both ``batch``)."""
+"""One name per column (the class ``batch`` and the mean batch size were both ``batch``). The three class
+columns are the shipped classes'; a scenario of its own classes has one column per class (``columns``)."""
+_CLASS_COLUMNS = slice(2, 5)
 LEGEND = ("late: requests served past their SLO (a policy serves those it cannot save last, so they set the p99 "
           "latency); shed: refused or dropped unserved; OOM: failed in a batch that ran out of GPU memory")
 
@@ -41,21 +43,34 @@ def fmt(value: Any, kind: str) -> str:
             "f2": f"{value:.2f}", "int": str(value)}[kind]
 
 
+def columns(rows: Sequence[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """``COLUMNS`` with one SLO-attainment column per class the rows report, titled by its name (a class
+    named like another column is told apart as ``class NAME``)."""
+    names = list(dict.fromkeys(c for row in rows for c in row.get("per_class", {})))
+    if not names or names == ["realtime", "batch", "background"]:
+        return COLUMNS
+    taken = {head for head, _, _ in COLUMNS[:_CLASS_COLUMNS.start] + COLUMNS[_CLASS_COLUMNS.stop:]}
+    own = tuple((f"class {c}" if c in taken else c, f"per_class.{c}.slo_attainment", "pct") for c in names)
+    return COLUMNS[:_CLASS_COLUMNS.start] + own + COLUMNS[_CLASS_COLUMNS.stop:]
+
+
 def metrics_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
     table = Table(title=title, caption=LEGEND)
     table.add_column("policy")
-    for head, _, _ in COLUMNS:
+    cols = columns(rows)
+    for head, _, _ in cols:
         table.add_column(head, justify="right")
     for row in rows:
-        table.add_row(row["policy"], *(fmt(get(row, key), kind) for _, key, kind in COLUMNS))
+        table.add_row(row["policy"], *(fmt(get(row, key), kind) for _, key, kind in cols))
     return table
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    heads = ["policy"] + [h for h, _, _ in COLUMNS]
+    cols = columns(rows)
+    heads = ["policy"] + [h for h, _, _ in cols]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for row in rows:
-        cells = [row["policy"]] + [fmt(get(row, key), kind) for _, key, kind in COLUMNS]
+        cells = [row["policy"]] + [fmt(get(row, key), kind) for _, key, kind in cols]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + f"\n\n{LEGEND[0].upper()}{LEGEND[1:]}."
 

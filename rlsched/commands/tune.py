@@ -14,6 +14,8 @@ from rlsched.commands.args import check_out_file, command, print_json, renamed, 
 from rlsched.evaluation import VALIDATION_SEED_BASE
 from rlsched.parallel import add_parallel_args, progress_bar
 from rlsched.policies.projected import encode_params
+from rlsched.sim.classes import print_note
+from rlsched.sim.scenario import load_scenario
 
 DEFAULT_OUT = "runs/tuned/{scenario}.json"
 """Where a tune writes without --out: never a shipped file (``agents/tuned/*.json`` are the
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_file(args.out or DEFAULT_OUT.format(scenario=Path(spec.scenario).stem), "--out",
                          make_parents=True)
     storage = args.storage or default_storage(out)
+    print_note(load_scenario(spec.scenario).class_table)
     require_optuna().logging.set_verbosity(require_optuna().logging.WARNING)  # the progress bar reports trials
     with progress_bar(disable=args.json) as bar:
         job = bar.add_task("tuning", total=spec.trials)

@@ -234,7 +234,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
         sim.on_finish.append(self._on_finish)
 
     def _on_finish(self, rec: RequestRecord) -> None:
-        cls = CLASS_INDEX[rec.request.priority]
+        cls = CLASS_INDEX[rec.request.tier]
         self.reward.on_finish(rec, cls)
         self.encoder.note_finish(cls, rec.slo_met)
 
@@ -250,7 +250,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
             only = self._trivial() if resolve else None
             if only is None:
                 return True
-            self.reward.check_late_one(only, CLASS_INDEX[only.request.priority], sim.now)
+            self.reward.check_late_one(only, CLASS_INDEX[only.request.tier], sim.now)
             self._apply(Decision((only.request.id,)))
             self._auto += 1
         self._note_arrivals()
@@ -273,7 +273,7 @@ class DiTBatchEnv(gym.Env[np.ndarray, np.ndarray]):
             return
         for rid in self._arrival_order[self._noted:arrived]:
             rec = sim.records[rid]
-            self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])
+            self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.tier])
         self._noted = arrived
 
     def _observe(self) -> np.ndarray:

@@ -27,7 +27,7 @@ class SloReward:
     """Accumulates credits and penalties between two ``take()`` calls."""
 
     def __init__(self, requests: Sequence[Request], late_penalty: float) -> None:
-        counts = np.bincount([CLASS_INDEX[r.priority] for r in requests], minlength=len(PRIORITY_CLASSES))
+        counts = np.bincount([CLASS_INDEX[r.tier] for r in requests], minlength=len(PRIORITY_CLASSES))
         weights = np.array([CLASS_WEIGHTS[c] for c in PRIORITY_CLASSES])
         present = float(weights[counts > 0].sum())
         self.value = np.where(counts > 0, weights / np.maximum(counts, 1) / max(present, 1e-12), 0.0)
@@ -82,7 +82,7 @@ _TOP = max(CLASS_WEIGHTS.values())
 def credit(rec: RequestRecord) -> float:
     """A finished request's SLO credit in the paired environments: its class weight over
     realtime's (1, 2/3, 1/3) when it met its SLO, else 0."""
-    return CLASS_WEIGHTS[rec.request.priority] / _TOP if rec.slo_met else 0.0
+    return CLASS_WEIGHTS[rec.request.tier] / _TOP if rec.slo_met else 0.0
 
 
 class PairedCredit:

@@ -146,13 +146,23 @@ NEVER = 60.0
 """Where requests never served (failed out of memory, shed, unfinished) are drawn, in the marked tail."""
 
 
+def class_names(grid: Grid) -> list[str]:
+    """The classes the grid's rows report (the shipped three for the shipped scenarios), in their order,
+    one panel each."""
+    names: dict[str, None] = {}
+    for row in grid.rows:
+        names.update(dict.fromkeys(row.get("per_class", {})))
+    return list(names) or ["realtime", "batch", "background"]
+
+
 def _cdf_plot(grid: Grid, scenarios: list[str], policies: list[str], shown: dict[str, str], styles: dict[str, Any],
               out: Path, plt: Any, np: Any) -> Any:
     """Latency / SLO per class; requests later than ``TAIL`` x their SLO and those never served are kept in a
     marked tail (at ``TAIL`` and ``NEVER``), so every curve reaches 1 and the jump at the edge shows their
     share: the requests a reader most needs to see are the ones a cut axis hid."""
-    classes = ("realtime", "batch", "background")
-    fig, axes = plt.subplots(len(scenarios), 3, figsize=(12, 2.8 * len(scenarios)), squeeze=False)
+    classes = class_names(grid)
+    fig, axes = plt.subplots(len(scenarios), len(classes), figsize=(4 * len(classes), 2.8 * len(scenarios)),
+                             squeeze=False)
     for row, sc in zip(axes, scenarios):
         for ax, cls in zip(row, classes):
             for pol in policies:

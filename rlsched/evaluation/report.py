@@ -21,7 +21,10 @@ from rlsched.evaluation.runs import Grid, StageSpec
 from rlsched.evaluation.stats import Cell, aggregate, ci95_half_width, flat
 from rlsched.policies.base import POLICY_KINDS
 from rlsched.routing.routers import ROUTER_KINDS
+from rlsched.sim.classes import mapping_note
 from rlsched.sim.metrics import json_safe
+from rlsched.sim.request import PRIORITY_CLASSES
+from rlsched.sim.scenario import load_scenario
 
 
 def headline(cells: list[Cell], target: str, band: tuple[float, float] = (0.4, 0.8)) -> dict[str, Any]:
@@ -186,7 +189,7 @@ def write_report(grid: Grid, out: Path, flag: str | None = "--out") -> dict[str,
     write_atomic(out / "results.json", json.dumps(json_safe(summary), indent=1), flag)
     shown = labels(names)
     write_atomic(out / "results.md", _markdown(cells, summary.get("headline"), shown, summary.get("worst_vs_any"))
-                 + _paired_markdown(summary, shown), flag)
+                 + _paired_markdown(summary, shown) + _classes_markdown(cells, grid.rows, shown), flag)
     if available():
         draw(grid, cells, out, shown)
     else:
@@ -292,6 +295,27 @@ def _markdown(cells: list[Cell], head: dict[str, Any] | None, shown: dict[str, s
                   f"×{worst['ratio']:.3f} ({worst['scenario']} ×{worst['rate_scale']:g}, vs {shown[worst['best']]}).",
                   ""]
     return "\n".join(lines)
+
+
+def _classes_markdown(cells: list[Cell], rows: list[dict[str, Any]], shown: dict[str, str]) -> str:
+    """Per scenario of classes of its own: each class's SLO attainment under its name, per policy and load,
+    and how the policies that read the shipped tiers read these classes (``mapping_note``). Nothing for
+    the shipped classes (their three columns are in results.json)."""
+    own: dict[str, list[str]] = {}
+    for row in rows:
+        names = list(row.get("per_class", {}))
+        if names and names != list(PRIORITY_CLASSES):
+            own.setdefault(row["scenario"], names)
+    lines: list[str] = []
+    for sc, names in own.items():
+        mine = [c for c in cells if c.scenario == sc]
+        lines += ["", f"### {sc}: SLO attainment (%) per class", "",
+                  "| policy | load | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        lines += [f"| {shown[c.policy]} | ×{c.rate_scale:g} | "
+                  + " | ".join(_pm(c, f"per_class.{n}.slo_attainment") for n in names) + " |" for c in mine]
+        note = mapping_note(load_scenario(sc).class_table)
+        lines += ["", f"Note: {note}."] if note else []
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _paired_markdown(summary: dict[str, Any], shown: dict[str, str]) -> str:

@@ -20,6 +20,7 @@ from rlsched.policies import make_policy
 from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kind
 from rlsched.routing.routers import ROUTER_KINDS, check_spec, is_late, router_kind, split_pair, split_view
 from rlsched.sim import Scenario, Simulator, load_scenario
+from rlsched.sim.classes import report_names
 from rlsched.sim.metrics import summarize
 from rlsched.sim.truth import BELIEFS, decided_on
 
@@ -146,7 +147,7 @@ def simulate(spec: RunSpec, scenario: Scenario | None = None) -> tuple[Any, dict
     if spec.staged or sc.replicas:
         return _simulate_stage(spec, sc)
     sim = prepare(spec, sc).run(make_policy(spec.policy))
-    metrics = summarize(sim)
+    metrics = summarize(sim, report_names(sc.class_table))
     return sim, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
                  "rate_scale": spec.rate_scale, "mode": sim.config.mode, **metrics}
 
@@ -198,7 +199,7 @@ def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
                                                      "sp_degree": spec.sp_degree}
     return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
                    "rate_scale": spec.rate_scale, "mode": stage.specs[0].serving.mode,
-                   "replicas": len(stage.replicas), **layout, **summarize_stage(stage)}
+                   "replicas": len(stage.replicas), **layout, **summarize_stage(stage, report_names(sc.class_table))}
 
 
 RECORD_FIELDS = ("id", "arrival_s", "first_scheduled_s", "finish_s", "status", "slo_met", "batch_id",

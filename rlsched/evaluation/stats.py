@@ -23,6 +23,13 @@ SUMMARY_KEYS = ("weighted_slo_attainment", "slo_attainment", "goodput_rps", "lat
                 "gpu_compute_util", "batch_size_mean", "requests_failed",
                 "per_class.realtime.slo_attainment", "per_class.batch.slo_attainment",
                 "per_class.background.slo_attainment")
+"""The keys aggregated for the shipped classes; a scenario of its own classes has one
+``per_class.NAME.slo_attainment`` per class of its own instead (``summary_keys``)."""
+
+
+def summary_keys(row: dict[str, Any]) -> tuple[str, ...]:
+    """The keys aggregated for ``row``'s cell: ``SUMMARY_KEYS`` with its classes' names."""
+    return (*SUMMARY_KEYS[:7], *(f"per_class.{c}.slo_attainment" for c in row.get("per_class", {})))
 
 
 def flat(metrics: dict[str, Any], key: str) -> float:
@@ -42,7 +49,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[Cell]:
     cells = []
     for (sc, pol, rs), group in groups.items():
         mean, ci = {}, {}
-        for key in SUMMARY_KEYS:
+        for key in summary_keys(group[0]):
             vals = np.array([flat(r, key) for r in group])
             vals = vals[~np.isnan(vals)]
             mean[key] = float(vals.mean()) if vals.size else math.nan

@@ -207,7 +207,7 @@ def _summary(groups: list[tuple[RequestRecord, int, float]],
     mem = 0.0
     for rec, n, w in [*groups, *((r, 1, r.remaining_s) for r in running)]:
         q = rec.request
-        c = CLASS_INDEX[q.priority]
+        c = CLASS_INDEX[q.tier]
         counts[c * M + MODALITY_INDEX[q.modality]] += n
         work[c] += w
         per_key[rec.key] = per_key.get(rec.key, 0) + n

@@ -45,10 +45,10 @@ class ObservingPolicy:
                 hooks.append(hook)
 
     def note_arrival(self, rec: RequestRecord) -> None:
-        self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.priority])
+        self.encoder.note_arrival(rec, CLASS_INDEX[rec.request.tier])
 
     def note_finish(self, rec: RequestRecord) -> None:
-        self.encoder.note_finish(CLASS_INDEX[rec.request.priority], rec.slo_met)
+        self.encoder.note_finish(CLASS_INDEX[rec.request.tier], rec.slo_met)
 
     def sample_telemetry(self) -> TelemetrySample | None:
         return self._telemetry.read() if self._telemetry is not None else None

@@ -109,7 +109,7 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
         slack, oldest, meets, starving, realtime = math.inf, math.inf, False, False, 0
         for r in recs:
             q = r.request
-            w, time_left, remaining = weight[CLASS_INDEX[q.priority]], r.deadline_s - now, r.remaining_s
+            w, time_left, remaining = weight[CLASS_INDEX[q.tier]], r.deadline_s - now, r.remaining_s
             if time_left >= wave:
                 met, meets = met + w, True
                 slack = min(slack, time_left - wave)
@@ -121,7 +121,7 @@ def describe(base: ProjectedPolicy, state: QueueView, proposal: tuple[int, ...])
             starving |= (now - q.arrival_s) > own
             oldest = min(oldest, q.arrival_s)
             work += remaining
-            realtime += q.priority == "realtime"
+            realtime += q.tier == "realtime"
         inside = np.zeros(len(pool), dtype=bool)  # = np.isin(rows.request_id, batch), without its sort
         inside[[row_of[i] for i in batch if i in row_of]] = True
         collateral = float(pool_w[~inside & (open_slack < wave)].sum())

@@ -114,7 +114,7 @@ class RouteFeatures:
                 self._sums[j] -= seen.popleft()[1]
             loads.append(min(max(self._sums[j], 0.0) / (min(h, max(now, 1.0)) * len(preds)), 4.0))
         glob = np.zeros(RG, np.float32)
-        glob[CLASS_INDEX[request.priority]] = 1.0
+        glob[CLASS_INDEX[request.tier]] = 1.0
         glob[3:] = (math.log(slo / SCALE_S), min(fastest / slo, 4.0), min(backlog / (SCALE_S * len(preds)), 10.0),
                     float(cand[:, 2].mean()), *loads)
         return glob, cand

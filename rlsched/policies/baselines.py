@@ -9,7 +9,7 @@ from rlsched import bounds
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, no_options, without_arguments
 from rlsched.sim.queue_index import QueueIndex, by_arrival, by_key
-from rlsched.sim.request import CLASS_INDEX, RequestRecord
+from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import WAIT, Decision
 from rlsched.sim.view import QueueView
 
@@ -139,12 +139,13 @@ class Edf(OrderedPolicy):
 
 
 class StrictPriority(OrderedPolicy):
-    """Strict class order (realtime > batch > background), FIFO within a class."""
+    """Strict class order, the heaviest class first (realtime > batch > background; a scenario's own
+    classes by their ``weight``), FIFO within a class and among classes of one weight."""
 
     name = "priority"
 
     def rank(self, rec: RequestRecord, now: float) -> tuple[float, ...]:
-        return (CLASS_INDEX[rec.request.priority], rec.request.arrival_s)
+        return (-rec.request.weight, rec.request.arrival_s)
 
 
 class Drr:

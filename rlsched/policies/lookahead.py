@@ -19,7 +19,6 @@ from rlsched.policies.base import PolicySpec
 from rlsched.policies.candidates import candidate_batches, fits
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.policies.static import load_static
-from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.simulator import Decision, Simulator
 
 
@@ -64,7 +63,7 @@ def rollout_value(state: Simulator, batch: tuple[int, ...], base: ProjectedPolic
     present = set(fork.records)
     fork.apply(Decision(batch))
     fork.run(ProjectedPolicy(base.params, base.config))
-    return sum(CLASS_WEIGHTS[r.request.priority] for r in fork.records.values()
+    return sum(r.request.weight for r in fork.records.values()
                if r.slo_met and (future_s > 0 or r.request.id in present))
 
 

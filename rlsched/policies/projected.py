@@ -192,7 +192,7 @@ def _group(rec: RequestRecord) -> tuple:
     """(key, class, standalone work): within a group the lost requests are a deadline prefix."""
     if rec.steps_done:
         return _PARTIAL
-    return (rec.key, CLASS_INDEX[rec.request.priority], rec.work_s)
+    return (rec.key, CLASS_INDEX[rec.request.tier], rec.work_s)
 
 
 def _head(item: tuple[tuple, Group]) -> tuple:

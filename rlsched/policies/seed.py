@@ -223,7 +223,7 @@ class FairShare:
         """Advance each class's virtual time by the work just started for it ÷ its weight."""
         for rec in recs:
             work = rec.step_s if step_mode else rec.remaining_s
-            self.virtual[rec.request.priority] += work / weights[rec.request.priority]
+            self.virtual[rec.request.tier] += work / weights[rec.request.tier]
 
     def _activate(self, backlogged: set[str]) -> None:
         """A class that (re)joins the backlog starts at the clock: idling earns no credit."""
@@ -278,15 +278,15 @@ class SeedPriority:
         for (cls, _), group in self.index.groups.items():
             work[cls] += group.work_s
         for rec in running:
-            work[rec.request.priority] += rec.remaining_s
+            work[rec.request.tier] += rec.remaining_s
         weights = self.shares.weights(work)
-        backlogged = {c for c, _ in self.index.groups} | {r.request.priority for r in running}
+        backlogged = {c for c, _ in self.index.groups} | {r.request.tier for r in running}
         rank = {c: i for i, c in enumerate(self.shares.order(backlogged))}
         cutoff = state.now - self.config.starvation_threshold_s  # arrived before: starving
 
         def order(rec: RequestRecord) -> tuple[bool, int, float, int]:
             arrival = rec.request.arrival_s
-            return (not arrival < cutoff, rank[rec.request.priority], arrival, rec.request.id)
+            return (not arrival < cutoff, rank[rec.request.tier], arrival, rec.request.id)
 
         heads = [g.recs[0] for g in self.index.groups.values()] + running
         anchor = min(heads, key=order)
@@ -310,7 +310,7 @@ class SeedPriority:
 
 
 def _CLASS_KEY(rec: RequestRecord) -> tuple[str, tuple]:
-    return (rec.request.priority, rec.key)
+    return (rec.request.tier, rec.key)
 
 
 def _records(state: QueueView, ids: Iterable[int]) -> list[RequestRecord]:
@@ -352,7 +352,7 @@ class SeedComposite(SeedPriority):
     def items(self, same: Sequence[RequestRecord], weights: dict[str, float], cap: int) -> Items:
         """Candidates of one key (anchor first) as projection items."""
         n, prefix = len(same), same[0].request.prefix_id
-        share = np.array([weights[r.request.priority] for r in same])
+        share = np.array([weights[r.request.tier] for r in same])
         cached = np.array([prefix >= 0 and r.request.prefix_id == prefix for r in same])
         wait = np.zeros(n)
         wait[0] = math.inf

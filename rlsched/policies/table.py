@@ -88,7 +88,7 @@ class RecordTable:
         self._row[id(rec)] = row
         self._recs.append(rec)
         key = self._keys.setdefault(rec.key, len(self._keys))
-        self._ints[row] = (q.id, CLASS_INDEX[q.priority], MODALITY_INDEX[q.modality], key)
+        self._ints[row] = (q.id, CLASS_INDEX[q.tier], MODALITY_INDEX[q.modality], key)
         self._floats[row] = (q.arrival_s, rec.deadline_s, rec.work_s, q.num_inference_steps, rec.mem_gb, rec.tokens)
 
 

@@ -44,7 +44,6 @@ from rlsched.policies.base import PolicySpec, make_policy
 from rlsched.policies.candidates import candidate_batches, fits
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.routing.routers import LATE_REPLICA_POLICY
-from rlsched.sim.metrics import CLASS_WEIGHTS
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
 from rlsched.sim.simulator import Decision, PolicyLike, Simulator
 from rlsched.sim.stage import Hold, Router, Stage, simulated
@@ -278,7 +277,7 @@ def outcome_value(state: Stage | Simulator, ids: set[int] | None = None, end_s: 
     for rid, rec in state.records.items():
         if ids is not None and rid not in ids:
             continue
-        w = CLASS_WEIGHTS[rec.request.priority]
+        w = rec.request.weight
         if rec.slo_met:
             total += w
         elif rec.status in _ENDED or rec.deadline_s <= end:

@@ -1,8 +1,9 @@
 """Metrics of a finished run, named as vLLM-Omni's diffusion benchmark names them.
 
 SLO attainment counts every request: failed or unfinished requests miss their SLO.
-The class-weighted attainment (``weighted_slo_attainment``) weights classes by
-``CLASS_WEIGHTS``; it is the single number rlsched optimises and reports first.
+The class-weighted attainment (``weighted_slo_attainment``) weights each class by its
+weight (the scenario's ``classes``; the shipped three by ``CLASS_WEIGHTS``); it is the single
+number rlsched optimises and reports first. ``per_class`` is keyed by the classes' names.
 """
 
 from __future__ import annotations
@@ -14,19 +15,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rlsched.sim.classes import names_of, weights_of
 from rlsched.sim.request import (
-    CLASS_INDEX,
     COMPLETED,
     FAILED_OOM,
-    PRIORITY_CLASSES,
     REJECTED,
     RUNNING,
+    TIER_WEIGHTS,
     WAITING,
     RequestRecord,
 )
 
-CLASS_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
-"""Relative value of meeting one SLO per class (realtime counts 3× background)."""
+CLASS_WEIGHTS = TIER_WEIGHTS
+"""Relative value of meeting one SLO per shipped class (realtime counts 3× background); a request of
+any class carries its own (``Request.weight``)."""
 
 
 _STATUS = {s: i for i, s in enumerate((WAITING, RUNNING, COMPLETED, FAILED_OOM, REJECTED))}
@@ -71,8 +73,12 @@ class Run(Protocol):
     def cost(self) -> Gpu: ...
 
 
-def summarize(sim: Run) -> dict[str, Any]:
+def summarize(sim: Run, classes: Sequence[str] | None = None) -> dict[str, Any]:
     """One flat-ish dict of every metric for a finished (or horizon-cut) run.
+
+    ``classes``: the names ``per_class`` lists, in order (the scenario's, so a class without requests
+    still has its row); default: the shipped three, or the classes the run's requests name
+    (``rlsched.sim.classes.names_of``).
 
     Per-request columns are small numpy arrays (a status code, not its string; no tuple or
     float object per request): a million-request run summarises in tens of MB."""
@@ -112,10 +118,13 @@ def summarize(sim: Run) -> dict[str, Any]:
     started = np.fromiter((r.first_scheduled_s for r in recs), float, n)
     finish = np.fromiter((r.finish_s for r in recs), float, n)
     out.update(_latencies(arrival, started, finish, completed))
-    classes = np.fromiter((CLASS_INDEX.get(r.request.priority, -1) for r in recs), np.int8, n)
-    out["per_class"] = {c: _class_stats(classes == i, completed, met, arrival, started, finish)
-                        for i, c in enumerate(PRIORITY_CLASSES)}
-    out["weighted_slo_attainment"] = weighted_attainment(out["per_class"])
+    reqs = [r.request for r in recs]
+    names = list(classes) if classes is not None else names_of(reqs)
+    index = {c: i for i, c in enumerate(names)}
+    cls = np.fromiter((index.get(q.priority, -1) for q in reqs), np.int8, n)
+    out["per_class"] = {c: _class_stats(cls == i, completed, met, arrival, started, finish)
+                        for i, c in enumerate(names)}
+    out["weighted_slo_attainment"] = weighted_attainment(out["per_class"], weights_of(reqs))
     out["failures"] = {"oom": out["requests_failed"], "oom_batches": sim.oom_batches}
     out["gpu_compute_util"] = float(sim.busy_s / makespan)
     out["gpu_memory_util"] = float((sim.cost.weights_gb + sim.mem_gb_s / makespan) / sim.cost.gpu_memory_gb)
@@ -137,13 +146,14 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
-def weighted_attainment(per_class: dict[str, dict[str, Any]]) -> float:
-    """Σ w_c·attainment_c / Σ w_c over the classes that had requests."""
+def weighted_attainment(per_class: dict[str, dict[str, Any]],
+                        weights: Mapping[str, float] = CLASS_WEIGHTS) -> float:
+    """Σ w_c·attainment_c / Σ w_c over the classes that had requests (``weights``: each class's)."""
     num = den = 0.0
     for c, stats in per_class.items():
         if stats["count"]:
-            num += CLASS_WEIGHTS[c] * stats["slo_attainment"]
-            den += CLASS_WEIGHTS[c]
+            num += weights[c] * stats["slo_attainment"]
+            den += weights[c]
     return num / den if den else math.nan
 
 
@@ -203,13 +213,13 @@ class _MeanGpu:
         self.weights_gb, self.gpu_memory_gb = weights_gb, gpu_memory_gb
 
 
-def summarize_stage(stage: Any) -> dict[str, Any]:
+def summarize_stage(stage: Any, classes: Sequence[str] | None = None) -> dict[str, Any]:
     """``summarize`` of the whole stage, plus ``per_replica``: each replica's name, requests it
     served (routed to it), utilisation, batches and SLO attainment."""
-    out = summarize(_Pooled(stage))
+    out = summarize(_Pooled(stage), classes)
     out["per_replica"] = []
     for spec, sim in zip(stage.specs, stage.replicas):
-        one = summarize(sim)
+        one = summarize(sim, classes)
         out["per_replica"].append({
             "replica": spec.name, "requests": one["requests_total"], "gpu_compute_util": one["gpu_compute_util"],
             "gpu_memory_util": one["gpu_memory_util"], "batches": one["batches"],

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from rlsched.errors import InvalidRequest
 
 PRIORITY_CLASSES: tuple[str, ...] = ("realtime", "batch", "background")
+"""The shipped classes, and the tiers every class maps onto (``rlsched.sim.classes``): the learned
+policies' observations and actions are laid out over these three."""
+TIER_WEIGHTS = {"realtime": 3.0, "batch": 2.0, "background": 1.0}
+"""The shipped classes' weights in the weighted SLO attainment (realtime counts 3x background)."""
 MODALITIES: tuple[str, ...] = ("image", "video", "audio", "text")
 CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY_CLASSES)}
 MODALITY_INDEX = {m: i for i, m in enumerate(MODALITIES)}
@@ -43,11 +47,16 @@ class Request:
     cfg: bool
     """Classifier-free guidance on (two DiT passes per step)."""
     priority: str
-    """One of ``PRIORITY_CLASSES``."""
+    """Its class's name: one of ``PRIORITY_CLASSES``, or of the scenario's own ``classes``."""
     slo_s: float
     """End-to-end latency objective in seconds (``inf`` = none)."""
     prefix_id: int = -1
     """Shared prompt-prefix group for cache-aware batching (-1: none)."""
+    tier: str = ""
+    """The one of ``PRIORITY_CLASSES`` its class maps onto (``rlsched.sim.classes``); ``""``: the
+    class's own name, which must then be a shipped one."""
+    weight: float = 0.0
+    """Its class's weight in the weighted SLO attainment; ``0``: the tier's (``TIER_WEIGHTS``)."""
 
     def __post_init__(self) -> None:
         _check_positive_int(self, ("height", "width", "num_frames", "num_inference_steps"))
@@ -55,8 +64,18 @@ class Request:
             raise InvalidRequest("arrival_s", self.arrival_s, "must be a finite number >= 0")
         if math.isnan(self.slo_s) or self.slo_s <= 0:
             raise InvalidRequest("slo_s", self.slo_s, "must be > 0 (inf for none)")
-        if self.priority not in CLASS_INDEX:
-            raise InvalidRequest("priority", self.priority, f"must be one of {PRIORITY_CLASSES}")
+        if not isinstance(self.priority, str) or not self.priority:
+            raise InvalidRequest("priority", self.priority, "must be a class name")
+        if not self.tier:  # a shipped class named alone (the shipped scenarios, traces, the plugin's defaults)
+            if self.priority not in CLASS_INDEX:
+                raise InvalidRequest("priority", self.priority, f"must be one of {PRIORITY_CLASSES}")
+            object.__setattr__(self, "tier", PRIORITY_CLASSES[CLASS_INDEX[self.priority]])
+        elif self.tier not in CLASS_INDEX:
+            raise InvalidRequest("tier", self.tier, f"must be one of {PRIORITY_CLASSES}")
+        if not self.weight:
+            object.__setattr__(self, "weight", TIER_WEIGHTS[self.tier])
+        elif not 0 < self.weight < math.inf:
+            raise InvalidRequest("weight", self.weight, "must be a finite number > 0")
         if self.modality not in MODALITY_INDEX:
             raise InvalidRequest("modality", self.modality, f"must be one of {MODALITIES}")
 

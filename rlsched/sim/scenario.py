@@ -21,6 +21,7 @@ from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest, TraceFormatError, TraceRowsSkipped
 from rlsched.resources import beside, data_dir, shipped_path
 from rlsched.sim import workload as wl
+from rlsched.sim.classes import SHIPPED, ClassInfo, class_table, default_weight
 from rlsched.sim.cost import CostModel, load_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.request import Request
@@ -41,6 +42,10 @@ class ClassSpec:
     """Fraction of requests in this class."""
     slo_scale: float
     """SLO = slo_scale × the request's standalone execution time."""
+    weight: float | None = None
+    """Weight in the weighted SLO attainment (None: ``rlsched.sim.classes.default_weight``)."""
+    tier: str | None = None
+    """The shipped class learned policies read it as (None: by weight rank, ``rlsched.sim.classes``)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,12 @@ class Scenario:
 
     def cost(self) -> CostModel:
         return load_profile(self.profile)
+
+    @property
+    def class_table(self) -> dict[str, ClassInfo]:
+        """Each class's name, weight and tier, in file order (``rlsched.sim.classes``)."""
+        return class_table({c: default_weight(c) if v.weight is None else v.weight for c, v in self.classes.items()},
+                           {c: v.tier for c, v in self.classes.items()})
 
     def true_cost(self, cost: CostModel | None = None, own_profile: bool = False) -> CostModel | None:
         """What a GPU whose decisions read ``cost`` (default: the scenario's profile) really runs at; None
@@ -271,7 +282,7 @@ def standalone_s(cost: CostModel, shape: ShapeSpec) -> float:
     free = cost.gpu_memory_gb - cost.weights_gb
     cost.model(shape.model).check_frames(shape.num_frames)
     try:
-        rec = cost.record(_request(0, 0.0, shape, "batch", math.inf))
+        rec = cost.record(_request(0, 0.0, shape, SHIPPED["batch"], math.inf))
         need = rec.mem_gb
     except OverflowError:  # e.g. height 1e300: the attention term overflows a float
         need = math.inf
@@ -285,7 +296,7 @@ def standalone_s(cost: CostModel, shape: ShapeSpec) -> float:
 def _build(sc: Scenario, times: np.ndarray, shapes: list[ShapeSpec], rng: np.random.Generator,
            cost: CostModel, at_row: Callable[[int, InvalidRequest], Exception] | None = None) -> list[Request]:
     """Requests from arrival times and shapes; ``at_row(i, err)`` names the trace row of a refused shape."""
-    names = list(sc.classes)
+    names, table = list(sc.classes), sc.class_table
     cls = wl.sample_index(rng, [sc.classes[c].share for c in names], len(shapes))
     prefix = rng.integers(0, 1 << 30, len(shapes))
     work: dict[ShapeSpec, float] = {}
@@ -303,12 +314,13 @@ def _build(sc: Scenario, times: np.ndarray, shapes: list[ShapeSpec], rng: np.ran
             raise ConfigError(f"{sc.path}: classes.{name}.slo_scale",
                               f"{sc.classes[name].slo_scale:g} x the standalone time {work[s]:g} s of "
                               f"{s.height}x{s.width}x{s.num_frames} is an SLO of {slo:g} s (must be finite and > 0)")
-        out.append(_request(i, t, s, name, slo, pid))
+        out.append(_request(i, t, s, table[name], slo, pid))
     return out
 
 
-def _request(rid: int, t: float, s: ShapeSpec, cls: str, slo: float, prefix: int = -1) -> Request:
-    return Request(rid, t, s.model, s.modality, s.height, s.width, s.num_frames, s.steps, s.cfg, cls, slo, prefix)
+def _request(rid: int, t: float, s: ShapeSpec, cls: ClassInfo, slo: float, prefix: int = -1) -> Request:
+    return Request(rid, t, s.model, s.modality, s.height, s.width, s.num_frames, s.steps, s.cfg, cls.name, slo, prefix,
+                   cls.tier, cls.weight)
 
 
 def _trace_requests(sc: Scenario, path: Path, rng: np.random.Generator, scale: float,
@@ -359,7 +371,7 @@ def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: floa
     base = (sc.mix or sc._shape_pool())[0]
     out: list[Request] = []
     total, last = 0, -math.inf
-    seen = _TraceCache()
+    seen, table = _TraceCache(), sc.class_table
     for row in wl.iter_rlsched_csv_rows(path):  # row by row: a million rows are never all in memory
         try:
             t, shape, cls, slo = _csv_row(sc, row, base, scale, cost, seen)
@@ -368,7 +380,7 @@ def _rlsched_csv_requests(sc: Scenario, path: Path, scale: float, duration: floa
         total += 1
         last = max(last, t)
         if t < duration:
-            out.append(_request(len(out), t, shape, cls, slo))
+            out.append(_request(len(out), t, shape, table[cls], slo))
     _report_window(path, total, len(out), last, duration)
     return out
 

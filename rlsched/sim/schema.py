@@ -15,10 +15,20 @@ non-finite). A boolean is never a number (``count: true`` is not one replica).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rlsched import bounds
 from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, named as before)
@@ -38,6 +48,7 @@ from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, n
     Bound,
 )
 from rlsched.errors import ConfigError
+from rlsched.sim.classes import CLASS_NAME_PATTERN, CLASS_NAME_RULE, MAX_CLASSES
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
 
 
@@ -64,6 +75,15 @@ def number(bound: Bound) -> Any:
 Positive = number(bounds.POSITIVE)
 Priority = Literal["realtime", "batch", "background"]
 Modality = Literal["image", "video", "audio", "text"]
+
+
+def _class_name(value: str) -> str:
+    if not re.match(CLASS_NAME_PATTERN, value):
+        raise ValueError(CLASS_NAME_RULE)
+    return value
+
+
+ClassName = Annotated[str, AfterValidator(_class_name)]
 assert set(Priority.__args__) == set(PRIORITY_CLASSES) and set(Modality.__args__) == set(MODALITIES)  # type: ignore[attr-defined]
 
 Period = number(bounds.PERIOD_S)
@@ -178,6 +198,12 @@ class ClassSpecModel(Strict):
     """Relative (normalised by the largest share first, so any finite positive numbers work)."""
     slo_scale: number(bounds.SLO_SCALE)  # type: ignore[valid-type]
     """A request's SLO is ``slo_scale`` × its standalone execution time (vLLM-Omni's benchmark definition)."""
+    weight: number(bounds.CLASS_WEIGHT) | None = None  # type: ignore[valid-type]
+    """Value of meeting one of its SLOs in the weighted SLO attainment (default: 3, 2, 1 for ``realtime``,
+    ``batch``, ``background``; 1 for a class of your own)."""
+    tier: Priority | None = None
+    """The shipped class the learned policies read it as (default: a shipped name its own; another by its
+    weight's rank, heaviest ``realtime``: ``rlsched.sim.classes.default_tiers``)."""
 
 
 class ShapeSpecModel(Strict):
@@ -260,8 +286,9 @@ class ScenarioFile(Strict):
     """Arrivals are generated over ``[0, duration_s)``; the run then drains the queue."""
     arrival: ArrivalSpec
     """The arrival process: ``process`` and its keys (below)."""
-    classes: Annotated[dict[Priority, ClassSpecModel], Field(min_length=1)]
-    """Priority classes, each with its share and SLO scale; names among ``realtime``, ``batch``, ``background``."""
+    classes: Annotated[dict[ClassName, ClassSpecModel], Field(min_length=1, max_length=MAX_CLASSES)]
+    """1 to 8 priority classes, each with its share, SLO scale, weight and tier: the shipped ``realtime``,
+    ``batch``, ``background``, or names of your own (a letter, then letters, digits, ``_``, ``-``)."""
     mix: tuple[ShapeSpecModel, ...] = ()
     """Request shapes and their weights (a scenario needs ``mix`` or ``shapes_from``)."""
     shapes_from: ShapesFromSpec | None = None

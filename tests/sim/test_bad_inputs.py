@@ -373,6 +373,7 @@ FIELDS: list[tuple[str, str]] = [  # (arrival process, key path); every int or f
     ("diurnal", "arrival.amplitude"), ("diurnal", "arrival.phase_s"), ("servegen", "arrival.rate_scale"),
     ("servegen", "duration_s"), ("trace", "arrival.time_scale"),
     ("poisson", "classes.batch.share"), ("poisson", "classes.batch.slo_scale"),
+    ("poisson", "classes.batch.weight"),
     ("poisson", "mix.0.height"), ("poisson", "mix.0.width"), ("poisson", "mix.0.num_frames"),
     ("poisson", "mix.0.steps"), ("poisson", "mix.0.weight"), ("poisson", "mix.0.prefix_groups"),
     ("poisson", "replicas.0.count"),

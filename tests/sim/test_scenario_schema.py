@@ -60,7 +60,7 @@ def test_good_file_loads_and_defaults_to_poisson(tmp_path: Path) -> None:
     ("rate_rps", 3, "rate_rps", "unknown key"),
     ("arrival.rate_rsp", 3, "arrival.rate_rsp", "unknown key"),
     ("arrival.process", "zipf", "arrival", "unknown process"),
-    ("classes.vip", {"share": 1, "slo_scale": 2}, "classes.vip (key)", "realtime"),
+    ("classes.9vip", {"share": 1, "slo_scale": 2}, "classes.9vip (key)", "a class name is a letter"),
     ("mix.0.height", 512.5, "mix[0].height", "integer"),
     ("serving", {"mode": "batchy"}, "serving.mode", "request"),
 ])

@@ -101,7 +101,7 @@ def test_unknown_scenario_and_bad_profile(tmp_path: Path) -> None:
         load_scenario("nope")
     bad = tmp_path / "s.yaml"
     bad.write_text("name: x\nprofile: qwen-image-h200\nduration_s: 10\narrival: {process: poisson, rate_rps: 1}\n"
-                   "classes: {vip: {share: 1, slo_scale: 2}}\nmix: [{model: qwen-image, modality: image, "
+                   "classes: {v.i.p: {share: 1, slo_scale: 2}}\nmix: [{model: qwen-image, modality: image, "
                    "height: 512, width: 512}]\n")
-    with pytest.raises(ConfigError, match="vip"):
+    with pytest.raises(ConfigError, match="v.i.p"):
         load_scenario(bad)
