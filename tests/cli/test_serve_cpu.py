@@ -61,7 +61,8 @@ def test_deploy_without_cpu_says_how_to_try_it_without_a_gpu(tmp_path: Path,
 
 def test_a_missing_config_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = _error(["serve-cpu", "--config", str(tmp_path / "nope.yaml")], capsys)
-    assert "--config:" in err and "nope.yaml: no such file; write one with `rlsched deploy --cpu --policy edf" in err
+    assert "--config:" in err
+    assert "nope.yaml: no such file; write one with `rlsched deploy --cpu --policy edf --out nope.yaml`" in err
 
 
 def test_a_config_not_written_for_cpu_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,7 +76,8 @@ def test_a_config_not_written_for_cpu_is_refused(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(("text", "message"), [
     ("stages: [\n", "cannot read it as YAML"),
     ("stages: []\n", "stages: expected the one stage `rlsched deploy` writes (a list of one mapping)"),
-    ("stages:\n- stage_id: 0\n  engine_backend: my.Engine\n", "engine_backend: is 'my.Engine', not the plugin's"),
+    ("stages:\n- stage_id: 0\n  engine_backend: my.Engine\n", "engine_backend: is 'my.Engine', not the plugin's "
+     "rlsched.integrations.vllm_omni.RLDiffusionEngine: not a config `rlsched deploy` wrote"),
     (f"stages:\n- stage_id: 0\n  engine_backend: {cpu_server.ENGINE_BACKEND}\n"
      f"  distributed_executor_backend: {EXECUTOR}\n",
      "extras.rlsched: missing: the plugin's settings are not in the config"),
@@ -106,8 +108,22 @@ def test_no_vllm_here_says_where_to_get_it(cpu_config: Path, capsys: pytest.Capt
                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
     err = _error(["serve-cpu", "--config", str(cpu_config), "--port", str(cpu_server.free_port())], capsys)
-    assert "vllm: no `vllm` command beside" in err and "installed in this environment (from a checkout: make " \
-        ".venv-vllm/.e2e-installed" in err
+    assert "vllm: no `vllm` command beside" in err
+    assert ("serve-cpu runs vLLM-Omni 0.30 installed in this environment (from a checkout: make "
+            ".venv-vllm/.e2e-installed, then .venv-vllm/bin/rlsched serve-cpu; docs/deploy.md") in err
+
+
+def test_a_server_that_exits_or_never_answers_is_a_typed_error(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    with pytest.raises(cpu_server.ServerError, match=r"vllm serve exited \(0\) before it was healthy\nthe log"):
+        cpu_server.wait_healthy(gone, f"http://127.0.0.1:{cpu_server.free_port()}", 30, lambda: "the log")
+    stuck = cpu_server.start([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), tmp_path, None)
+    try:
+        with pytest.raises(cpu_server.ServerError, match="vllm serve not healthy after 1 s"):
+            cpu_server.wait_healthy(stuck, f"http://127.0.0.1:{cpu_server.free_port()}", 1.0)
+    finally:
+        cpu_server.stop_group(stuck, grace_s=5)
+    assert cpu_server.group_members(stuck.pid) == []
 
 
 def test_the_ready_lines_are_the_request_the_metrics_and_loadgen(cpu_config: Path) -> None:
