@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ class TuneSpec:
     """An action to try third (e.g. an earlier tuned one), after the two anchors."""
     batch: int = 1
     """Trials asked at once and simulated together: more parallel work, a different search path."""
+    trace: str | None = None
+    """A trace file (Azure CSV, Hetu-DiT text, rlsched CSV) replacing the scenario's arrivals and shapes, as
+    ``simulate --trace`` replays it: the user's own traffic, × each load; the seeds draw only what the
+    trace leaves out."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -99,8 +104,11 @@ class TuneSpec:
 
     def objective_id(self) -> dict[str, Any]:
         """What the scores mean: a study resumed under another objective would mix incomparable scores."""
-        return {"scenario": self.scenario, "seeds": list(self.seeds), "rate_scales": list(self.rate_scales),
-                "duration_s": self.duration_s}
+        out = {"scenario": self.scenario, "seeds": list(self.seeds), "rate_scales": list(self.rate_scales),
+               "duration_s": self.duration_s}
+        if self.trace is not None:  # the content, not only the path: a trace rewritten in place is another objective
+            out.update(trace=self.trace, trace_sha256=hashlib.sha256(Path(self.trace).read_bytes()).hexdigest())
+        return out
 
 
 @dataclass(frozen=True)
@@ -151,10 +159,11 @@ def _attainment(spec: TuneSpec, scenario: Scenario, vector: np.ndarray, seed: in
         from rlsched.routing.routers import make_router
         from rlsched.sim.metrics import summarize_stage
 
-        stage = prepare_stage(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)
+        stage = prepare_stage(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s, trace=spec.trace),
+                              scenario)
         stage.run([policy_for(vector) for _ in stage.replicas], make_router(STAGE_ROUTER))
         return float(summarize_stage(stage)["weighted_slo_attainment"])
-    sim = prepare(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s), scenario)
+    sim = prepare(RunSpec(spec.scenario, "static", seed, rate_scale, spec.duration_s, trace=spec.trace), scenario)
     return float(summarize(sim.run(policy_for(vector)))["weighted_slo_attainment"])
 
 
@@ -402,7 +411,8 @@ def result_of(optuna: Any, study: Any) -> TuneResult:
 def to_json(spec: TuneSpec, result: TuneResult, study: str | None = None) -> dict[str, Any]:
     """What ``static:PATH`` reads (``action``), plus provenance."""
     return {"scenario": spec.scenario, "seeds": list(spec.seeds), "rate_scales": list(spec.rate_scales),
-            "duration_s": spec.duration_s, "trials": len(result.scores), "search_seed": spec.search_seed,
+            "duration_s": spec.duration_s, **({"trace": spec.trace} if spec.trace is not None else {}),
+            "trials": len(result.scores), "search_seed": spec.search_seed,
             "sampler": "optuna TPE", "batch": spec.batch, "study": study,
             "score": result.score, "default_score": result.default_score,
             "action": [round(float(x), 6) for x in result.action],

@@ -11,6 +11,7 @@ from rlsched.agents.reproducible import PROVENANCE, provenance
 from rlsched.agents.tune import TuneSpec, require_optuna, search, to_json
 from rlsched.argtypes import distinct, flag, int_list, number_list, seed_arg
 from rlsched.commands.args import check_out_file, command, print_json, renamed, write_atomic
+from rlsched.errors import ConfigError
 from rlsched.evaluation import VALIDATION_SEED_BASE
 from rlsched.parallel import add_parallel_args, progress_bar
 from rlsched.policies.projected import encode_params
@@ -30,6 +31,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1", help=f"training seeds, each < {VALIDATION_SEED_BASE}")
     renamed(p, p.add_argument("--loads", dest="rate_scales", metavar="L1,L2,...", default="1.0",
                               help="comma-separated loads (x nominal rate) to average over"), "--rate-scales")
+    p.add_argument("--trace", type=Path, metavar="FILE",
+                   help="tune on your own traffic: replay this trace (Azure CSV, Hetu-DiT text or rlsched CSV, as "
+                        "`simulate --trace`) instead of the scenario's arrivals and shapes, x each of --loads; keep "
+                        "another window or day of it to evaluate on")
     p.add_argument("--duration", type=flag(bounds.DURATION_S),
                    help="arrival window per run in s (default: the scenario's)")
     p.add_argument("--search-seed", type=seed_arg, default=0, help="seed of the sampler's own draws (integer >= 0)")
@@ -55,6 +60,15 @@ def _init_action(path: str | None) -> tuple[float, ...] | None:
     return tuple(encode_params(load_static(path).params).tolist())
 
 
+def _trace(path: Path | None) -> str | None:
+    """``--trace`` as an absolute path (worker processes and Ray tasks read it from anywhere), checked now."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ConfigError("--trace", f"{path}: no such file")
+    return str(path.resolve())
+
+
 def default_storage(out: Path) -> str:
     """The study beside the tuned file, so rerunning the same command resumes it."""
     return f"sqlite:///{out.with_suffix('.optuna.db')}"
@@ -63,7 +77,8 @@ def default_storage(out: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     spec = TuneSpec(args.scenario, tuple(int_list(args.seeds, "--seeds")),
                     tuple(distinct(number_list(args.rate_scales, "--loads"), "--loads")),
-                    args.duration, args.trials, args.search_seed, init=_init_action(args.init), batch=args.batch)
+                    args.duration, args.trials, args.search_seed, init=_init_action(args.init), batch=args.batch,
+                    trace=_trace(args.trace))
     # the output is checked (and its folder made) before the first trial, not after the last
     out = check_out_file(args.out or DEFAULT_OUT.format(scenario=Path(spec.scenario).stem), "--out",
                          make_parents=True)
@@ -82,5 +97,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"best weighted SLO attainment {100 * result.score:.2f} % (default action "
               f"{100 * result.default_score:.2f} %) over {len(result.scores)} trials on seeds "
-              f"{list(spec.seeds)}; wrote {out} (study in {storage})")
+              f"{list(spec.seeds)}" + (f", replaying {spec.trace}" if spec.trace else "")
+              + f"; wrote {out} (study in {storage})")
     return 0

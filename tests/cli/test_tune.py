@@ -232,3 +232,38 @@ def test_a_tune_rerun_writes_the_same_file_and_records_its_commit_and_command(
     assert a["trials"] == 3 and a["study"] != b["study"]  # each beside its own --out
     volatile = ("provenance", "study")
     assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
+
+
+TRACE = ("arrival_s,height,width,num_frames,num_inference_steps,cfg,priority\n"
+         "0.0,1024,1024,1,20,true,realtime\n1.0,1024,1024,1,20,true,realtime\n1.5,1024,1024,1,20,true,batch\n"
+         "2.0,512,512,1,20,true,background\n2.2,1024,1024,1,20,true,realtime\n")
+
+
+def test_tune_on_a_trace_scores_the_traces_requests_and_a_rewritten_trace_is_another_study(tmp_path: Path) -> None:
+    """``tune --trace`` (issue 48): the objective replays the user's own trace, as ``simulate --trace`` does."""
+    from rlsched.agents.tune import policy_for
+    from rlsched.evaluation.runs import RunSpec, prepare
+    from rlsched.sim.metrics import summarize
+
+    trace = tmp_path / "mine.csv"
+    trace.write_text(TRACE)
+    spec = TuneSpec("default", seeds=(0,), trials=3, trace=str(trace))
+    sc = load_scenario("default")
+    vec = deadline_vector()
+    sim = prepare(RunSpec("default", "static", 0, 1.0, trace=str(trace)), sc)
+    replayed = summarize(sim.run(policy_for(vec)))
+    assert replayed["requests_total"] == 5
+    assert objective(spec, sc, vec) == replayed["weighted_slo_attainment"] != objective(
+        TuneSpec("default", seeds=(0,), trials=3), sc, vec)
+    storage = _storage(tmp_path)
+    search(spec, storage=storage)
+    trace.write_text(TRACE.replace("2.2,", "2.1,"))
+    with pytest.raises(ConfigError, match="--study-name: study .* was tuned for .*trace_sha256"):
+        search(spec, storage=storage)
+
+
+def test_tune_cli_refuses_a_missing_trace(tmp_path: Path, capsys) -> None:
+    from rlsched.cli import main
+
+    assert main(["tune", "--trace", str(tmp_path / "none.csv"), "--out", str(tmp_path / "t.json")]) == 2
+    assert f"--trace: {tmp_path / 'none.csv'}: no such file" in capsys.readouterr().err
