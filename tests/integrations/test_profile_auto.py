@@ -12,16 +12,16 @@ import yaml
 
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.cpu_server import build_tiny_model
 from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.profiling.architecture import ARCH_DIR
-from tests.e2e import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Path:
-    return tiny_model.build(tmp_path / "tiny-qwen")
+    return build_tiny_model(tmp_path / "tiny-qwen")
 
 
 def test_auto_derives_the_served_folder_on_the_named_gpu_and_logs_from_what(tiny: Path,

@@ -85,9 +85,9 @@ def generic_replicas() -> dict[str, Any]:
     from vllm_omni.config.resolver import resolve_omni_config
 
     from rlsched.integrations.vllm_omni import generic_replicas as gr
-    from tests.e2e import tiny_model
+    from rlsched.integrations.vllm_omni.cpu_server import build_tiny_model
 
-    model = str(tiny_model.build(Path(tempfile.mkdtemp()) / "model"))
+    model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "model"))
     ours = {"engine_backend": gr.ENGINE_BACKEND, "extras": {"rlsched": {"profile": PROFILE}}}
 
     def runtime(stage: dict[str, Any]) -> list[Any]:

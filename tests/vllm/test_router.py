@@ -372,14 +372,14 @@ def test_the_pool_times_the_lead_and_the_silence_on_its_clock() -> None:
 
 def test_every_router_sample_names_the_served_model() -> None:
     """The router's samples carry ``model_name``: the stage's vLLM config's served name, else the
-    orchestrator's model (``router._routed`` passes it), else "unknown"."""
+    orchestrator's model (``router._routed`` passes it), a folder by its basename, else "unknown"."""
     p = pool(2, model_name="/models/qwen")
     for i in range(3):
         submit(p, f"r{i}", params(1024))
     samples = [s for m in p.router_metrics.registry.collect() for s in m.samples]
     assert {s.name for s in samples} >= {"rlsched_router_decisions_total", "rlsched_router_outstanding",
                                          "rlsched_router_latency_seconds_count"}
-    assert {s.labels.get("model_name") for s in samples} == {"/models/qwen"}
+    assert {s.labels.get("model_name") for s in samples} == {"qwen"}  # the served name, not the folder's path
     served = SimpleNamespace(model_config=SimpleNamespace(served_model_name="qwen-image", model="/models/qwen"))
     assert pool(1, model_name="/models/qwen", stage_vllm_config=served).router_metrics.model_name == "qwen-image"
     assert pool(1).router_metrics.model_name == "unknown"

@@ -269,7 +269,8 @@ def test_step_mode_wait_keeps_the_running_batch() -> None:
 
 # ----------------------------------------------------------- lifecycle
 def test_every_sample_names_the_engines_model() -> None:
-    """Every ``rlsched_*`` sample carries ``model_name`` = the engine config's model, as vLLM labels its own;
+    """Every ``rlsched_*`` sample carries ``model_name`` = the engine config's model by its folder's basename (the
+    served model's name: vLLM-Omni tells a diffusion stage no ``--served-model-name``);
     none of model "unknown" is left from before ``initialize`` named it."""
     from prometheus_client import CollectorRegistry
 
@@ -286,7 +287,7 @@ def test_every_sample_names_the_engines_model() -> None:
     assert {s.name for s in samples} >= {"rlsched_decisions_total", "rlsched_queue_depth", "rlsched_batch_size_count",
                                          "rlsched_decision_latency_seconds_count", "rlsched_requests_finished_total",
                                          "rlsched_admission_mismatches_total"}
-    assert {s.labels.get("model_name") for s in samples} == {"/models/Qwen-Image"}
+    assert {s.labels.get("model_name") for s in samples} == {"Qwen-Image"}
     assert plugin("edf").metrics.model_name == "unknown"  # a config without a model
 
 
