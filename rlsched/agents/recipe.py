@@ -65,11 +65,48 @@ def with_timesteps(cfg: BaseModel, timesteps: int) -> Any:
                                                    "--timesteps")})
 
 
-def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The config loader and ``learn`` of the recipe a preset declares by ``kind`` (none: ``pick``)."""
+SMOKE: dict[str, dict[str, Any]] = {
+    "pick": {"labels": {"episodes_per_scenario": 2, "dagger_rounds": 1, "dagger_episodes_per_scenario": 1,
+                        "duration_s": 600, "every": 3},
+             "imitation": {"epochs": 2, "margins": [1.0]},
+             "ppo": {"timesteps": 128, "n_steps": 64, "batch_size": 64, "n_epochs": 1, "window_s": [300, 600],
+                     "burn_in_s": 60},
+             "validation": {"seeds": [900, 901], "rate_scales": [1.0], "duration_s": 300}},
+    "router": {"labels": {"episodes_per_pool": 1, "duration_s": 600, "dagger_rounds": 1,
+                          "dagger_episodes_per_pool": 1},
+               "imitation": {"epochs": 2, "margins": [1.0]},
+               "ppo": {"timesteps": 128, "n_steps": 64, "batch_size": 32, "n_epochs": 1, "n_envs": 1,
+                       "window_s": [600, 900]},
+               "validation": {"seeds": [900], "rate_scales": [1.0], "duration_s": 600}},
+    "knob": {"env": {"episode_s": 900.0, "max_episode_steps": 24},
+             "ppo": {"n_steps": 64, "batch_size": 64, "n_epochs": 1, "bc_steps_per_scenario": 32, "bc_epochs": 2},
+             "n_envs": 1, "timesteps": 128, "checkpoint_every": 64, "eval_every": 64, "eval_seeds": [900],
+             "eval_duration_s": 600.0},
+}
+"""``rlsched learn --smoke``: every budget of a recipe kind cut to minutes (labels, epochs, margins, PPO steps,
+validation seeds and windows), its scenarios, pools and files kept: a check that the recipe runs end to end on
+the user's inputs, not a policy to serve. The numbers are the tiny recipes the test suite runs."""
+
+
+def with_smoke(cfg: BaseModel, kind: str) -> Any:
+    """``cfg`` with ``SMOKE[kind]``'s budgets merged in (block by block), validated again."""
+    data = cfg.model_dump()
+    for key, value in SMOKE[kind].items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+    return validated(type(cfg), data, "--smoke")
+
+
+def recipe_kind(path: str | Path) -> str:
+    """The recipe a preset declares by ``kind`` (none: ``pick``), checked."""
     kind = read_preset(path).get("kind", "pick")
     if kind not in RECIPES:
         raise ConfigError(f"{path}: kind", f"{kind!r} is not a recipe (one of {', '.join(RECIPES)})")
+    return str(kind)
+
+
+def recipe_of(path: str | Path) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The config loader and ``learn`` of the recipe a preset declares by ``kind`` (none: ``pick``)."""
+    kind = recipe_kind(path)
     load, learn = (getattr(importlib.import_module(m), f) for m, f in (e.split(":") for e in RECIPES[kind]))
     return load, learn
 

@@ -93,6 +93,10 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="checkpoint folder to export the validated best stage to")
     p.add_argument("--timesteps", type=flag(bounds.TIMESTEPS_OR_NONE),
                    help="PPO steps (default: the preset's; 0 skips PPO)")
+    p.add_argument("--smoke", action="store_true",
+                   help="cut every budget of the recipe (labels, epochs, margins, PPO steps, validation) to a few "
+                        "minutes, its scenarios and files kept: check that it runs end to end before the real run "
+                        "(the policy it exports is not one to serve)")
     add_parallel_args(p, workers=None)  # None: the preset's
     p.add_argument("--no-progress", action="store_true")
     add_json(p)
@@ -100,13 +104,15 @@ def add_learn_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_learn(args: argparse.Namespace) -> int:
-    from rlsched.agents.recipe import recipe_of, with_timesteps
+    from rlsched.agents.recipe import recipe_kind, recipe_of, with_smoke, with_timesteps
 
     check_out_dir(args.run_dir, "--run-dir")
     if args.out:
         check_out_dir(args.out, "--out")
     load, learn = recipe_of(args.agent)
     cfg = load(args.agent, workers=args.workers, ray=args.ray)
+    if args.smoke:
+        cfg = with_smoke(cfg, recipe_kind(args.agent))
     if args.timesteps is not None:
         cfg = with_timesteps(cfg, args.timesteps)
     cfg.check_inputs(str(args.agent))  # every scenario and file the recipe reads, before any work
@@ -115,8 +121,12 @@ def run_learn(args: argparse.Namespace) -> int:
                    not (args.no_progress or args.json))
     same = as_heuristic(result["validation"].get(result["chosen"], {}))
     summary = {"chosen": result["chosen"], "validation": result["validation"], "total_s": result["total_s"],
-               "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb", "same_as_heuristic": same}
+               "checkpoint": args.out, "tensorboard": f"{args.run_dir}/tb", "same_as_heuristic": same,
+               "smoke": bool(args.smoke)}
     exported = f"\ncheckpoint:  {args.out}" if args.out else ""
+    if args.smoke:
+        exported += ("\nsmoke:       --smoke cut every budget: the recipe runs end to end on these inputs; run it "
+                     "without --smoke for a policy to serve")
     note = (f"\nnote:        {result['chosen']} scored exactly as the heuristic it starts from in every validation "
             "cell (paired difference +0.0, interval 0): on these seeds it decides as that heuristic does; serve the "
             "heuristic, or give the recipe more labels and steps" if same else "")

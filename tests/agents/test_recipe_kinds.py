@@ -88,3 +88,35 @@ def test_train_on_a_scenario_without_a_tuned_action_says_how_to_make_one(tmp_pat
                                    "(NAME: the scenario's file stem) and list it here, or set "
                                    "ppo.bc_steps_per_scenario: 0")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("preset", ["pick.yaml", "router.yaml", "ppo.yaml"])
+def test_smoke_cuts_every_budget_of_each_shipped_recipe_and_keeps_its_inputs(preset: str) -> None:
+    """``learn --smoke`` (issue 48: how to cut a recipe's budget lived only in a test)."""
+    from rlsched.agents.recipe import SMOKE, recipe_kind, with_smoke
+
+    path = data_dir("agents") / preset
+    load, _ = recipe_of(path)
+    full = load(path)
+    smoke = with_smoke(full, recipe_kind(path))
+    cut, kept = smoke.model_dump(mode="json"), full.model_dump(mode="json")
+    for key, value in SMOKE[recipe_kind(path)].items():
+        if not isinstance(value, dict):
+            assert cut[key] == value, key
+            cut[key] = kept[key] = None
+            continue
+        for field, small in value.items():
+            assert cut[key][field] == small, (key, field)
+            cut[key][field] = kept[key][field] = None
+    assert cut == kept  # scenarios, pools, tuned files, seeds of the run: the user's
+
+
+def test_learn_smoke_runs_the_shipped_knob_recipe_end_to_end_and_says_so(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from rlsched.cli import main
+
+    out = tmp_path / "ck"
+    assert main(["learn", "--agent", str(data_dir("agents") / "ppo.yaml"), "--smoke", "--run-dir",
+                 str(tmp_path / "run"), "--out", str(out), "--no-progress", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["smoke"] is True and (out / "policy.json").exists()
