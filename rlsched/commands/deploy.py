@@ -26,6 +26,7 @@ from rlsched.profiling.derive import AUTO
 from rlsched.routing.routers import split_pair
 from rlsched.sim.cost import CostModel, portable_profile
 from rlsched.sim.request import PRIORITY_CLASSES
+from rlsched.sim.scenario import load_scenario
 
 ENGINE_BACKEND = "rlsched.integrations.vllm_omni.RLDiffusionEngine"
 CENTRAL_WAIT_MS = 10.0
@@ -60,7 +61,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "after another, and the replica starts once none came for a fifth of it; 0: the policy "
                         "alone decides, as in the simulator)")
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
-    p.add_argument("--default-priority", default="batch", choices=PRIORITY_CLASSES)
+    p.add_argument("--classes", metavar="SCENARIO",
+                   help="serve the scenario's own classes: a request names one in extra_params.priority (writes "
+                        "extras.rlsched.classes, each class's slo_scale, weight and tier)")
+    p.add_argument("--default-priority", metavar="CLASS",
+                   help="class of a request that names none (or an unknown one); default: batch, with --classes "
+                        "the scenario's most common class")
     p.add_argument("--default-slo-scale", type=flag(bounds.SLO_SCALE), help="SLO scale of the default class")
     p.add_argument("--decision-budget-ms", type=flag(bounds.DECISION_MS), default=5.0,
                    help="a slower decision is discarded and FIFO schedules that call (<= --decision-deadline-ms)")
@@ -130,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     check_budget(args.decision_budget_ms, args.decision_deadline_ms, "--decision-budget-ms", "--decision-deadline-ms")
     router_deadline_ms = _router_deadline(args)
     settings = PluginConfig(
-        policy=policy, profile=args.profile, model=args.model, default_priority=args.default_priority,
+        policy=policy, profile=args.profile, model=args.model, **_classes(args.classes, args.default_priority),
         default_slo_scale=args.default_slo_scale, decision_budget_ms=args.decision_budget_ms,
         decision_deadline_ms=args.decision_deadline_ms, decision_thread=args.decision_thread,
         metrics_port=args.metrics_port,
@@ -240,6 +246,22 @@ def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any, 
     if width == 1:
         del keys["parallel_config"]
     return keys
+
+
+def _classes(scenario: str | None, default: str | None) -> dict[str, Any]:
+    """``PluginConfig``'s ``classes`` and ``default_priority`` for ``--classes`` and ``--default-priority``: a
+    scenario's own classes with their resolved weights and tiers (the shipped names: none to write)."""
+    names = list(load_scenario(scenario).classes) if scenario else list(PRIORITY_CLASSES)
+    if default is not None and default not in names:
+        raise ConfigError("--default-priority", f"{default!r} is not a class of {scenario or 'the shipped ones'} "
+                                                f"({', '.join(names)})")
+    if scenario is None:
+        return {"default_priority": default or "batch"}
+    sc = load_scenario(scenario)
+    common = max(sc.classes, key=lambda c: sc.classes[c].share)
+    classes = {c: {"slo_scale": sc.classes[c].slo_scale, "weight": info.weight, "tier": info.tier}
+               for c, info in sc.class_table.items()}
+    return {"classes": classes, "default_priority": default or common}
 
 
 def _router_deadline(args: argparse.Namespace) -> float:

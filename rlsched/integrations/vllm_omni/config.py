@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
@@ -17,6 +19,15 @@ from rlsched import bounds
 from rlsched.bounds import Bound
 from rlsched.errors import CheckpointError, ConfigError, InvalidRequest, RlschedError
 from rlsched.routing.views import SILENCE_S
+from rlsched.sim.classes import (
+    CLASS_NAME_PATTERN,
+    CLASS_NAME_RULE,
+    MAX_CLASSES,
+    SHIPPED,
+    ClassInfo,
+    class_table,
+    default_weight,
+)
 from rlsched.sim.request import PRIORITY_CLASSES, Request
 from rlsched.sim.stage import CENTRAL_LEAD_S
 
@@ -58,7 +69,11 @@ class PluginConfig(BaseModel):
     """The GPU ``profile: auto`` derives for: a name (``L40S``, ``NVIDIA H100 80GB HBM3``: ``rlsched profile derive
     --list-gpus``) or ``tflops=...,bandwidth_gbs=...,memory_gb=...``; empty: the name NVML reports."""
     default_priority: str = "batch"
-    """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``."""
+    """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``; with ``classes``, one of them."""
+    classes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """The classes a request may name in ``extra_args.priority`` (empty: ``realtime``, ``batch``, ``background``):
+    ``NAME: {slo_scale, weight, tier}``, as a scenario's ``classes`` (``slo_scale`` required; ``weight`` default
+    1, ``tier`` default by weight rank: ``rlsched.sim.classes``). ``rlsched deploy --classes SCENARIO`` writes them."""
     slo_scales: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
     """Per class: SLO = scale × standalone time, for requests without ``extra_args.slo_ms``."""
     default_slo_scale: float | None = None
@@ -147,9 +162,18 @@ class PluginConfig(BaseModel):
         if not isinstance(value, Mapping):
             return value  # pydantic says what it must be
         for name in value:
-            if name not in PRIORITY_CLASSES:
+            if not (isinstance(name, str) and re.match(CLASS_NAME_PATTERN, name)):
                 raise ConfigError("extras.rlsched.slo_scales", f"unknown class {name!r}")
         return {name: _check(bounds.SLO_SCALE, scale, f"slo_scales.{name}") for name, scale in value.items()}
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _own_classes(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ConfigError("extras.rlsched.classes", f"must be a mapping of class names, not {value!r}")
+        if len(value) > MAX_CLASSES:
+            raise ConfigError("extras.rlsched.classes", f"{len(value)} classes; at most {MAX_CLASSES}")
+        return {name: _class_setting(name, spec) for name, spec in value.items()}
 
     @field_validator("default_slo_scale", mode="before")
     @classmethod
@@ -182,12 +206,35 @@ class PluginConfig(BaseModel):
                 raise ConfigError(f"extras.{EXTRAS_KEY}.gpu", exc.why) from None
         return value
 
-    @field_validator("default_priority", mode="before")
-    @classmethod
-    def _a_class(cls, value: Any) -> str:
-        if value not in PRIORITY_CLASSES:
-            raise ConfigError("extras.rlsched.default_priority", f"must be one of {PRIORITY_CLASSES}")
-        return value
+    @model_validator(mode="after")
+    def _a_class(self) -> PluginConfig:
+        names = tuple(self.class_table)
+        if self.default_priority not in names:
+            raise ConfigError("extras.rlsched.default_priority", f"must be one of {names}, not "
+                                                                 f"{self.default_priority!r}")
+        for name in self.slo_scales:
+            if name not in names and name not in PRIORITY_CLASSES:
+                raise ConfigError("extras.rlsched.slo_scales", f"unknown class {name!r} (classes: {names})")
+        return self
+
+    @cached_property
+    def class_table(self) -> dict[str, ClassInfo]:
+        """The classes requests may name, with weight and tier (``rlsched.sim.classes``): ``classes``, else the
+        shipped three."""
+        if not self.classes:
+            return SHIPPED
+        return class_table({c: v.get("weight", default_weight(c)) for c, v in self.classes.items()},
+                           {c: v.get("tier") for c, v in self.classes.items()})
+
+    def class_of(self, tag: Any) -> str | None:
+        """The class an ``extra_args.priority`` tag names (its own spelling, else lower case), else None."""
+        if not isinstance(tag, str):
+            return None
+        table = self.class_table
+        for name in (tag.strip(), tag.strip().lower()):
+            if name in table:
+                return name
+        return None
 
     @field_validator("decision_thread", mode="before")
     @classmethod
@@ -215,8 +262,9 @@ class PluginConfig(BaseModel):
         frame, ``default_steps``) must fit the profile's GPU alone, as every scenario shape must: 1,000,000 px
         modelled every such request as a 10^12-pixel image no GPU holds. ``cost``: the stage's ``CostModel``."""
         model = cost.model(self.model) if self.model else next(iter(cost.models.values()))
+        info = self.class_table[self.default_priority]
         req = Request(0, 0.0, model.name, model.modality, self.default_height, self.default_width, 1,
-                      self.default_steps, False, self.default_priority, math.inf)
+                      self.default_steps, False, info.name, math.inf, -1, info.tier, info.weight)
         try:
             need = cost.record(req).mem_gb
         except (OverflowError, InvalidRequest):
@@ -231,7 +279,14 @@ class PluginConfig(BaseModel):
     def slo_scale(self, priority: str) -> float:
         if self.default_slo_scale is not None and priority == self.default_priority:
             return float(self.default_slo_scale)
+        if priority in self.classes:
+            return float(self.classes[priority]["slo_scale"])
         return float(self.slo_scales.get(priority, DEFAULT_SLO_SCALES[priority]))
+
+    def request(self, *fields: Any, priority: str, slo_s: float) -> Request:
+        """A ``Request`` of class ``priority`` with its table's tier and weight (``fields``: id to cfg)."""
+        info = self.class_table[priority]
+        return Request(*fields, info.name, slo_s, -1, info.tier, info.weight)
 
     def to_extras(self) -> dict[str, Any]:
         """The ``extras`` mapping that reproduces this config (non-default fields only)."""
@@ -240,6 +295,8 @@ class PluginConfig(BaseModel):
                if getattr(self, name) != getattr(base, name)}
         if "slo_scales" in out:
             out["slo_scales"] = dict(out["slo_scales"])
+        if "classes" in out:
+            out["classes"] = {c: dict(v) for c, v in out["classes"].items()}
         return {EXTRAS_KEY: out}
 
     @classmethod
@@ -450,6 +507,30 @@ def _named(where: str, build: Any, spec: str) -> Any:
 
 def _check(bound: Bound, value: Any, name: str) -> Any:
     return bound.check(value, f"extras.rlsched.{name}")
+
+
+CLASS_KEYS = ("slo_scale", "weight", "tier")
+
+
+def _class_setting(name: Any, spec: Any) -> dict[str, Any]:
+    """One entry of ``classes``, checked: a name of the scenario's form, ``slo_scale``, ``weight``, ``tier``."""
+    where = f"classes.{name}"
+    if not (isinstance(name, str) and re.match(CLASS_NAME_PATTERN, name)):
+        raise ConfigError("extras.rlsched.classes", f"{name!r}: {CLASS_NAME_RULE}")
+    if not isinstance(spec, Mapping) or "slo_scale" not in spec:
+        raise ConfigError(f"extras.rlsched.{where}", "must be a mapping with slo_scale (and optional weight, tier)")
+    unknown = sorted(set(spec) - set(CLASS_KEYS), key=str)
+    if unknown:
+        raise ConfigError(f"extras.rlsched.{where}", f"unknown keys {unknown} (known: {list(CLASS_KEYS)})")
+    out: dict[str, Any] = {"slo_scale": _check(bounds.SLO_SCALE, spec["slo_scale"], f"{where}.slo_scale")}
+    if spec.get("weight") is not None:
+        out["weight"] = float(_check(bounds.CLASS_WEIGHT, spec["weight"], f"{where}.weight"))
+    if spec.get("tier") is not None:
+        if spec["tier"] not in PRIORITY_CLASSES:
+            raise ConfigError(f"extras.rlsched.{where}.tier",
+                              f"must be one of {PRIORITY_CLASSES}, not {spec['tier']!r}")
+        out["tier"] = spec["tier"]
+    return out
 
 
 def _build(cls: type[BaseModel], values: dict[Any, Any], key: str) -> Any:

@@ -267,14 +267,20 @@ class PluginMetrics(MetricSet):
         return self._depth_gauges
 
     def set_queue_depth(self, counts: Counter[str]) -> None:
+        for cls in counts:  # a deployment's own classes (``classes``): a gauge from its first request on
+            self._depth_of(cls)
         for cls, gauge in self._depth.items():
             gauge.set(counts.get(cls, 0))
 
     def queue_depth_add(self, priority: str) -> None:
         """One more waiting request of ``priority`` (arrivals; admission recounts)."""
+        self._depth_of(priority).inc()
+
+    def _depth_of(self, priority: str) -> Any:
         gauge = self._depth.get(priority)
-        if gauge is not None:
-            gauge.inc()
+        if gauge is None:
+            gauge = self._depth[priority] = self.queue_depth.labels(priority=priority)
+        return gauge
 
     def record_batch(self, predicted_s: float, observed_s: float) -> None:
         """One batch's predicted and observed seconds and their ratio; nothing without a positive

@@ -17,7 +17,7 @@ steps             ``len(timesteps)``, else ``len(sigmas)``, else ``num_inference
                   (``default_steps``) — the order ``StepScheduler`` counts steps in
 cfg               ``do_classifier_free_guidance``, or ``guidance_scale`` > 1, or
                   ``true_cfg_scale`` > 1 (Qwen-Image's CFG knob)
-priority          ``extra_args["priority"]`` (``default_priority``)
+priority          ``extra_args["priority"]``: a class of ``classes`` by name (``default_priority``)
 SLO               ``extra_args["slo_ms"]`` (class ``slo_scale`` × standalone time)
 arrival           the plugin clock when ``add_request`` ran, less ``extra_args["rlsched_parked_ms"]``
                   (wall ms in the router's central queue, × ``time_scale``; read only with
@@ -46,7 +46,7 @@ from rlsched.bounds import Bound
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator, refresh
-from rlsched.sim.request import COMPLETED, PRIORITY_CLASSES, RUNNING, WAITING, Request, RequestRecord
+from rlsched.sim.request import COMPLETED, RUNNING, WAITING, Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
 from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal
@@ -78,8 +78,9 @@ def read_request(sampling: Any, settings: PluginConfig) -> tuple[dict[str, Any],
     }
     priority = extra.get("priority")
     if priority is not None:
-        if isinstance(priority, str) and priority.strip().lower() in PRIORITY_CLASSES:
-            out["priority"] = priority.strip().lower()
+        named = settings.class_of(priority)
+        if named is not None:
+            out["priority"] = named
         else:
             bad.append("priority")
     slo_ms = extra.get("slo_ms")
@@ -107,8 +108,8 @@ def request_of(iid: int, now: float, fields: dict[str, Any], settings: PluginCon
     an SLO past float's range. The one reading of a request for the engine plugin and the router's ledger."""
     m = model or (cost.model(settings.model) if settings.model else next(iter(cost.models.values())))
     arrival = max(now - fields.get("parked_s", 0.0), 0.0)
-    req = Request(iid, arrival, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
-                  fields["steps"], fields["cfg"], fields["priority"], math.inf)
+    req = settings.request(iid, arrival, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
+                           fields["steps"], fields["cfg"], priority=fields["priority"], slo_s=math.inf)
     slo_s = fields["slo_s"] or settings.slo_scale(req.priority) * cost.record(req).work_s
     if not (math.isfinite(slo_s) and slo_s > 0):  # a standalone time past float's range
         raise ValueError("no finite SLO")

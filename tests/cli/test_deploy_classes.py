@@ -1,0 +1,40 @@
+"""``rlsched deploy --classes SCENARIO`` (issue 48): the scenario's own classes, with their weights and tiers,
+go into the plugin's settings, and an untagged request's class defaults to the most common one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlsched.cli import main
+from rlsched.integrations.vllm_omni.config import PluginConfig
+
+FOUR = Path(__file__).resolve().parents[1] / "data" / "four-classes.yaml"
+
+
+def _settings(path: Path) -> PluginConfig:
+    stage = yaml.safe_load(path.read_text())["stages"][0]
+    return PluginConfig.from_extras(stage["extras"])
+
+
+def test_deploy_writes_the_scenarios_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["deploy", "--policy", "priority", "--classes", str(FOUR), "--out", str(tmp_path / "d.yaml")]) == 0
+    cfg = _settings(tmp_path / "d.yaml")
+    assert cfg.default_priority == "free"
+    assert {c: (i.weight, i.tier) for c, i in cfg.class_table.items()} == {
+        "paid": (4.0, "realtime"), "team": (2.0, "realtime"), "free": (1.0, "batch"), "bulk": (0.5, "background")}
+    assert cfg.slo_scale("bulk") == 20.0 and cfg.class_of("PAID") == "paid" and cfg.class_of("gold") is None
+
+
+def test_shipped_classes_write_nothing_new(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["deploy", "--policy", "edf", "--out", str(tmp_path / "d.yaml")]) == 0
+    extras = yaml.safe_load((tmp_path / "d.yaml").read_text())["stages"][0]["extras"]["rlsched"]
+    assert "classes" not in extras and "default_priority" not in extras
+
+
+def test_a_default_outside_the_classes_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["deploy", "--policy", "edf", "--classes", str(FOUR), "--default-priority", "batch",
+                 "--out", str(tmp_path / "d.yaml")]) == 2
+    assert "rlsched: error: --default-priority: 'batch' is not a class of" in capsys.readouterr().err
