@@ -38,6 +38,7 @@ import numpy as np
 
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
+from rlsched.routing.load_index import LoadIndex
 from rlsched.routing.views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import PolicyLike
@@ -229,6 +230,11 @@ class Affinity(_Followed):
         return min(pool, key=lambda i: (backlog_s(stage.replicas[i], self.work[i], now), i))
 
 
+MANY_KINDS = 8
+"""Above this many kinds of replica (cost models) ``RlschedRouter`` reads every replica (``_scan``): a bound
+on each request's own time costs a visit per kind."""
+
+
 class RlschedRouter(_Followed):
     """Where the request fits, savable first, then the earliest predicted finish (module docstring).
 
@@ -249,11 +255,13 @@ class RlschedRouter(_Followed):
 
     def __init__(self, savable_first: bool = True) -> None:
         self.savable_first = savable_first
+        self.index: LoadIndex | None = None
+        """The replicas by load (``load_index``), built at the first decision after a reset."""
 
     def _due(self, work: QueueWork, deadline_s: float, now: float) -> float:
         return work.due_first(deadline_s, now) if self.savable_first else work.due_before(deadline_s)
 
-    def _unacknowledged(self, sim: ReplicaView, deadline_s: float, now: float) -> float:
+    def _unseen(self, sim: ReplicaView, deadline_s: float, now: float) -> float:
         """Work sent to ``sim`` that no state it published reflects yet and ``_due`` left out (due later, or
         lost), while the view sees ``sim`` free (nothing running, or its batch past its predicted end): the
         oldest such send may have started there already, so it is ahead whatever its deadline (those sent
@@ -262,10 +270,9 @@ class RlschedRouter(_Followed):
         equals): 10 points lost to least-queue at 1,024 replicas. Sent to a replica seen busy, a request
         waits for that batch's end and runs in deadline order like the rest (counting every unacknowledged
         send ahead there lost 8 points at x1.25, 128 replicas)."""
-        end = sim.gpu_end_s
-        if end != INF and end > now:
+        rec = sim.started_unseen
+        if rec is None:
             return 0.0
-        rec = next(iter(sim.unacknowledged.values()))
         if rec.deadline_s > deadline_s or (self.savable_first and rec.deadline_s - rec.remaining_s < now):
             return rec.remaining_s
         return 0.0
@@ -273,6 +280,9 @@ class RlschedRouter(_Followed):
     def reset(self, stage: StageView) -> None:
         super().reset(stage)
         self._records: dict[tuple[int, Hashable], tuple[object, RequestRecord, bool]] = {}
+        if self.index is not None:
+            self.index.close()
+        self.index = None
 
     def _shape(self, i: int, sim: QueueView, request: Request, key: Hashable) -> tuple[RequestRecord, bool]:
         """A record of ``request``'s shape at replica ``i`` and whether that replica's GPU holds it alone
@@ -284,21 +294,54 @@ class RlschedRouter(_Followed):
         return shape[1], shape[2]
 
     def route(self, request: Request, stage: StageView) -> int:
-        # ``choose(predict(...))`` without a ``Prediction`` per replica (the simulator's hot path:
-        # a third of ``bench stage``'s time went to building them); the learned router needs them all
-        self.sync(stage)
-        now, deadline = stage.now, request.arrival_s + request.slo_s
-        best, best_score = 0, None
-        for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
-            busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            if sim.unacknowledged:
-                busy += self._unacknowledged(sim, deadline, now)
-            finish = now + busy + self._due(work, deadline, now) + rec.work_s
-            score = (not fits, finish > deadline, finish, i)
-            if best_score is None or score < best_score:
-                best, best_score = i, score
+        index = self.index
+        if index is None or index.replicas is not stage.replicas:
+            if index is not None:
+                index.close()
+            index = self.index = LoadIndex(stage.replicas)
+        best = self._scan(request, stage) if len(index.kinds) > MANY_KINDS else self._search(request, stage, index)
+        index.sent(best)
         return best
+
+    def _score(self, i: int, sim: ReplicaView, request: Request, now: float,
+               deadline: float) -> tuple[bool, bool, float, int]:
+        """The request's predicted finish on replica ``i``, as the key ``choose`` ranks by."""
+        rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
+        work = self.work[i]
+        work.sync(sim)
+        busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
+        busy += self._unseen(sim, deadline, now)
+        finish = now + busy + self._due(work, deadline, now) + rec.work_s
+        return (not fits, finish > deadline, finish, i)
+
+    def _search(self, request: Request, stage: StageView, index: LoadIndex) -> int:
+        """``_scan``'s choice, reading a few replicas (``load_index``): the first empty one of each kind,
+        then the others by when their batch ends, until even the least they could predict is worse."""
+        now, deadline, sims = stage.now, request.arrival_s + request.slo_s, stage.replicas
+        best: tuple[bool, bool, float, int] | None = None
+        for i in index.empty_candidates():
+            score = self._score(i, sims[i], request, now, deadline)
+            if best is None or score < best:
+                best = score
+        own, fits = INF, False
+        for members in index.kinds.values():
+            i = next(iter(members))
+            rec, fit = self._shape(i, sims[i], request, request.key(sims[i].step_mode))
+            own, fits = min(own, rec.work_s), fits or fit
+        for end, i in index.by_end():
+            least = (end if end > now else now) + own
+            if best is not None and (not fits, least > deadline, least) > best[:3]:
+                break
+            score = self._score(i, sims[i], request, now, deadline)
+            if best is None or score < best:
+                best = score
+        assert best is not None
+        return best[3]
+
+    def _scan(self, request: Request, stage: StageView) -> int:
+        """Every replica read (a pool of many kinds: each replica calibrated its own cost model)."""
+        now, deadline = stage.now, request.arrival_s + request.slo_s
+        return min(self._score(i, sim, request, now, deadline) for i, sim in enumerate(stage.replicas))[3]
 
     def predict(self, request: Request, stage: StageView) -> list[Prediction]:
         """The request's predicted finish on every replica (the queues synced by the caller)."""
@@ -307,8 +350,7 @@ class RlschedRouter(_Followed):
         for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
             rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
             busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            if sim.unacknowledged:
-                busy += self._unacknowledged(sim, deadline, now)
+            busy += self._unseen(sim, deadline, now)
             due = self._due(work, deadline, now)
             out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s, fits))
         return out

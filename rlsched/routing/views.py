@@ -52,10 +52,11 @@ that replica.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
+from heapq import heappop, heappush
 from typing import Any
 
 from rlsched import bounds
@@ -213,13 +214,21 @@ class LedgerReplica:
 
     can_reject = False
 
-    def __init__(self, slot: int, cost: CostModel, config: ServingConfig, silence_s: float = SILENCE_S) -> None:
+    def __init__(self, slot: int, cost: CostModel, config: ServingConfig, silence_s: float = SILENCE_S,
+                 clock: Clock | None = None, lag_s: float = PUBLISH_DELAY_S) -> None:
         self.slot, self.cost, self.config, self.silence_s = slot, cost, config, silence_s
+        self.lag_s = lag_s
+        """How late a state is heard (the publication delay): its batch's end, taken as ``remaining_s`` after
+        hearing it, is that much late, so a batch seen ending within it may have ended."""
+        self.clock = Clock() if clock is None else clock
+        """The stage's clock, shared by its views (``LedgerStage.at`` sets every view's time in O(1))."""
+        self.on_change: list[Callable[[LedgerReplica], None]] = []
+        """Callbacks ``f(self)`` after what the view sees running (``gpu_end_s``) or holds may have shrunk: a
+        state taken, a fall back to the ledger, a request resolved (a router's index over its replicas)."""
         self.shipped = cost
         """The replica's profile as deployed; ``cost`` is it at the replica's last published calibration."""
         self.calibration_version = 0
         self.step_mode = config.step_mode
-        self.now = 0.0
         self.waiting: dict[int, RequestRecord] = {}
         self.running: tuple[RequestRecord, ...] = ()
         self.journal = Journal(ENGINE_KEEP)
@@ -245,8 +254,46 @@ class LedgerReplica:
         """The seq of the last state heard below ``_seq`` (-1: none since the last one taken)."""
         self.resyncs = 0
         """States taken below ``_seq``: the replica restarted and counts again (``publish``)."""
-        self.fallback: str | None = "missing"
+        self._fallback: str | None = None
+        self.fallback = "missing"
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    @now.setter
+    def now(self, now: float) -> None:
+        self.clock.now = now
+
+    @property
+    def fallback(self) -> str | None:
         """Why the view is the ledger alone (``FALLBACK_REASONS``), None while a published state holds."""
+        return self._fallback
+
+    @fallback.setter
+    def fallback(self, reason: str | None) -> None:
+        down = self.clock.down
+        if self._fallback is not None:
+            down[self._fallback] -= 1
+        if reason is not None:
+            down[reason] += 1
+        self._fallback = reason
+
+    def detach(self) -> None:
+        """Leave the stage's clock (the replica left): its own clock from now on."""
+        reason, self.fallback = self.fallback, None
+        self.clock = Clock(self.clock.now)
+        self.fallback = reason
+
+    def _changed(self) -> None:
+        for callback in self.on_change:
+            callback(self)
+
+    def _arm(self) -> None:
+        """Wake ``LedgerStage.at`` when this view may go silent past its bound (``current``)."""
+        if self.silence_s != INF:
+            end = self._end_s if self.running else -INF
+            self.clock.arm(max(self._heard_s, end, self._added_s) + self.silence_s, self)
 
     @property
     def gpu_end_s(self) -> float:
@@ -264,6 +311,24 @@ class LedgerReplica:
     def memory_used_gb(self) -> float:
         return self.cost.weights_gb
 
+    @property
+    def started_unseen(self) -> RequestRecord | None:
+        """While the view sees the replica free (nothing running, or its batch ending within ``lag_s``), the
+        request that may have started there unseen, whatever its deadline (module docstring): after a batch,
+        the first of those it held in deadline order (savable first, as rlsched's replica policies run
+        them); on an idle replica, the oldest unacknowledged send (those sent after it wait for it). Sent to
+        a replica seen busy, a request waits for that batch's end and runs in deadline order like the rest."""
+        if not self.waiting:
+            return None
+        end = self.gpu_end_s
+        if end != INF and end > self.now + self.lag_s:
+            return None
+        held = [r for i, r in self.waiting.items() if i not in self.unacknowledged] if self.running else []
+        if not held:
+            return next(iter(self.unacknowledged.values()), None)
+        now = self.now
+        return min(held, key=lambda r: (r.deadline_s - r.remaining_s < now, r.deadline_s, r.request.id))
+
     def open_telemetry(self) -> None:
         return None
 
@@ -276,6 +341,7 @@ class LedgerReplica:
         self._sends += 1
         self._added_s = max(self._added_s, self.now)
         self.journal.append(ENQUEUED, rec)
+        self._arm()
         return rec
 
     def _bound(self, iid: int | None) -> RequestRecord | None:
@@ -292,6 +358,7 @@ class LedgerReplica:
             self.journal.append(DEQUEUED, rec)
         elif any(r is rec for r in self.running):
             self.running = tuple(r for r in self.running if r is not rec)
+        self._changed()
 
     # ------------------------------------------------------------------- state
     def current(self) -> str | None:
@@ -334,6 +401,8 @@ class LedgerReplica:
         if self.step_mode and running:
             cfg = self.config
             self._step_s = self.cost.batch_step_time(running) + cfg.engine_overhead_ms / 1e3
+        self._arm()
+        self._changed()
         return True
 
     def acknowledge(self, upto: int) -> None:
@@ -379,6 +448,7 @@ class LedgerReplica:
                 self.journal.append(ENQUEUED, rec)
         self.running = ()
         self._end_s = INF
+        self._changed()
 
     def _set_running(self, batch: list[RequestRecord]) -> None:
         new = {id(r) for r in batch}
@@ -396,26 +466,51 @@ class LedgerReplica:
         self.running = tuple(batch)
 
 
-@dataclass
-class LedgerStage:
+class Clock:
+    """What a stage's views share: the time, how many are seen through the ledger alone (by reason), and
+    when each may go silent past its bound — so a decision's view of a thousand replicas costs O(1), not
+    one visit per replica. A view alone has its own."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.down: Counter[str] = Counter()
+        """Views seen through the ledger alone, by reason (``LedgerReplica.fallback``)."""
+        self._silent: list[tuple[float, int, LedgerReplica]] = []
+        self._armed = 0
+
+    def arm(self, at: float, view: LedgerReplica) -> None:
+        """Check ``view`` (``current``) once the clock passes ``at``."""
+        heappush(self._silent, (at, self._armed, view))
+        self._armed += 1
+
+    def wake(self) -> None:
+        """Views whose silence bound the clock passed go stale (``current`` checks each exactly: a bound
+        that moved since it was armed was armed again)."""
+        silent, now = self._silent, self.now
+        while silent and silent[0][0] < now:
+            view = heappop(silent)[2]
+            if view.clock is self:
+                view.current()
+
+
+class LedgerStage(Clock):
     """What a router reads of a ``Stage``: the live replicas' views (index = position, not slot), the clock
     and the seed."""
 
-    replicas: list[LedgerReplica]
-    seed: int = 0
-    now: float = 0.0
-    fallbacks: dict[str, int] = field(default_factory=dict)
-    """Routing decisions made with a replica seen through the ledger alone, by reason (one count per
-    replica and decision)."""
+    def __init__(self, replicas: list[LedgerReplica], seed: int = 0, now: float = 0.0) -> None:
+        super().__init__(now)
+        self.replicas, self.seed = replicas, seed
+        self.fallbacks: dict[str, int] = {}
+        """Routing decisions made with a replica seen through the ledger alone, by reason (one count per
+        replica and decision)."""
 
     def at(self, now: float) -> LedgerStage:
         """Every view's clock at ``now``; counts the views seen through the ledger alone."""
         self.now = now
-        for view in self.replicas:
-            view.now = now
-            reason = view.current()
-            if reason is not None:
-                self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+        self.wake()
+        for reason, n in self.down.items():
+            if n:
+                self.fallbacks[reason] = self.fallbacks.get(reason, 0) + n
         return self
 
 
@@ -424,8 +519,8 @@ class Ledger:
     published states, and the ``LedgerStage`` a router decides on. Not thread-safe: the pool holds its lock."""
 
     def __init__(self, cost_of: Callable[[int], CostModel], config: ServingConfig, seed: int = 0,
-                 silence_s: float = SILENCE_S) -> None:
-        self._cost_of, self.config, self.silence_s = cost_of, config, silence_s
+                 silence_s: float = SILENCE_S, lag_s: float = PUBLISH_DELAY_S) -> None:
+        self._cost_of, self.config, self.silence_s, self.lag_s = cost_of, config, silence_s, lag_s
         self.views: dict[int, LedgerReplica] = {}
         self.stage = LedgerStage([], seed)
         self.bound: dict[str, tuple[int, int]] = {}
@@ -442,14 +537,16 @@ class Ledger:
     def follow(self, live: Sequence[int]) -> list[str]:
         """Make ``live`` (slot ids, in order) the routed replicas; returns the request ids whose replica
         left (their entries are resolved)."""
-        lost = [rid for rid, (slot, _) in self.bound.items() if slot not in live]
+        routed = set(live)
+        lost = [rid for rid, (slot, _) in self.bound.items() if slot not in routed]
         for rid in lost:
             del self.bound[rid]
-        for slot in [s for s in self.views if s not in live]:
-            del self.views[slot]
+        for slot in [s for s in self.views if s not in routed]:
+            self.views.pop(slot).detach()
         for slot in live:
             if slot not in self.views:
-                self.views[slot] = LedgerReplica(slot, self._cost_of(slot), self.config, self.silence_s)
+                self.views[slot] = LedgerReplica(slot, self._cost_of(slot), self.config, self.silence_s, self.stage,
+                                                 self.lag_s)
         self.stage.replicas = [self.views[s] for s in live]
         return lost
 
@@ -525,7 +622,8 @@ class ViewRouter:
     def reset(self, view: StageView) -> None:
         stage = simulated(view, self.name)
         sims = stage.replicas
-        self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed, silence_s=INF)
+        self.ledger = Ledger(lambda slot: sims[slot].cost, sims[0].config, stage.seed, silence_s=INF,
+                             lag_s=self.delay_s)
         self.ledger.follow(list(range(len(sims))))
         self._heard: deque[tuple[float, int, Any]] = deque()
         """(when the router hears it, slot, a state dict or a finished request's id), in time order."""

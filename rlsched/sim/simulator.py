@@ -21,9 +21,8 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from rlsched.errors import InvalidDecision, InvalidRequest
@@ -93,8 +92,8 @@ class Simulator:
 
     can_reject = True
     """Decisions may reject waiting requests (``Decision.reject``, load shedding)."""
-    unacknowledged: Mapping[int, RequestRecord] = MappingProxyType({})
-    """Requests sent here that this state does not reflect (``ReplicaView``): none, it is the truth."""
+    started_unseen: RequestRecord | None = None
+    """A request that may run here unseen (``ReplicaView``): none, this is the truth."""
 
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF, truth: CostModel | None = None,

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
@@ -212,12 +213,22 @@ class Stage:
             while sim.needs_decision:
                 sim.apply(policy.decide(sim))
         times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
+        # (time, simulator), a heap: an instant costs O(log R), not a scan of every replica's next event; an
+        # entry whose time is no longer that simulator's (``times``) is dropped when it surfaces
+        events = [(tr, r) for r, tr in enumerate(times) if tr != INF]
+        heapify(events)
         while True:
-            t = min(arrivals[self._next].arrival_s if self._next < n else INF, min(times))
+            while events and times[events[0][1]] != events[0][0]:
+                heappop(events)
+            t = min(arrivals[self._next].arrival_s if self._next < n else INF, events[0][0] if events else INF)
             if t == INF or t > self.horizon_s:
                 break
             self.now = t
-            touched = [r for r, tr in enumerate(times) if tr == t]
+            touched = []
+            while events and events[0][0] == t:  # index order, as the Simulator's own order asks
+                r = heappop(events)[1]
+                if times[r] == t and (not touched or touched[-1] != r):
+                    touched.append(r)
             for r in touched:
                 sim = sims[r]
                 while sim.next_event_s() == t:
@@ -239,6 +250,8 @@ class Stage:
                     sim.apply(policy.decide(sim))
             for r in set(touched):
                 times[r] = self._ahead(r) if hubs and r < hub else sims[r].next_event_s()
+                if times[r] != INF:
+                    heappush(events, (times[r], r))
         for sim in self.replicas:  # one makespan for every replica's utilisation
             sim.now = max(sim.now, self.now)
 

@@ -174,11 +174,10 @@ class ReplicaView(QueueView, Protocol):
         ...
 
     @property
-    def unacknowledged(self) -> Mapping[int, RequestRecord]:
-        """Requests sent here (among ``waiting``) that no state the view took reflects yet, in send order: on a
-        replica seen free, the oldest may have started already, whatever its deadline. Empty in the true
-        state; in the router's view, those sent after the last request a state of the replica listed
-        (``routing.views``)."""
+    def started_unseen(self) -> RequestRecord | None:
+        """A request sent here (among ``waiting``) that may run already although no state the view took says
+        so, whatever its deadline (``routing.views``: the oldest unacknowledged send to a replica seen free);
+        None in the true state."""
         ...
 
 

@@ -72,6 +72,6 @@ def test_unacknowledged_work_counts_only_while_the_view_sees_the_replica_free() 
     view.now = 0.0
     early = 10.0  # due before every request in the ledger (60 s)
     oldest = view.waiting[0].remaining_s  # sent to a replica seen idle: it may run already
-    assert router._unacknowledged(view, early, 0.0) == oldest
+    assert view.started_unseen is view.waiting[0] and router._unseen(view, early, 0.0) == oldest
     led.publish(0, replica_state(1, 50.0, [("a", 0)]), now=0.0)  # a runs for 50 s; b, c, d sent after it
-    assert unacknowledged(led) == [1, 2, 3] and router._unacknowledged(view, early, 0.0) == 0.0
+    assert unacknowledged(led) == [1, 2, 3] and view.started_unseen is None and router._unseen(view, early, 0.0) == 0.0
