@@ -83,6 +83,10 @@ def test_my_workload_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     Path("my-shop.yaml").write_text((data_dir("envs") / "default.yaml").read_text()
                                     .replace("name: default", "name: shop", 1))
     Path("my-trace.csv").write_text(TRACE)
+    # "Your own classes": my-shop.yaml renamed, with the page's classes
+    own = yaml.safe_load(text.split("## Your own classes", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
+    tenants = {**yaml.safe_load(Path("my-shop.yaml").read_text()), "name": "shop-tenants", **own}
+    Path("my-tenants.yaml").write_text(yaml.safe_dump(tenants, sort_keys=False))
     # step 5's preset: agents/pick.yaml with the page's lines, budgets cut
     lines = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
     preset = {**yaml.safe_load((data_dir("agents") / "pick.yaml").read_text()), **lines, **TINY_PICK,
@@ -99,7 +103,15 @@ def test_my_workload_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
             assert "shop" in captured.out  # the YAML's name, not the file's
         if argv[0] == "loadgen":
             assert json.loads(captured.out)["completed"] == 3
-            assert {b["extra_params"]["priority"] for b in server.bodies} <= {"realtime", "batch", "background"}
+            names = set(own["classes"]) if "my-tenants.yaml" in argv else {"realtime", "batch", "background"}
+            assert {b["extra_params"]["priority"] for b in server.bodies[-3:]} <= names
+        if "my-tenants.yaml" in argv and argv[0] in ("simulate", "tune", "eval"):  # classes by name, mapping said
+            assert "paid as realtime" in captured.err
+            assert argv[0] != "simulate" or all(f" {c} " in captured.out for c in own["classes"])
     assert Path("agents/tuned/my-shop.json").is_file() and Path("checkpoints/pick-shop/policy.json").is_file()
     assert json.loads(Path("results/my-shop/results.json").read_text())["cells"]
     assert Path("plan-shop/plan.json").is_file() and Path("deploy.yaml").is_file()
+    md = Path("results/my-tenants/results.md").read_text()
+    assert "| policy | load | paid | team | free | bulk |" in md and "paid as realtime" in md
+    stage = yaml.safe_load(Path("deploy-tenants.yaml").read_text())["stages"][0]["extras"]["rlsched"]
+    assert list(stage["classes"]) == list(own["classes"]) and stage["default_priority"] == "free"

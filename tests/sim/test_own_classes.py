@@ -146,3 +146,8 @@ def test_shipped_names_keep_their_weights_and_tiers() -> None:
     assert sc.class_table == SHIPPED
     assert all(math.isclose(r.weight, {"realtime": 3, "batch": 2, "background": 1}[r.priority]) and
                r.tier == r.priority for r in sc.requests(seed=0, duration_s=600))
+
+
+def test_a_request_without_a_class_name_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="must be a class name"):
+        Request(0, 0.0, "m", "image", 1, 1, 1, 1, True, "", 1.0, -1, "batch", 1.0)
