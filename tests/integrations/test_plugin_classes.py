@@ -21,7 +21,8 @@ from rlsched.integrations.vllm_omni.config import PluginConfig
     ({"classes": {"paid": {"slo_scale": 2, "weight": -1}}}, "extras.rlsched.classes.paid.weight", "must be"),
     ({"classes": {"paid": {"slo_scale": 2, "tier": "gold"}}, "default_priority": "paid"},
      "extras.rlsched.classes.paid.tier", "must be one of ('realtime', 'batch', 'background'), not 'gold'"),
-    ({"classes": {"paid": {"slo_scale": 2}}}, "extras.rlsched.default_priority", "must be one of ('paid',), not 'batch'"),
+    ({"classes": {"paid": {"slo_scale": 2}}}, "extras.rlsched.default_priority",
+     "must be one of ('paid',), not 'batch'"),
     ({"classes": {"paid": {"slo_scale": 2}}, "default_priority": "paid", "slo_scales": {"free": 3}},
      "extras.rlsched.slo_scales", "unknown class 'free'"),
 ])
