@@ -32,6 +32,7 @@ from rlsched.parallel import run_tasks
 from rlsched.policies.base import portable_spec
 from rlsched.routing.routers import check_spec, run_spec, split_pair
 from rlsched.sim import load_scenario
+from rlsched.sim.classes import report_names
 from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile, portable_profile
 from rlsched.sim.layout import at_layout
 from rlsched.sim.metrics import summarize_stage
@@ -231,6 +232,11 @@ class _Sized:
                                                        -options[i].cfg))
         return _Grid(options, rows, best, simulate)
 
+    @property
+    def classes(self) -> str:
+        """The scenario file, absolute, when the server must read its own classes (``deploy --classes``)."""
+        return str(Path(self.scenario).resolve()) if report_names(self.sc.class_table) else ""
+
     def finish(self, grid: _Grid, routers: Sequence[str], check_seeds: Sequence[int]) -> dict[str, Any]:
         """The plan of this count: the table, the choice, the routers compared on it, the re-check."""
         options, rows, best, simulate = grid.options, grid.rows, grid.best, grid.simulate
@@ -241,13 +247,14 @@ class _Sized:
                "recommended": rows[best]["layout"],
                "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
                "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
-               "deploy_command": deploy_command(options[best], gpus, self.spec, profile, serving)}
+               "deploy_command": deploy_command(options[best], gpus, self.spec, profile, serving,
+                                                classes=self.classes)}
         if self.specs:
             _compare_routers(out, routers, lambda seed_list: simulate(seed_list, [options[best]], self.specs),
                              self.seeds, check_seeds, self.loads)
             policy, _ = split_pair(self.spec)
             out["deploy_command"] = deploy_command(options[best], gpus, f"{policy}@{out['recommended_router']}",
-                                                   profile, serving)
+                                                   profile, serving, classes=self.classes)
         if check_seeds:
             check = simulate(check_seeds)
             for i, row in enumerate(rows):
@@ -339,11 +346,12 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
 
 
 def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: Any,
-                   out: str = "deploy.yaml") -> str:
+                   out: str = "deploy.yaml", classes: str = "") -> str:
     """The ``rlsched deploy`` line that serves ``layout`` under ``spec`` (``POLICY@ROUTER``) with the
     simulated serving settings (``max_num_seqs``, step mode); ``central`` (late binding) too
     (docs/deploy.md). The admission wait is left to the policy (deploy's
-    default 0): vLLM-Omni holds every wave for it, while the simulator lets only ``fifo`` wait."""
+    default 0): vLLM-Omni holds every wave for it, while the simulator lets only ``fifo`` wait.
+    ``classes``: the scenario file whose own classes the server reads (``--classes``), if it has any."""
     policy, router = split_pair(spec)
     argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
             "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
@@ -352,6 +360,8 @@ def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: 
             "--max-num-seqs", str(serving.max_num_seqs)]
     if serving.mode == "step":
         argv.append("--step-execution")
+    if classes:
+        argv += ["--classes", classes]
     return shlex.join([*argv, "--out", out])
 
 

@@ -38,3 +38,13 @@ def test_a_default_outside_the_classes_names_the_flag(tmp_path: Path, capsys: py
     assert main(["deploy", "--policy", "edf", "--classes", str(FOUR), "--default-priority", "batch",
                  "--out", str(tmp_path / "d.yaml")]) == 2
     assert "rlsched: error: --default-priority: 'batch' is not a class of" in capsys.readouterr().err
+
+
+def test_plans_deploy_line_names_the_classes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--gpus", "1", "--seeds", "0", "--loads", "1", "--policy", "edf", "--routers", "", "--json"]
+    assert main([*argv, "--scenario", str(FOUR), "--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    line = (tmp_path / "a" / "deploy.sh").read_text()
+    assert f"--classes {FOUR.resolve()}" in line
+    assert main([*argv, "--scenario", "default", "--out", str(tmp_path / "b")]) == 0
+    assert "--classes" not in (tmp_path / "b" / "deploy.sh").read_text()
