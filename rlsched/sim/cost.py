@@ -43,6 +43,7 @@ from typing import Any
 from rlsched.atomic import input_file
 from rlsched.errors import ConfigError, InvalidRequest
 from rlsched.resources import data_dir, portable, shipped_path
+from rlsched.sim.cache_backend import CacheSkip
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.schema import LineOf, ModelSpec, StackSpec, validate_profile
 from rlsched.sim.yamlio import read_yaml_lines
@@ -348,6 +349,9 @@ class CostModel:
     """Software stack the profile was measured on (every shipped profile names one)."""
     peak_tflops: float = 0.0
     """The GPU's dense BF16 peak, TFLOP/s (0: not given), for the physical sanity check."""
+    cache: CacheSkip | None = None
+    """A cache backend's hidden per-request share of skipped denoise steps (``rlsched.sim.cache_backend``):
+    only a truth carries one (or the oracle that decides on it); None: every step runs."""
 
     @property
     def weights_gb(self) -> float:
@@ -367,6 +371,8 @@ class CostModel:
         tokens, quad = passes * n / 1e6, passes * n * n / 1e9
         mpx = req.height * req.width * req.num_frames / 1e6
         step = m.step_time(tokens, quad, passes)
+        if self.cache is not None:
+            step *= self.cache.factor(req)
         decode = m.decode_s_per_mpx * mpx
         work = m.encode_s + req.num_inference_steps * step + decode
         act, vae = m.act_gb_per_ktok * tokens * 1e3, m.vae_gb_per_mpx * mpx
@@ -377,7 +383,14 @@ class CostModel:
         """One denoise step for records that share a key (hence a model)."""
         m = self.models[records[0].request.model]
         passes = m.passes(records[0].request)
-        return m.step_time(sum(r.tokens for r in records), sum(r.quad for r in records), passes)
+        step = m.step_time(sum(r.tokens for r in records), sum(r.quad for r in records), passes)
+        return step if self.cache is None else step * self._skipping(records)
+
+    def _skipping(self, records: Sequence[RequestRecord]) -> float:
+        """A batch's denoise time over its steps' time under ``cache``: its members' mean (the backends
+        decide per forward on the whole batch tensor)."""
+        assert self.cache is not None
+        return sum(self.cache.factor(r.request) for r in records) / len(records)
 
     def batch_duration(self, batch: Sequence[RequestRecord], step_mode: bool = False, overhead_ms: float = 0.0,
                        overhead_ms_per_mpx: float = 0.0, steps_done: Sequence[int] | None = None) -> float:
@@ -409,7 +422,8 @@ class CostModel:
         """One denoise step of same-key records split over ``degree`` GPUs."""
         m = self.models[records[0].request.model]
         passes = m.passes(records[0].request)
-        return m.step_time_sp(sum(r.tokens for r in records), sum(r.quad for r in records), passes, degree)
+        step = m.step_time_sp(sum(r.tokens for r in records), sum(r.quad for r in records), passes, degree)
+        return step if self.cache is None else step * self._skipping(records)
 
     def batch_memory_gb_sp(self, records: Sequence[RequestRecord], degree: int | str | SPLayout = 1) -> float:
         """Peak memory per GPU of a batch on ``degree`` GPUs: every model's weights (replicated)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -48,6 +49,8 @@ from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, n
     Bound,
 )
 from rlsched.errors import ConfigError
+from rlsched.sim.cache_backend import MAX_SKIP
+from rlsched.sim.cache_backend import PRESETS as CACHE_PRESETS
 from rlsched.sim.classes import CLASS_NAME_PATTERN, CLASS_NAME_RULE, MAX_CLASSES
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
 
@@ -259,6 +262,44 @@ class ReplicaGroupSpec(Strict):
     """Replica names are ``NAME-i`` (default: ``PROFILE@spD``)."""
 
 
+class CacheTruthSpec(Strict):
+    """``truth.cache``: a cache backend (TeaCache, Cache-DiT) that skips a hidden share of each request's
+    denoise steps, drawn per request (``rlsched.sim.cache_backend``, where the numbers come from). A preset's
+    name stands for the whole block: ``cache: teacache``, ``cache-dit`` or ``fbcache``; ``preset:`` with
+    other keys overrides them."""
+
+    preset: Literal["", "teacache", "cache-dit", "fbcache"] = ""
+    """Start from this backend's values (``""``: the defaults below)."""
+    skip_mean: number(bounds.floats(0, MAX_SKIP)) = 0.4  # type: ignore[valid-type]
+    """Mean share of a request's denoise steps skipped."""
+    skip_spread: number(bounds.floats(0, 0.5)) = 0.15  # type: ignore[valid-type]
+    """Standard deviation of the share across requests (it depends on the prompt; unseen by the scheduler)."""
+    dist: Literal["beta", "uniform", "fixed"] = "beta"
+    """How the shares spread around their mean (``fixed``: every request at the mean)."""
+    check_share: Fraction = 0.0  # type: ignore[valid-type]
+    """Share of a step's time a skipped step still pays (the check that decided to skip it)."""
+    seed: number(bounds.SEED) = 0  # type: ignore[valid-type]
+    """The cache's own seed: each request's share is a function of it and the request's id and arrival."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        name = data if isinstance(data, str) else data.get("preset") if isinstance(data, dict) else None
+        if not isinstance(name, str) or name not in CACHE_PRESETS:
+            return {"preset": data} if isinstance(data, str) else data  # the Literal names the presets
+        return {**CACHE_PRESETS[name], "preset": name, **(data if isinstance(data, dict) else {})}
+
+    @model_validator(mode="after")
+    def _spread_fits(self) -> CacheTruthSpec:
+        if self.dist == "beta" and 0 < self.skip_mean and self.skip_spread ** 2 >= self.skip_mean * (1 - self.skip_mean):
+            raise ValueError(f"a beta of mean {self.skip_mean:g} needs skip_spread below "
+                             f"{math.sqrt(self.skip_mean * (1 - self.skip_mean)):.3g}")
+        return self
+
+
+assert set(typing.get_args(CacheTruthSpec.model_fields["preset"].annotation)) == {"", *CACHE_PRESETS}
+
+
 class TruthSpec(Strict):
     """``truth:``: the cost the GPU really runs at (``rlsched.sim.truth``); decisions read ``profile:``."""
 
@@ -270,6 +311,9 @@ class TruthSpec(Strict):
     """Multiplies the attention term (∝ tokens²) once more."""
     memory_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
     """Multiplies the per-request memory (activations, decode peak)."""
+    cache: CacheTruthSpec | None = None
+    """A cache backend skipping a hidden per-request share of the denoise steps (below; a preset's name
+    alone: ``cache: teacache``); none: every step runs."""
 
 
 class ScenarioFile(Strict):

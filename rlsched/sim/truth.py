@@ -8,6 +8,19 @@ backend, ``torch.compile``, FP8, step skipping). ``Truth`` says how: execute on 
     truth: {quadratic_scale: 2.0}             # the attention term (∝ tokens²) twice the belief: shape-dependent
     truth: {memory_scale: 1.15}               # activations and decode peaks 15 % above the belief
     truth: {profile: qwen-image-a100-vllm-omni}  # another profile altogether (its GPU memory too)
+    truth: {cache: teacache}                  # a cache backend skips a hidden share of each request's steps
+
+What a deployment hides, as truths (issue 46):
+
+* a **cache backend** (TeaCache, Cache-DiT, first-block cache: ``cache:``, ``rlsched.sim.cache_backend``, where
+  its numbers come from): each request skips its own share of its denoise steps, drawn per request and
+  seen by no decision. The only truth here that differs *per request*, not per model;
+* **``torch.compile``** and fused kernels: a uniform speed-up is ``time_scale`` (cache-dit's FLUX table on an
+  L20: 10.28 → 8.48 s with compile, ``time_scale: 0.82``; issue 46 cites ×1.5–1.6 on FLUX on an H100,
+  ``time_scale: 0.65``); an attention-only one (a faster attention kernel: FlashAttention-3, SageAttention)
+  is ``quadratic_scale`` below 1;
+* **a GPU of another form**: ``profile:`` of another GPU *and* model family, whose coefficients differ in
+  form (the fixed, linear and attention terms in other proportions), not by one scale.
 
 The simulator then runs every batch (its duration, its memory, the OOM check) at the true cost, while
 policies, routers, the central queue and every published prediction read the scenario's ``profile:`` —
@@ -28,6 +41,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from rlsched.errors import ConfigError
+from rlsched.sim.cache_backend import CacheSkip
 from rlsched.sim.cost import CFGCost, CostModel, ModelCost, SPCost, load_profile
 from rlsched.sim.schema import TruthSpec, raised_config_error, schema_error
 
@@ -52,11 +66,18 @@ class Truth:
     time_scale: float = 1.0
     quadratic_scale: float = 1.0
     memory_scale: float = 1.0
+    cache: CacheSkip | None = None
+    """A cache backend's hidden per-request skipping (a ``truth.cache`` mapping is read into one)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cache, dict):
+            object.__setattr__(self, "cache", CacheSkip(**self.cache))
 
     @property
     def exact(self) -> bool:
         """The profile is the truth (no ``truth:``, or one that changes nothing)."""
-        return not self.profile and self.time_scale == self.quadratic_scale == self.memory_scale == 1.0
+        return (not self.profile and self.time_scale == self.quadratic_scale == self.memory_scale == 1.0
+                and self.cache is None)
 
     def apply(self, belief: CostModel, own_profile: bool = False) -> CostModel | None:
         """The true cost of a replica whose decisions read ``belief`` (its profile at one GPU);
@@ -65,7 +86,10 @@ class Truth:
         if self.exact:
             return None
         base = load_profile(self.profile) if self.profile and not own_profile else belief
-        return scaled(base, self.time_scale, self.quadratic_scale, self.memory_scale)
+        true = scaled(base, self.time_scale, self.quadratic_scale, self.memory_scale)
+        if self.cache is None:
+            return true
+        return dataclasses.replace(true, name=f"{true.name}×cache", cache=self.cache.fresh())
 
     @classmethod
     def parse(cls, text: str, where: str) -> Truth:
@@ -89,6 +113,7 @@ class Truth:
         parts = [f"profile={self.profile}"] if self.profile else []
         parts += [f"{what}×{scale:g}" for what, scale in (("time", self.time_scale), ("attn", self.quadratic_scale),
                                                            ("mem", self.memory_scale)) if scale != 1.0]
+        parts += [f"cache={self.cache.label()}"] if self.cache is not None else []
         return " ".join(parts) or "exact"
 
 
