@@ -224,7 +224,7 @@ class Stage:
             if t == INF or t > self.horizon_s:
                 break
             self.now = t
-            touched = []
+            touched: list[int] = []
             while events and events[0][0] == t:  # index order, as the Simulator's own order asks
                 r = heappop(events)[1]
                 if times[r] == t and (not touched or touched[-1] != r):

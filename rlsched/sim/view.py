@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlsched.sim.request import RequestRecord
 
@@ -171,6 +171,12 @@ class ReplicaView(QueueView, Protocol):
     @property
     def gpu_end_s(self) -> float:
         """When the running batch is predicted to end, on the view's clock; INF when nothing runs."""
+        ...
+
+    @property
+    def on_change(self) -> list[Callable[[Any], None]]:
+        """Callbacks ``f(replica)`` after its running batch (``gpu_end_s``) changed, or (the router's view)
+        what it holds may have shrunk: how a router's index over the replicas follows them."""
         ...
 
     @property

@@ -75,3 +75,30 @@ def test_unacknowledged_work_counts_only_while_the_view_sees_the_replica_free() 
     assert view.started_unseen is view.waiting[0] and router._unseen(view, early, 0.0) == oldest
     led.publish(0, replica_state(1, 50.0, [("a", 0)]), now=0.0)  # a runs for 50 s; b, c, d sent after it
     assert unacknowledged(led) == [1, 2, 3] and view.started_unseen is None and router._unseen(view, early, 0.0) == 0.0
+
+
+def test_the_simulators_state_is_what_the_router_reads_of_the_wire(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``ViewRouter`` hands the ledger the state ``ReplicaState.read`` gives of ``replica_state``'s wire dict
+    (the round trip skipped for speed), calibration and preemptions included."""
+    import dataclasses
+
+    from rlsched.evaluation import RunSpec, prepare_stage
+    from rlsched.routing.routers import run_spec
+    from rlsched.routing.views import ReplicaState
+    from rlsched.sim import load_scenario
+    from rlsched.sim.truth import Truth
+
+    seen: list[ReplicaState] = []
+    take = Ledger.take
+
+    def spy(self, slot, state, now):  # type: ignore[no-untyped-def]
+        seen.append(state)
+        return take(self, slot, state, now)
+
+    monkeypatch.setattr(Ledger, "take", spy)
+    sc = dataclasses.replace(load_scenario("default"), truth=Truth.parse("time_scale=1.3", "--truth"))
+    run_spec(prepare_stage(RunSpec("default", "edf", 0, 1.5, 200.0, mode="step", replicas=3), sc), "edf@rlsched")
+    assert any(s.calibration for s in seen) and any(s.preempted for s in seen) and any(s.finished for s in seen)
+    for s in seen:
+        wire = replica_state(s.seq, s.remaining_s, s.running, s.finished, s.preempted, s.calibration)
+        assert ReplicaState.read(wire) == s
