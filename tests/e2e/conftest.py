@@ -49,17 +49,18 @@ def model_dir() -> Path:
 
 @pytest.fixture
 def serve(model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """``serve(*deploy_args)``: deploy with ``rlsched deploy DEPLOY_ARGS``, start, return the server.
+    """``serve(*deploy_args, loop="legacy")``: deploy with ``rlsched deploy DEPLOY_ARGS``, start under vLLM-Omni's
+    orchestration ``loop`` (``harness.LOOPS``), return the server.
 
     Every server is stopped (process group killed) at teardown, and none may leave a process.
     """
     started: list[Server] = []
 
-    def start(*deploy_args: str) -> Server:
+    def start(*deploy_args: str, loop: str = "legacy") -> Server:
         work = tmp_path / f"server{len(started)}"
         work.mkdir()
         stage = deploy_stage(sys.executable, *deploy_args, out=work / "deploy.yaml")
-        server = Server(model_dir, stage, work, python=sys.executable)
+        server = Server(model_dir, stage, work, python=sys.executable, loop=loop)
         started.append(server)
         return server.start()
 

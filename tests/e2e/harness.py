@@ -27,7 +27,36 @@ from rlsched.integrations.vllm_omni.cpu_server import EXECUTOR, free_port, group
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 240.0
-__all__ = ["EXECUTOR", "REPO", "Server", "deploy_stage", "free_port", "free_ports", "group_members"]
+LOOP_ENV = "VLLM_OMNI_EVENT_DRIVEN_ORCH"
+LOOPS = {"legacy": "0", "event-driven": "1"}
+"""vLLM-Omni 0.30's two orchestration loops, by the value of ``LOOP_ENV`` that picks each: the legacy 1 ms poll
+(the default for a diffusion pipeline) and the event-driven one (a diffusion poller task per pool feeding a
+dispatch queue). The replica tests run under both (issue 47)."""
+EVENT_LOOP_LINE = "Event-driven orchestration loop enabled"
+"""What vLLM-Omni's orchestrator logs when it runs the event-driven loop (``_orchestration_loop_event_driven``)."""
+BOTH_LOOPS_ENV = "RLSCHED_E2E_BOTH_LOOPS"
+"""Set (``make test-e2e-loops``): every replica test runs under both loops. Unset (``make test-e2e``, within its
+900 s): each runs under the one it names, so that each pool (router, central) runs under each loop once."""
+__all__ = ["BOTH_LOOPS_ENV", "EVENT_LOOP_LINE", "EXECUTOR", "LOOPS", "LOOP_ENV", "REPO", "Server", "deploy_stage",
+           "free_port", "free_ports", "group_members", "loop_params", "uses_loop"]
+
+
+def loop_params(tier: str) -> list[Any]:
+    """``LOOPS`` as pytest parameters: ``tier`` always; the other loop only with ``BOTH_LOOPS_ENV`` set (skipped
+    otherwise: doubling every replica test would not fit ``make test-e2e``'s 900 s)."""
+    import pytest
+
+    both = bool(os.environ.get(BOTH_LOOPS_ENV))
+    return [pytest.param(loop, marks=() if loop == tier or both else pytest.mark.skip(
+        reason=f"the {loop} loop runs this test with {BOTH_LOOPS_ENV}=1 (make test-e2e-loops)")) for loop in LOOPS]
+
+
+def uses_loop(log: str, loop: str) -> None:
+    """The server whose log is ``log`` runs vLLM-Omni's ``loop`` (it logs the event-driven one when it starts it)."""
+    event = EVENT_LOOP_LINE in log
+    if event != (loop == "event-driven"):
+        raise AssertionError(f"asked for the {loop} orchestration loop, the server runs the "
+                             f"{'event-driven' if event else 'legacy'} one\n{log[-3000:]}")
 
 
 def free_ports(n: int) -> int:
@@ -70,6 +99,8 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     pgid: int = -1
     """The server's process group (its leader's pid), kept after ``stop`` for orphan checks."""
+    loop: str = "legacy"
+    """vLLM-Omni's orchestration loop (a key of ``LOOPS``); ``start`` checks the server runs it."""
 
     @property
     def model(self) -> str:
@@ -126,6 +157,7 @@ class Server:
             self.metrics_port = free_ports(len(self.metrics_ports))
         env = cpu_server.server_env({"RLSCHED_EXECUTOR_LOG": str(self.executor_log),
                                      "RLSCHED_ROUTER_LOG": str(self.router_log), "OMP_NUM_THREADS": "1",
+                                     LOOP_ENV: LOOPS[self.loop],
                                      "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
         cmd = cpu_server.serve_command(Path(self.python).with_name("vllm"), Path(self.model), self.port,
                                        self.overrides())
@@ -135,11 +167,11 @@ class Server:
         atexit.register(self.stop)  # a second guard if the caller never reaches its finally
         try:
             cpu_server.wait_healthy(self.proc, self.url, START_TIMEOUT_S, self.log_tail)
+            uses_loop(self.server_log.read_text(errors="replace"), self.loop)
         except BaseException:
             self.stop()
             raise
         return self
-
     def stop(self) -> None:
         """Kill the process group: SIGTERM, then SIGKILL after a grace period; bounded time."""
         proc, self.proc = self.proc, None

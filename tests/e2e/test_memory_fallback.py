@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from rlsched import loadgen
+from tests.e2e.harness import loop_params
 from tests.e2e.test_replicas import executed
 from tests.e2e.test_serve import TIME_SCALE, TRUTH_ENV, _planned, total
 
@@ -34,11 +35,18 @@ DEPLOYS = {
 }
 
 
-@pytest.mark.parametrize("layout", sorted(DEPLOYS))
+LAYOUTS = [pytest.param("one-replica", "legacy", id="one-replica"),
+           *[pytest.param("central", p.values[0], marks=p.marks, id=f"central-{p.values[0]}")
+             for p in loop_params("event-driven")]]
+"""The central layout (two replicas) under both of vLLM-Omni's orchestration loops (``make test-e2e``: the
+event-driven one; test_replicas runs the central pool under the legacy one)."""
+
+
+@pytest.mark.parametrize(("layout", "loop"), LAYOUTS)
 def test_slow_decisions_fall_back_to_batches_that_fit_and_no_request_fails_by_oom(
-        serve: Any, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+        serve: Any, monkeypatch: pytest.MonkeyPatch, layout: str, loop: str) -> None:
     monkeypatch.setenv(TRUTH_ENV, "memory_scale=4")
-    server = serve(*DEPLOYS[layout])
+    server = serve(*DEPLOYS[layout], loop=loop)
     planned = [_planned(i, 0.0, "batch", 1e5, 1536, steps=4) for i in range(N_REQUESTS)]
     results = loadgen.run(server.url, planned, timeout_s=240, workers=N_REQUESTS)
     assert [r.error for r in results if not r.ok] == []  # none failed (by OOM or otherwise), each answered

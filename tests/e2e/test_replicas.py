@@ -22,7 +22,7 @@ import pytest
 
 from rlsched import loadgen
 from rlsched.sim import load_scenario
-from tests.e2e.harness import REPO, Server
+from tests.e2e.harness import REPO, Server, loop_params
 from tests.e2e.test_serve import TIME_SCALE, doc_block, doc_request, total
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -83,10 +83,12 @@ def executed(server: Server) -> dict[str, list[tuple[str, list[int]]]]:
     return out
 
 
-def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serve: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", loop_params("legacy"))
+def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serve: Any, tmp_path: Path,
+                                                                           loop: str) -> None:
     deploy = doc_command("deploy-replicas")
     assert without(deploy, "--metrics-port") == planned_deploy(tmp_path)  # the doc's line is plan's
-    server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET)
+    server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET, loop=loop)
     assert server.replicas == 2
     planned = workload()
     results = loadgen.run(server.url, planned, timeout_s=180, workers=N_REQUESTS)  # slack for a loaded machine
@@ -149,14 +151,15 @@ def test_two_replicas_run_each_request_once_on_the_replica_the_router_chose(serv
     assert last["how"] == "router" and last["priority"] == body["extra_params"]["priority"]
 
 
-def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any) -> None:
+@pytest.mark.parametrize("loop", loop_params("legacy"))
+def test_late_binding_sends_each_request_once_when_a_replica_frees(serve: Any, loop: str) -> None:
     """``edf@central`` (docs/deploy.md, "Late binding"): the API server parks each request in its central
     queue and sends EDF's batch to a replica once nothing sent to it waits there — one wave ahead of its
     running wave, on its published state; each replica runs what it was sent, FIFO."""
     deploy = doc_command("deploy-central")
     assert deploy[:2] == ["rlsched", "deploy"] and "central" in deploy
     server = serve(*without(deploy[2:], "--out"), "--time-scale", str(TIME_SCALE), *BUDGET,
-                   "--router-budget-ms", "100")
+                   "--router-budget-ms", "100", loop=loop)
     assert server.replicas == 2
     planned = workload()
     results = loadgen.run(server.url, planned, timeout_s=180, workers=N_REQUESTS)

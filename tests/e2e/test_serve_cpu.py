@@ -16,13 +16,13 @@ import pytest
 from rlsched import loadgen
 from rlsched.integrations.vllm_omni.cpu_server import free_port, group_members
 from rlsched.sim import load_scenario
-from tests.e2e.harness import _scrape
+from tests.e2e.harness import LOOP_ENV, LOOPS, _scrape, loop_params, uses_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 RLSCHED = [sys.executable, "-m", "rlsched"]
 
 
-def _serve_cpu(tmp_path: Path, *deploy_args: str) -> tuple[subprocess.Popen[str], Path, Path]:
+def _serve_cpu(tmp_path: Path, *deploy_args: str, loop: str = "legacy") -> tuple[subprocess.Popen[str], Path, Path]:
     cfg = tmp_path / "deploy.yaml"
     res = subprocess.run([*RLSCHED, "deploy", "--cpu", *deploy_args, "--out", str(cfg)], capture_output=True,
                          text=True, timeout=120, check=True, cwd=tmp_path)
@@ -34,7 +34,7 @@ def _serve_cpu(tmp_path: Path, *deploy_args: str) -> tuple[subprocess.Popen[str]
     with out.open("w") as o, err.open("w") as e:
         proc = subprocess.Popen([*RLSCHED, "serve-cpu", "--config", str(cfg), "--port", str(port := free_port()),
                                  "--model-dir", str(tmp_path / "e2e-model")], stdout=o, stderr=e, text=True,
-                                cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                                cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", LOOP_ENV: LOOPS[loop]})
     proc.port = port  # type: ignore[attr-defined]
     return proc, out, err
 
@@ -86,12 +86,14 @@ def test_serve_cpu_answers_a_request_and_stops_on_ctrl_c(tmp_path: Path) -> None
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_serve_cpu_serves_two_replicas_behind_the_router(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", loop_params("event-driven"))  # the router pool: test_replicas runs it legacy
+def test_serve_cpu_serves_two_replicas_behind_the_router(tmp_path: Path, loop: str) -> None:
     proc, out, err = _serve_cpu(tmp_path, "--replicas", "2", "--devices", "0,1", "--policy", "edf@rlsched",
-                                "--time-scale", "50")
+                                "--time-scale", "50", loop=loop)
     pgid = -1
     try:
         pgid = _wait_ready(proc, out, err)
+        uses_loop(err.read_text(errors="replace"), loop)
         url = f"http://127.0.0.1:{proc.port}"  # type: ignore[attr-defined]
         reqs = load_scenario("default").requests(0, 16.0, 600)
         planned = loadgen.plan(reqs, 50, max_requests=8)

@@ -2,7 +2,9 @@
 Orchestrator's poll of vLLM-Omni 0.30's ``StagePool`` (fake replica clients, no server): a state changes
 the routing; a carrier never reaches the orchestrator, nor does ``STATE_KEY``; every fault (a silent
 replica, a malformed, out-of-order or oversized state, a replica without rlsched's engine, a dead one)
-falls back to the ledger, is counted with its reason, logged once, and loses no request."""
+falls back to the ledger, is counted with its reason, logged once, and loses no request. Under both of
+vLLM-Omni's orchestration loops: the legacy poll and the event-driven one (``VLLM_OMNI_EVENT_DRIVEN_ORCH``: a
+diffusion poller task per pool feeding a dispatch queue)."""
 
 from __future__ import annotations
 
@@ -39,8 +41,21 @@ BASE = load_profile(PROFILE)
 LOGGER = "rlsched.integrations.vllm_omni.ledger_pool"
 
 
+LOOPS = {"legacy": "_orchestration_loop", "event-driven": "_orchestration_loop_event_driven"}
+
+
+@pytest.fixture(autouse=True, params=sorted(LOOPS))
+def orchestration_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test under both of the orchestrator's loops (issue 47)."""
+    monkeypatch.setattr(Rig, "loop", LOOPS[request.param])
+    return str(request.param)
+
+
 class Rig:
-    """A real Orchestrator over one ``RouterStagePool`` of ``n`` fake replicas; the pool's clock is ``clock``."""
+    """A real Orchestrator over one ``RouterStagePool`` of ``n`` fake replicas, run by the orchestrator's ``loop``
+    (a method name of ``LOOPS``); the pool's clock is ``clock``."""
+
+    loop = LOOPS["legacy"]
 
     def __init__(self, n: int = 2, router: Any = "rlsched", silence_s: float = 30.0) -> None:
         self.queues = [janus.Queue() for _ in range(3)]
@@ -55,7 +70,7 @@ class Rig:
         self._loop: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Rig:
-        self._loop = asyncio.create_task(self.orch._orchestration_loop())
+        self._loop = asyncio.create_task(getattr(self.orch, self.loop)())
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
