@@ -6,8 +6,8 @@ have not finished (its **ledger**), and — when the replica runs rlsched's engi
 ``LedgerReplica`` is one replica as such a router sees it (a ``QueueView``), ``Ledger`` the views of a
 stage's replicas (the ``LedgerStage`` a router decides on). The engine's ``RouterStagePool`` feeds it
 the replicas' published states as they reach the orchestrator; the simulator's ``view=engine`` feeds it
-the same messages, built by the same ``replica_state`` and delayed as the engine's path delays them —
-one rule, one parser, for both.
+the same states — what ``ReplicaState.read`` gives of ``replica_state``'s wire dict (the round trip itself
+skipped, tested equal) — delayed as the engine's path delays them: one rule for both.
 
 **The published state** (``replica_state``; the engine plugin piggybacks it on every output it sends,
 under ``STATE_KEY`` in the output's metrics dict, and sends one carrier output whenever its running set
