@@ -330,8 +330,12 @@ class RlschedRouter(_Followed):
             own, fits = min(own, rec.work_s), fits or fit
         for end, i in index.by_end():
             least = (end if end > now else now) + own
-            if best is not None and (not fits, least > deadline, least) > best[:3]:
-                break
+            if best is not None:
+                bound = (not fits, least > deadline, least)
+                if bound > best[:3]:
+                    break
+                if bound == best[:3] and i > best[3]:  # at best a tie, lost on the index
+                    continue
             score = self._score(i, sims[i], request, now, deadline)
             if best is None or score < best:
                 best = score

@@ -24,7 +24,7 @@ def routed(spec: str, mode: str, scan: bool, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("mode", ["request", "step"])
-@pytest.mark.parametrize("view", ["engine", "replica"])
+@pytest.mark.parametrize("view", ["engine", "ledger", "replica"])
 def test_the_index_chooses_as_reading_every_replica(mode: str, view: str, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = f"{STATIC}@rlsched;view={view}"
     assert routed(spec, mode, False, monkeypatch) == routed(spec, mode, True, monkeypatch)
