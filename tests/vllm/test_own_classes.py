@@ -72,3 +72,19 @@ def test_a_default_outside_the_classes_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="extras.rlsched.default_priority: must be one of"):
         PluginConfig(classes=CLASSES)
+
+
+def test_the_cpu_executor_costs_requests_of_own_classes() -> None:
+    """Bug: the executor standing in for the GPU (serve-cpu) built its ``Request`` from the class name alone and
+    refused every class but the shipped three."""
+    from types import SimpleNamespace
+
+    from rlsched.integrations.vllm_omni.harness.cost_executor import CostProfileExecutor
+    from tests.vllm.fakes import od
+
+    ex = CostProfileExecutor.__new__(CostProfileExecutor)
+    ex.od_config = od(extras={"rlsched": {"classes": CLASSES, "default_priority": "free"}})
+    ex._init_executor()
+    req = mk_req("P", priority="paid")
+    rec = ex._record(SimpleNamespace(req=req, request_id="P"))
+    assert rec.request.priority == "paid" and rec.work_s > 0

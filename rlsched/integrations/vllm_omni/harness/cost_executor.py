@@ -40,7 +40,7 @@ from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.scheduler import replica_devices
 from rlsched.integrations.vllm_omni.state import read_request
 from rlsched.sim.cost import CostModel
-from rlsched.sim.request import Request, RequestRecord
+from rlsched.sim.request import RequestRecord
 from rlsched.sim.truth import Truth
 
 LOG_ENV = "RLSCHED_EXECUTOR_LOG"
@@ -118,8 +118,9 @@ class CostProfileExecutor(DiffusionExecutor):
     def _record(self, new_req: Any) -> RequestRecord:
         fields, _ = read_request(new_req.req.sampling_params, self.settings)
         m = self._model
-        req = Request(0, 0.0, m.name, m.modality, fields["height"], fields["width"], fields["num_frames"],
-                      fields["steps"], fields["cfg"], fields["priority"], 1.0)
+        req = self.settings.request(0, 0.0, m.name, m.modality, fields["height"], fields["width"],
+                                    fields["num_frames"], fields["steps"], fields["cfg"], priority=fields["priority"],
+                                    slo_s=1.0)
         rec = self.cost.record(req)
         self._records[new_req.request_id] = rec
         return rec
