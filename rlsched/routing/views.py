@@ -523,6 +523,7 @@ class Ledger:
         self._cost_of, self.config, self.silence_s, self.lag_s = cost_of, config, silence_s, lag_s
         self.views: dict[int, LedgerReplica] = {}
         self.stage = LedgerStage([], seed)
+        self._slots: list[int] = []
         self.bound: dict[str, tuple[int, int]] = {}
         """vLLM request id -> (slot, the ledger's int id)."""
         self._next_id = 0
@@ -531,8 +532,9 @@ class Ledger:
 
     @property
     def slots(self) -> list[int]:
-        """The slot of each of the stage's replicas, by position."""
-        return [v.slot for v in self.stage.replicas]
+        """The slot of each of the stage's replicas, by position (kept by ``follow``: the pool reads it at
+        every decision)."""
+        return self._slots
 
     def follow(self, live: Sequence[int]) -> list[str]:
         """Make ``live`` (slot ids, in order) the routed replicas; returns the request ids whose replica
@@ -548,6 +550,7 @@ class Ledger:
                 self.views[slot] = LedgerReplica(slot, self._cost_of(slot), self.config, self.silence_s, self.stage,
                                                  self.lag_s)
         self.stage.replicas = [self.views[s] for s in live]
+        self._slots = list(live)
         return lost
 
     def new_id(self) -> int:
