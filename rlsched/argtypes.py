@@ -32,6 +32,19 @@ def flag(bound: Bound) -> Callable[[str], Any]:
     return parse
 
 
+def flag_list(bound: Bound) -> Callable[[str], list[Any]]:
+    """argparse type: comma-separated numbers, each as ``flag(bound)`` reads one (``plan --gpus 1,2,4``); the
+    same argparse error, naming the first value out of ``bound``. Keeps ``.bound`` like ``flag``."""
+    one = flag(bound)
+
+    def parse(text: str) -> list[Any]:
+        return [one(part) for part in text.split(",")]
+
+    parse.__name__ = f"{one.__name__} list"
+    parse.bound = bound  # type: ignore[attr-defined]
+    return parse
+
+
 def int_list(text: str, field: str, bound: Bound = bounds.SEED) -> list[int]:
     """``"1,2,3"`` as integers in ``bound``; anything else is a ``ConfigError`` naming ``field``."""
     try:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rlsched import bounds
-from rlsched.argtypes import flag, int_list
+from rlsched.argtypes import flag, flag_list, int_list
 from rlsched.commands.args import check_out_dir, command, existing_outputs, print_json, write_atomic
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.parallel import add_parallel_args, progress_bar
@@ -22,7 +22,7 @@ PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
                  "on training seeds; recommend one and write its vLLM-Omni stage keys.")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--gpus", default=None,
+    p.add_argument("--gpus", type=flag_list(bounds.STAGE_GPUS), default=None,
                    help="GPUs the stage gets (default: the scenario's: its replicas' GPUs, or 1); with --rate, the "
                         "GPU counts to compare (default 1,2,4,8)")
     p.add_argument("--rate", type=flag(bounds.POSITIVE), default=None, metavar="REQ_PER_S",
@@ -140,16 +140,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_counts(text: str | None, rate: float | None, own: int) -> list[int]:
-    """``--gpus``: one count (default the scenario's), or with ``--rate`` the counts to compare."""
+def _gpu_counts(counts: list[int] | None, rate: float | None, own: int) -> list[int]:
+    """``--gpus``: one count (default the scenario's), or with ``--rate`` the counts to compare (default 1,2,4,8)."""
     if rate is None:
-        if text is None:
+        if counts is None:
             return [own]
-        counts = int_list(text, "--gpus", bounds.STAGE_GPUS)
         if len(counts) > 1:
-            raise ConfigError("--gpus", f"several GPU counts ({text}) answer a fixed traffic: give --rate too")
+            raise ConfigError("--gpus", f"several GPU counts ({','.join(map(str, counts))}) answer a fixed traffic: "
+                                        "give --rate too")
         return counts
-    return int_list(text or "1,2,4,8", "--gpus", bounds.STAGE_GPUS)
+    return counts or [1, 2, 4, 8]
 
 
 def _plot(result: dict, path: Path) -> bool:

@@ -176,4 +176,15 @@ def test_every_numeric_flag_takes_exactly_its_bounds_values() -> None:
             except argparse.ArgumentTypeError as exc:
                 assert str(exc).startswith(f"must be {bound.describe()}, not "), (path, text, str(exc))
                 continue
-            assert bound.holds(value), (path, action.option_strings, text, value)
+            values = value if isinstance(value, list) else [value]  # flag_list: one value per comma
+            assert values and all(bound.holds(v) for v in values), (path, action.option_strings, text, value)
+
+
+def test_a_list_flag_reads_each_value_as_its_bound_does() -> None:
+    """``plan --gpus 1,2,4`` (with ``--rate``): each count checked by the flag's bound, argparse's own error."""
+    from rlsched.argtypes import flag_list
+
+    parse = flag_list(bounds.STAGE_GPUS)
+    assert parse("1,2,4") == [1, 2, 4] and parse.bound is bounds.STAGE_GPUS
+    with pytest.raises(argparse.ArgumentTypeError, match="must be an integer >= 1 and <= 1024, not 2000"):
+        parse("1,2000")
