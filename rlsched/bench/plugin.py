@@ -3,7 +3,10 @@
 Every shipped policy at 16, 256, 1,024 and 4,096 waiting requests, request mode
 (``RLRequestScheduler`` vs ``RequestScheduler``) and step mode (``RLStepScheduler``
 vs ``StepScheduler``), the default ``PluginConfig`` (5 ms decision budget, 100 ms
-deadline): median and p99 µs per call and the FIFO fallbacks counted, vLLM-Omni's
+deadline) with online calibration on, as users deploy it, on a fake GPU whose batch
+durations drift so that new calibration versions keep coming (``overhead.DriftingGpu``;
+``--calibrate off``: the shipped profile): median and p99 µs per call, the FIFO fallbacks
+counted (and per 1,000 calls) and the calibration versions made during the timed calls, vLLM-Omni's
 own scheduler in the same run, and what else set the slowest calls: the machine (a probe
 timed beside every call) and the garbage collector (the calls a collection ran in, and
 the p99 of the others); and the work of a call, counted (function calls a ``schedule()``,
@@ -88,8 +91,11 @@ def parse(args: argparse.Namespace) -> dict[str, Any]:
     bad = sorted(set(threads) - set(DECISION_THREADS))
     if bad:
         raise ConfigError("--decision-threads", f"unknown values {bad} (known: {', '.join(DECISION_THREADS)})")
+    calibrate = getattr(args, "calibrate", "on")
+    if calibrate not in ("on", "off"):
+        raise ConfigError("--calibrate", f"on or off, not {calibrate!r}")
     return {"policies": policies, "queues": queues, "modes": modes, "calls": calls, "rounds": rounds,
-            "threads": threads}
+            "threads": threads, "calibrate": calibrate == "on"}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -97,7 +103,8 @@ def table(result: dict[str, Any]) -> str:
     calls without a collection, overhead, admitted a call, function calls a call, disturbed calls, calls
     with a collection, fallbacks (reasons)."""
     head = ("mode", "policy", "queue", "median µs", "p99 µs", "CPU p99 µs", "p99 undisturbed µs", "p99 w/o GC µs",
-            "+median µs", "admitted/call", "fn calls/call", "disturbed calls", "GC calls", "fallbacks")
+            "+median µs", "admitted/call", "fn calls/call", "disturbed calls", "GC calls", "versions",
+            "fallbacks/1k", "fallbacks")
     lines = [tuple(head)]
     several = len(result.get("decision_threads", ["auto"])) > 1
     for r in result["rows"]:
@@ -114,15 +121,18 @@ def table(result: dict[str, Any]) -> str:
                       f"{r['p99_undisturbed_us']:,.1f}", f"{r['p99_no_gc_us']:,.1f}",
                       "" if native else f"{r['overhead_p50_us']:+,.1f}",
                       f"{r['admitted_per_call']:.2f}", f"{r['work_p50']:,.0f}", str(r["disturbed"]),
-                      str(r["gc_calls"]), "" if native else fb))
+                      str(r["gc_calls"]), "" if native else str(r["versions"]),
+                      "" if native else f"{r['fallbacks_per_1k']:g}", "" if native else fb))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = set(range(2, 13))
+    right = set(range(2, 15))
     rounds = result.get("rounds", 1)
     out = [f"schedule() per call, {result['calls']} calls a cell"
            + (f" ({rounds} rounds, queue depths in alternating order)" if rounds > 1 else "")
            + f" after {result['warmup_calls']} untimed, "
            f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
-           f"deadline {result['decision_deadline_ms']:g} ms); CPU: the process's CPU time in the call (all threads; "
+           f"deadline {result['decision_deadline_ms']:g} ms), online calibration "
+           + ("on (a drifting GPU; versions: new calibration versions during the timed calls)"
+              if result.get("calibrate", False) else "off") + "; fallbacks/1k: per 1,000 calls; CPU: the process's CPU time in the call (all threads; "
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
            f"admitted/call: requests a call admitted, on average (more work per call); "
            f"fn calls/call: function calls (Python and C) a call made, median of {result.get('work_calls', 0)} "
@@ -148,17 +158,19 @@ def table(result: dict[str, Any]) -> str:
 
 def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, modes: Sequence[str] = MODES,
             calls: int = CALLS, warmup: int = WARMUP, progress: Callable[[str], None] | None = None,
-            rounds: int = 1, threads: Sequence[str] = ("auto",)) -> dict[str, Any]:
+            rounds: int = 1, threads: Sequence[str] = ("auto",), calibrate: bool = True) -> dict[str, Any]:
     """One row per (mode, queue, scheduler): vLLM-Omni native first, then each policy, once per
     ``threads`` value (``PluginConfig.decision_thread``; interleaved cell by cell, so that two of them
-    meet the same machine; each row's ``decision_thread``).
+    meet the same machine; each row's ``decision_thread``). ``calibrate``: online calibration on, as
+    deployed, against a fake GPU whose durations drift (``overhead.plugin_scheduler``), or off.
 
     ``rounds`` > 1 runs the whole grid again, queue depths in reverse order every other round,
     and pools each cell's calls (``calls`` × ``rounds`` per row): on a machine whose speed drifts
     the depths run first would otherwise look cheaper. ``progress`` is called with a label after
     each cell. Each row: ``p50_us``, ``p99_us``, ``cpu_p50_us``, ``cpu_p99_us`` (the process's CPU
     time in the call, all threads), ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``,
-    ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
+    ``fallbacks_per_1k`` (per 1,000 timed calls), ``versions`` (calibration versions made during the timed
+    calls), ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
     probe's ``disturbed``, ``fallbacks_disturbed``,
     ``p99_undisturbed_us`` and ``probe_p50_us``, the collector's ``gc_calls`` (calls a collection ran
     in), ``gc_p50_us`` (its median time in those calls) and ``p99_no_gc_us`` (p99 of the other calls),
@@ -175,7 +187,8 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
             step = mode == "step"
             for queue in (queues if n % 2 == 0 else list(reversed(queues))):
                 for policy, thread in cells:
-                    sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step, thread)
+                    sched = o.native_scheduler(step) if policy == NATIVE else o.plugin_scheduler(policy, step, thread,
+                                                                                                  calibrate)
                     gc.collect()  # the previous cell's garbage is not this cell's cost
                     try:
                         timed.setdefault((mode, queue, policy, thread), []).append(
@@ -200,7 +213,8 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
             "calls": calls * rounds, "rounds": rounds, "warmup_calls": warmup, "probe_slowdown": o.PROBE_SLOWDOWN,
             "work_calls": o.WORK_CALLS * rounds,
             "decision_budget_ms": settings.decision_budget_ms,
-            "decision_deadline_ms": settings.decision_deadline_ms, "decision_threads": list(threads), "rows": rows}
+            "decision_deadline_ms": settings.decision_deadline_ms, "decision_threads": list(threads),
+            "calibrate": calibrate, "rows": rows}
 
 
 BASE_QUEUE = 256
@@ -237,7 +251,7 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
         return cells[0]
     out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
                            for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted", "gc_us", "work")}
-    for k in ("fallbacks", "decisions"):
+    for k in ("fallbacks", "decisions", "versions"):
         out[k] = sum(c[k] for c in cells)
     for k in ("fallback_reasons", "warmup_fallback_reasons"):
         total: Counter[str] = Counter()
@@ -257,7 +271,8 @@ def _summarize(cell: dict[str, Any]) -> dict[str, Any]:
     cpu, probes, gc_us = percentiles_us(cell.pop("cpu_us")), cell.pop("probe_us"), cell.pop("gc_us")
     clean, collected = us[~disturbed], gc_us > 0
     no_gc = us[~collected]
-    return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"],
+    per_1k = round(1000 * cell["fallbacks"] / us.size, 1) if us.size else 0.0
+    return {**percentiles_us(us), "cpu_p50_us": cpu["p50_us"], "cpu_p99_us": cpu["p99_us"], "fallbacks_per_1k": per_1k,
             "admitted_per_call": round(float(np.mean(cell.pop("admitted"))), 2), **cell,
             "disturbed": int(disturbed.sum()), "fallbacks_disturbed": int((fell_back & disturbed).sum()),
             "p99_undisturbed_us": _p99(clean), "gc_calls": int(collected.sum()),

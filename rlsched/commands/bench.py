@@ -29,6 +29,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decision-threads", default="auto",
                    help="plugin: comma-separated PluginConfig.decision_thread values to time side by side, "
                         "interleaved (auto, engine, worker; default auto, as served)")
+    p.add_argument("--calibrate", choices=("on", "off"), default="on",
+                   help="plugin: online calibration as users deploy it (on, the default: the fake GPU's batch "
+                        "durations drift, so new calibration versions keep coming) or off (the shipped profile)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 

@@ -40,20 +40,23 @@ Old evidence fades (``forget`` per batch) so the fit follows a drifting GPU. Exa
 profile is the truth) never move it.
 
 Numbers the scheduler takes to be true of every request are unchanged: tokens, shapes, deadlines.
-A state that adopts a new version refreshes its waiting and running records' cost figures and
-restarts its journal, so a policy's queue index re-ranks them once (``refresh``).
+A state that adopts a new version re-costs its waiting and running records (``Recosting``, the one rule of the
+simulator and the engine plugin): all at once, its journal restarted so a policy's queue index re-ranks them
+once — or, in the engine with more live records than one ``slice``, memory at once and time a slice at a time
+between decisions, so no decision pays for a version.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import RUNNING, WAITING, RequestRecord
-from rlsched.sim.truth import rescaled
+from rlsched.sim.truth import MEMORY_TERMS, rescaled
+from rlsched.sim.view import ENQUEUED, Journal
 
 LOW, HIGH = 0.25, 4.0
 """Bounds on every scale: a profile off by more than 4x is the wrong profile, not one to calibrate."""
@@ -255,6 +258,120 @@ def refresh(records: Iterable[RequestRecord], cost: CostModel) -> None:
             fresh.encode_s, fresh.decode_s, fresh.work_s, fresh.step_s, fresh.mem_gb)
 
 
+class Recosting:
+    """How a state takes a new cost (a calibration version): the one rule of the simulator and the engine plugin.
+
+    * **At once** (``slice`` None, the simulator; or no more live records than ``slice``): every live record
+      re-costed (``refresh``) and the journal restarted, so every reader of it (a policy's ``QueueIndex``)
+      re-ranks the queue at its next read — O(queue) in that read.
+    * **In slices** (the engine plugin, more live records than ``slice``): what a version costs must not land
+      in a decision (issue 47: at 4,096 waiting, each version's re-ranking overran the decision budget and
+      handed the call to the fallback). Memory at once, when the version moved it: each live record's
+      ``mem_gb`` (one figure that no reader ranks on: nobody re-ranks), so every admission check reads the
+      current calibrated memory. The time figures ``advance`` ``slice`` records at a time between decisions
+      (oldest first: the waiting queue's order), each waiting one journaled as re-enqueued, which a reader
+      re-ranks alone: the next decision replays O(slice) entries, not O(queue). A version that comes during a
+      pass starts a new pass when this one ends, and a record that arrives during a pass takes its times
+      (``joined``): the live records hold two versions' times at most, so a policy's groups by standalone
+      work split in two at most (arrivals at every new version's times split them in as many as came, and
+      made the candidate policies' work grow with the queue).
+
+    ``recosted`` counts the records whose time figures were re-costed (at once or in slices).
+    """
+
+    def __init__(self, journal: Callable[[], Journal], live: Callable[[], Collection[RequestRecord]],
+                 slice: int | None = None) -> None:
+        self._journal, self._live, self.slice = journal, live, slice
+        self.recosted = 0
+        self._target: CostModel | None = None
+        """The cost of the pass in progress (None: no pass)."""
+        self._newest: CostModel | None = None
+        self._pending: list[RequestRecord] = []
+        """The records the pass has still to re-cost, the next one last."""
+        self._figures: dict[int, tuple[CostModel, dict[tuple, RequestRecord]]] = {}
+        """Cost figures by cost (the newest two) and request shape (``_shape``)."""
+
+    @property
+    def pending(self) -> int:
+        """Records the pass in progress has still to re-cost."""
+        return len(self._pending)
+
+    @property
+    def passing(self) -> bool:
+        """A pass is in progress (``advance`` has work: this pass's records, or the next pass's)."""
+        return self._target is not None
+
+    def adopt(self, old: CostModel, cost: CostModel) -> None:
+        """Decide on ``cost`` from now on (the state's cost was ``old``)."""
+        live = self._live()
+        if self.slice is None or (self._target is None and len(live) <= self.slice):
+            refresh(live, cost)
+            self._journal().restart()
+            self.recosted += len(live)
+            return
+        if any(_memory(m) != _memory(old.models.get(name)) for name, m in cost.models.items()):
+            for rec in live:
+                if rec.status in (WAITING, RUNNING):
+                    rec.mem_gb = self._shape(cost, rec).mem_gb
+        self._newest = cost
+        if self._target is None:
+            self._start(cost)
+
+    def joined(self, rec: RequestRecord) -> None:
+        """``rec`` was just made at the state's (newest) cost: during a pass its time figures are the pass's, as
+        every record it has reached (so the live records hold two versions' times at most; memory the newest)."""
+        target = self._target
+        if target is not None and target is not self._newest:
+            fresh = self._shape(target, rec)
+            rec.encode_s, rec.decode_s, rec.work_s, rec.step_s = fresh.encode_s, fresh.decode_s, fresh.work_s, \
+                fresh.step_s
+
+    def advance(self) -> int:
+        """Re-cost the time figures of up to ``slice`` records of the pass in progress; how many."""
+        done, journal = 0, None
+        while self._target is not None and done < (self.slice or 0):
+            if not self._pending:  # the pass is over: the next one, if a version came during it
+                ended, self._target = self._target, None
+                if self._newest is not ended:
+                    self._start(self._newest)
+                continue
+            rec = self._pending.pop()
+            if rec.status not in (WAITING, RUNNING):
+                continue
+            fresh = self._shape(self._target, rec)
+            rec.encode_s, rec.decode_s, rec.work_s, rec.step_s = fresh.encode_s, fresh.decode_s, fresh.work_s, \
+                fresh.step_s
+            if rec.status == WAITING:  # a reader re-ranks it alone (a re-enqueue replaces its entry)
+                journal = journal or self._journal()
+                journal.append(ENQUEUED, rec)
+            done += 1
+        self.recosted += done
+        return done
+
+    def _start(self, cost: CostModel | None) -> None:
+        self._target = cost
+        self._pending = list(self._live()) if cost is not None else []
+        self._pending.reverse()  # popped from the end: oldest first
+
+    def _shape(self, cost: CostModel, rec: RequestRecord) -> RequestRecord:
+        """``cost``'s figures for ``rec``'s shape (``Request.key``: every field ``CostModel.record`` reads),
+        computed once per shape and cost (the two costs in use: a pass's and the newest)."""
+        held = self._figures.get(id(cost))
+        if held is None or held[0] is not cost:
+            if len(self._figures) >= 2:
+                self._figures.pop(next(iter(self._figures)))
+            held = self._figures[id(cost)] = (cost, {})
+        figures, key = held[1], rec.request.key()
+        fresh = figures.get(key)
+        if fresh is None:
+            fresh = figures[key] = cost.record(rec.request)
+        return fresh
+
+
+def _memory(m: Any) -> tuple[float, ...] | None:
+    return None if m is None else tuple(getattr(m, k) for k in MEMORY_TERMS)
+
+
 def _solve(s: list[list[float]], b: list[float], prior: float) -> tuple[float, float, float]:
     """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + (θ₂ − θ₁)² + (θ₃ − θ₁)²), each θ clipped to
     [LOW, HIGH].
@@ -284,4 +401,4 @@ def _clip(v: float) -> float:
     return min(max(v, LOW), HIGH)
 
 
-__all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "ROOM_HIGH", "CostCalibrator", "refresh"]
+__all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "ROOM_HIGH", "CostCalibrator", "Recosting", "refresh"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from rlsched.errors import InvalidDecision, InvalidRequest
 from rlsched.sim.admission import admitted, split_oom
 from rlsched.sim.cost import CostModel
-from rlsched.sim.online import CostCalibrator, refresh
+from rlsched.sim.online import CostCalibrator, Recosting
 from rlsched.sim.request import (
     COMPLETED,
     FAILED_OOM,
@@ -389,9 +389,8 @@ class Simulator:
     def adopt_cost(self, cost: CostModel) -> None:
         """Decide on ``cost`` from now on (a calibration version, this replica's or one it heard of): live
         records re-costed, the journal restarted (every policy's queue index re-ranks once)."""
-        self.cost = cost
-        refresh(self.records.values(), cost)
-        self.journal.restart()
+        old, self.cost = self.cost, cost
+        Recosting(lambda: self.journal, self.records.values).adopt(old, cost)  # at once: the plugin's rule
 
     def _true_records(self, batch: list[RequestRecord]) -> list[RequestRecord]:
         assert self.truth is not None

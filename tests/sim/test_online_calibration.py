@@ -11,8 +11,9 @@ from rlsched.policies.base import calibrates
 from rlsched.routing.routers import make_router
 from rlsched.sim import ServingConfig, Simulator, load_scenario
 from rlsched.sim.cost import load_profile
-from rlsched.sim.online import HIGH, CostCalibrator, refresh
+from rlsched.sim.online import HIGH, CostCalibrator, Recosting, refresh
 from rlsched.sim.truth import Truth, scaled
+from rlsched.sim.view import Journal
 from tests.conftest import make_request
 
 COST = load_profile("qwen-image-h200")
@@ -73,6 +74,32 @@ def test_refresh_recosts_waiting_records_only() -> None:
     refresh(recs, slow)
     assert recs[0].work_s == pytest.approx(slow.record(recs[0].request).work_s)
     assert recs[1].work_s == COST.record(recs[1].request).work_s
+
+
+def test_recosting_in_slices_takes_memory_at_once_and_time_a_slice_at_a_time() -> None:
+    """The engine's pace (issue 47): past one slice of live records a version re-costs no record's time when
+    adopted, only its memory; each ``advance`` re-costs one slice (journaled as re-enqueues, never a restart);
+    versions adopted during a pass wait for it, then one more pass takes the newest. At or below a slice, and
+    always without one (the simulator), every figure at once and the journal restarted."""
+    recs = [COST.record(make_request(i, size=(512, 1024)[i % 2])) for i in range(10)]
+    journal = Journal()
+    pace = Recosting(lambda: journal, lambda: recs, slice=4)
+    slow, slower = scaled(COST, time_scale=1.5, memory_scale=1.2), scaled(COST, time_scale=2.0, memory_scale=1.2)
+    pace.adopt(COST, slow)
+    assert [r.mem_gb for r in recs] == [slow.record(r.request).mem_gb for r in recs]
+    assert [r.work_s for r in recs] == [COST.record(r.request).work_s for r in recs] and journal.end == 0
+    assert pace.advance() == 4 and journal.end == 4 and len(journal) == 4  # re-enqueues: no restart
+    pace.adopt(slow, slower)  # during the pass: it waits
+    assert pace.advance() == 4 and pace.advance() == 4  # the first pass ends, the next starts (oldest first)
+    assert [r.work_s for r in recs] == [slower.record(r.request).work_s for r in recs[:2]] + [
+        slow.record(r.request).work_s for r in recs[2:]]
+    while pace.advance():
+        pass
+    assert not pace.passing and all(r.work_s == slower.record(r.request).work_s for r in recs)
+    assert pace.recosted == 20
+    at_once = Recosting(lambda: journal, lambda: recs[:4], slice=4)
+    at_once.adopt(slower, COST)
+    assert [r.work_s for r in recs[:4]] == [COST.record(r.request).work_s for r in recs[:4]] and len(journal) == 0
 
 
 def test_a_calibrating_simulator_recovers_the_true_belief_and_rebuilds_the_policy_index() -> None:

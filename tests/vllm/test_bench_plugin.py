@@ -118,7 +118,11 @@ def test_table_and_command_line(result: dict) -> None:
     assert f"p99 at {QUEUES[-1]:,} waiting / p99 at {QUEUES[0]:,}" in text
     kw = bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1))
     assert kw == {"policies": list(bench.POLICIES), "queues": [16, 256, 1024, 4096], "modes": ["step"],
-                  "calls": bench.CALLS, "rounds": 1, "threads": ["auto"]}
+                  "calls": bench.CALLS, "rounds": 1, "threads": ["auto"], "calibrate": True}
+    assert bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1,
+                                          calibrate="off"))["calibrate"] is False
+    with pytest.raises(ConfigError, match="--calibrate"):
+        bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1, calibrate="of"))
     with pytest.raises(ConfigError, match="--decision-threads"):
         bench.parse(argparse.Namespace(policies="", queues="", modes="step", calls=None, rounds=1,
                                        decision_threads="auto,gpu"))
@@ -189,15 +193,29 @@ def test_a_calls_work_does_not_grow_with_the_queue() -> None:
     assert all(ratio <= 1.5 for ratio in ratios.values()), ratios
 
 
-def test_the_bench_plugin_does_not_calibrate_on_its_instant_batches() -> None:
-    """The fake runner's waves take microseconds: a calibrator would fit a GPU 4x faster than the profile
-    at some call and change what the policies decide mid-bench (work at 4,096 waiting 1.34-1.76x that at
-    1,024 for pick when it did). Asked for, calibration stays on."""
+def test_the_bench_plugin_calibrates_as_deployed_on_a_gpu_that_moves_the_calibrator() -> None:
+    """Calibration on by default (the settings users deploy), against a fake GPU whose batch durations drift:
+    new versions come while the calls are timed (their cost is the bench's to time, and
+    ``test_calibration_versions``'s to count); ``calibrate=False`` serves the shipped profile (a policy's own
+    ``calibrate`` option kept)."""
     from rlsched.integrations.vllm_omni.harness import overhead
 
-    for policy, calibrated in (("fifo", False), ("fifo;calibrate=on", True)):
-        sched = overhead.plugin_scheduler(policy, step=False)
+    cell = _cell("edf", calibrate=True)
+    assert cell["versions"] >= 2, cell
+    for policy, calibrate, calibrated in (("fifo", False, False), ("fifo;calibrate=on", False, True),
+                                          ("fifo", True, True)):
+        sched = overhead.plugin_scheduler(policy, step=False, calibrate=calibrate)
         try:
             assert (sched.rl_state.calibrator is not None) is calibrated, policy
         finally:
             overhead.close(sched)
+
+
+def _cell(policy: str, calibrate: bool) -> dict:
+    from rlsched.integrations.vllm_omni.harness import overhead
+
+    sched = overhead.plugin_scheduler(policy, step=False, calibrate=calibrate)
+    try:
+        return overhead.time_cell(sched, 256, False, 100, 3)
+    finally:
+        overhead.close(sched)

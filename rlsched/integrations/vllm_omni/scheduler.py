@@ -41,6 +41,11 @@ predicted end from the cost model, what finished or was preempted since). ``RLDi
 it to the outputs it sends, and sends a carrier output when a ``schedule()`` changed the running set
 (``take_carrier``).
 
+With online calibration on (the default), a new calibrated cost reaches the queue without costing a decision
+(``PluginState.adopt_cost``, ``rlsched.sim.online.Recosting``): memory at once, so every check above reads the
+calibrated memory; time ``RECOST_SLICE`` records after each batch, in ``update_from_output``, so the next
+decision replays a slice of its queue index, never re-ranks the queue (a queue of one slice or less: at once).
+
 A "wait" decision (empty batch) admits nothing new when something is running; when
 nothing runs it is overridden and the fallback admits (the engine would otherwise spin on an
 empty schedule), counted in ``waits_overridden``. Request mode keeps vLLM-Omni's
@@ -93,6 +98,12 @@ def freeze_gc_heap() -> None:
     gc.freeze()
 
 
+RECOST_SLICE = 32
+"""Records whose time figures a new calibration version re-costs after each batch (``Recosting``), when more
+are live; at most as many at once. A slice adds that many entries to the policy's journal, which the next
+decision replays (a few µs each): a version costs the decisions after it O(slice), never O(queue). A queue of
+4,096 is at the new version's times within 128 batches (versions that come meanwhile wait for the pass; each
+moves a scale by a few per cent), its memory at once."""
 QUEUE_DEPTH_INTERVAL_S = 0.1
 """The ``rlsched_queue_depth`` gauges are refreshed at most this often (counting costs O(queue))."""
 _COMPLETED = DiffusionRequestStatus.FINISHED_COMPLETED
@@ -181,7 +192,7 @@ class _PolicyScheduling:
             exception_reasons=_REASONS, pause_gc=settings.pause_gc_in_decisions)
         calibrator = CostCalibrator(cost) if calibrates(settings.policy) else None
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings),
-                                    calibrator)
+                                    calibrator, RECOST_SLICE)
         self.policy.reset(self.rl_state)
         self.publisher = StatePublisher(self._clock) if settings.publish_state else None
         self._reset_publishing()
@@ -289,6 +300,7 @@ class _PolicyScheduling:
             self._calibrated(self.rl_state)  # a version this batch's time or OOM made
         except Exception:  # metrics and logs are advisory
             pass
+        self._recost_some()
         finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
         if self.publisher is not None:
             self._publish(finished, at_schedule=False)
@@ -442,6 +454,17 @@ class _PolicyScheduling:
             return False
         self.get_request_state(request_id).status = DiffusionRequestStatus.WAITING  # type: ignore[attr-defined]
         return True
+
+    def _recost_some(self) -> None:
+        """Between decisions, after each batch: one slice of what a new calibration version left to re-cost
+        (``PluginState.recost_some``: ``RECOST_SLICE`` records' time figures; their memory is current already)."""
+        st = self.rl_state
+        if st is None:
+            return
+        try:
+            st.recost_some()
+        except Exception:  # a record re-costed later is decided on at its old time: never fail the engine
+            _log.debug("rlsched: re-costing failed", exc_info=True)
 
     def _calibrated(self, st: PluginState | None) -> None:
         """A new calibration version: logged, exported (the served model's scales); once each. Looked at
@@ -604,7 +627,7 @@ class _PolicyScheduling:
         if st is None or st.records:  # never drop a live request's record
             return
         self.rl_state = PluginState(st.shipped, st.config, st.settings, self._clock, st._telemetry_source,
-                                    st.calibrator)
+                                    st.calibrator, RECOST_SLICE)
         self.policy.reset(self.rl_state)
         self._update_queue_depth(force=True)
 

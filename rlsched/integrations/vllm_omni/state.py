@@ -45,7 +45,7 @@ from rlsched import bounds
 from rlsched.bounds import Bound
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.sim.cost import CostModel
-from rlsched.sim.online import CostCalibrator, refresh
+from rlsched.sim.online import CostCalibrator, Recosting
 from rlsched.sim.request import COMPLETED, RUNNING, WAITING, Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.telemetry import UNKNOWN, Telemetry, TelemetrySample
@@ -306,10 +306,14 @@ class PluginState:
 
     def __init__(self, cost: CostModel, config: ServingConfig, settings: PluginConfig,
                  clock: Clock = time.monotonic, telemetry: Any = None,
-                 calibrator: CostCalibrator | None = None) -> None:
+                 calibrator: CostCalibrator | None = None, recost_slice: int | None = None) -> None:
         self.calibrator = calibrator
         """Online calibration (``rlsched.sim.online``; None: ``calibrate=off``): ``cost`` is its current
         version, ``observe_batch`` feeds it."""
+        self.recosting = Recosting(lambda: self.journal, self._live, recost_slice)
+        """How a new cost reaches the live records (``adopt_cost``): at once (``recost_slice`` None), or, past
+        ``recost_slice`` live records, memory at once and time a slice per ``recost_some`` (the engine's
+        scheduler calls it after each batch, between decisions)."""
         self._capacity_read = False
         """Whether the device's total memory has been read into the calibrator (``_read_telemetry``)."""
         self.shipped = calibrator.base if calibrator is not None else cost
@@ -381,13 +385,13 @@ class PluginState:
     def _record(self, iid: int, now: float, fields: dict[str, Any]) -> RequestRecord:
         req = request_of(iid, now, fields, self.settings, self.shipped, self._model)
         rec = self.cost.record(req)
+        self.recosting.joined(rec)  # a pass in progress: its times (memory: the newest)
         rec.deadline_s = req.arrival_s + req.slo_s
         return rec
 
     def observe_batch(self, batch: Sequence[RequestRecord], steps_done: Sequence[int], seconds: float) -> bool:
         """A batch (request mode: a wave; step mode: a step) took ``seconds`` on the plugin clock: the calibrator
-        learns from it; True when the cost moved (a new version: every live record re-costed, the journal
-        restarted so the policy's queue index re-ranks once)."""
+        learns from it; True when the cost moved (a new version, adopted: ``adopt_cost``)."""
         cal, cfg = self.calibrator, self.config
         return cal is not None and bool(batch) and self._learned(lambda: cal.observe(
             batch[0].request.model,
@@ -396,7 +400,7 @@ class PluginState:
 
     def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
         """``batch`` failed out of memory in the engine: the calibrator raises its memory scale; True when the
-        cost moved (every live record re-costed, as ``observe_batch``)."""
+        cost moved (every live record's memory at once: ``adopt_cost``)."""
         cal = self.calibrator
         return cal is not None and bool(batch) and self._learned(lambda: cal.observe_oom(batch))
 
@@ -410,12 +414,25 @@ class PluginState:
         return True
 
     def adopt_cost(self, cost: CostModel) -> None:
-        """Decide on ``cost`` from now on (a replica's published calibration, in a central view): every live
-        record re-costed, the journal restarted."""
+        """Decide on ``cost`` from now on (a new calibration version; a replica's published one, in a central
+        view): the live records re-costed by ``recosting``'s rule — at once, the journal restarted; or, past
+        its slice, memory at once and time a slice per ``recost_some``, so no decision re-ranks the queue."""
         with self._lock:
-            self.cost = cost
-            refresh(self.records.values(), cost)
-            self.journal.restart()
+            old, self.cost = self.cost, cost
+            self.recosting.adopt(old, cost)
+
+    def recost_some(self) -> int:
+        """Between decisions: the time figures of one slice of the records a new version left to re-cost
+        (``Recosting.advance``); how many."""
+        if not self.recosting.passing:
+            return 0
+        with self._lock:
+            return self.recosting.advance()
+
+    def _live(self) -> list[RequestRecord]:
+        """Every live record, running first, then the waiting ones in queue order (a pass re-costs the
+        oldest first)."""
+        return [*self.running, *self.waiting.values()]
 
     def note_preempted(self, name: str) -> None:
         """``name`` was moved from running back to the head of vLLM's queue (step mode);

@@ -4,7 +4,7 @@ Imports vLLM-Omni (the plugin tier only); ``rlsched.bench.plugin``
 imports this module when the bench runs. Real ``OmniDiffusionRequest`` objects in
 the real ``RequestScheduler``/``StepScheduler`` (native) and ``RLRequestScheduler``/
 ``RLStepScheduler`` (the plugin, default ``PluginConfig``: decision budget and
-deadline as served, no NVML, metrics in their own registry), with a fake runner:
+deadline as served, online calibration on, no NVML, metrics in their own registry), with a fake runner:
 
 - the queue is refilled to ``queue`` waiting requests before every call, four
   compatibility keys (``SIZES``) mixed, alternating ``realtime``/``batch``;
@@ -12,7 +12,9 @@ deadline as served, no NVML, metrics in their own registry), with a fake runner:
   process spent in it, every thread (``cpu_us``: the decision thread included; a call that
   waited for a core, e.g. on a shared machine, costs wall time but no CPU time);
 - after the call, request mode completes the whole wave; step mode runs one denoise
-  step of every scheduled request (2 steps a request) and pops what finished.
+  step of every scheduled request (2 steps a request) and pops what finished; the plugin's
+  clock moves by the batch's duration on a GPU that drifts (``DriftingGpu``), so the calibrator
+  makes a new version every few batches, as on a GPU the profile does not match.
 
 Machine probe: this runs on shared virtual machines whose CPU now and then runs ~10x slower for
 tens of milliseconds (CPU time counted: no wait for a core, every operation slower). A fixed
@@ -51,6 +53,7 @@ work inside one C call (a ``deque.index`` scan counts one) and a decision on a w
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import time
 from collections import Counter
@@ -71,6 +74,7 @@ from rlsched.integrations.vllm_omni.deadline import DeadlineRunner
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics
 from rlsched.integrations.vllm_omni.scheduler import RLRequestScheduler, RLStepScheduler, freeze_gc_heap
 from rlsched.policies.base import CALIBRATE, parse_spec
+from rlsched.sim.truth import rescaled
 
 SIZES = (512, 768, 1024, 1328)
 """Height = width of the requests: four compatibility keys, mixed in the queue."""
@@ -154,21 +158,60 @@ def native_scheduler(step: bool) -> Any:
     return sched
 
 
-def plugin_scheduler(policy: str, step: bool, decision_thread: str = "auto") -> Any:
+def plugin_scheduler(policy: str, step: bool, decision_thread: str = "auto", calibrate: bool = True) -> Any:
     """The plugin as served: default ``PluginConfig`` except no NVML (and ``decision_thread``);
-    its own metrics registry; no online calibration unless ``policy`` asks for it (``calibrate=off``
-    added): the fake runner's batches take microseconds, and a calibrator would learn from them a GPU
-    4x faster than the profile (its bound), which changes what a policy decides, and so its work, by
-    chance of when the fit moves. What a calibration's version costs the next decisions is
-    ``rlsched bench calibration``'s."""
+    its own metrics registry. With ``calibrate`` (the default, as users deploy it) online calibration is
+    on and the plugin's clock is a ``DriftingGpu``'s (``scheduler.gpu``): every batch the runner completes
+    takes its duration on a GPU whose speed drifts, so the calibrator keeps making new versions while the
+    calls are timed. ``calibrate=False`` serves ``calibrate=off`` on the wall clock (the fake runner's
+    batches take microseconds), unless ``policy`` names the option itself."""
     cls = RLStepScheduler if step else RLRequestScheduler
-    if CALIBRATE not in parse_spec(policy).options:
+    if not calibrate and CALIBRATE not in parse_spec(policy).options:
         policy = f"{policy};{CALIBRATE}=off"
     settings = PluginConfig(policy=policy, telemetry=False, decision_thread=decision_thread)
-    sched = cls(policy, settings, metrics=PluginMetrics(CollectorRegistry()))
+    gpu = DriftingGpu() if calibrate else None
+    sched = cls(policy, settings, metrics=PluginMetrics(CollectorRegistry()), clock=gpu)
+    sched.gpu = gpu
     sched.initialize(od())
     sched.end_warmup()  # serving starts as the engine starts it (a fresh view, the start-up heap frozen)
     return sched
+
+
+class DriftingGpu:
+    """The plugin clock of a calibrating cell: it stands still during a ``schedule()`` and moves by each
+    batch's duration on a GPU that drifts (``run``, before the batch's ``update_from_output``): the
+    shipped profile's time ×``1.25 + 0.25·sin``, its attention term ×``1 + 0.2·cos`` more, over a period
+    of ``PERIOD`` batches. The fit follows it (``CostCalibrator.forget``), so a new version comes every
+    few batches, at every depth alike (``versions``: how many the calibrator has made)."""
+
+    PERIOD = 1000
+
+    def __init__(self) -> None:
+        self.t, self.batches = 1.0, 0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def run(self, sched: Any, out: Any, step: bool) -> None:
+        """``out``'s batch ran: the clock moves by its duration on the drifting GPU."""
+        st, ids = sched.rl_state, tuple(out.scheduled_request_ids)
+        recs, done = sched._batch_records(ids, [sched._steps_done(rid) for rid in ids])
+        if st is None or not recs:
+            return
+        phase = 2 * math.pi * self.batches / self.PERIOD
+        self.batches += 1
+        model = recs[0].request.model
+        truth = rescaled(st.shipped, {model: (1.25 + 0.25 * math.sin(phase), 1.0 + 0.2 * math.cos(phase), 1.0)},
+                         "drift")
+        cfg = st.config
+        self.t += truth.batch_duration([truth.record(r.request) for r in recs], step, cfg.engine_overhead_ms,
+                                       cfg.engine_overhead_ms_per_mpx, done)
+
+
+def versions(sched: Any) -> int:
+    """The calibration versions the plugin's calibrator has made (0 without one)."""
+    cal = getattr(getattr(sched, "rl_state", None), "calibrator", None)
+    return cal.version if cal is not None else 0
 
 
 def close(sched: Any) -> None:
@@ -243,7 +286,8 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     counted during the timed calls, and the machine probe's verdict (module docstring):
     ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, ``admitted`` (requests each
     call admitted: a policy whose batches grow with the queue does more work per call there),
-    ``gc_us`` (µs the garbage collector ran inside each call) and ``work`` (function calls in each of
+    ``gc_us`` (µs the garbage collector ran inside each call), ``versions`` (new calibration versions during
+    the timed calls: ``DriftingGpu``) and ``work`` (function calls in each of
     ``WORK_CALLS`` untimed calls after them; NaN where the decision runs on a worker thread)."""
     feeder, runner, collections = Feeder(), StepRunner(), Collections()
     us, cpu, admitted, gc_us = np.empty(calls), np.empty(calls), np.zeros(calls), np.zeros(calls)
@@ -261,6 +305,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
             feeder.refill(sched, queue)
             _complete(sched, sched.schedule(), step, runner)
         fb0, reasons0, dec0 = _counts(sched)
+        v0 = versions(sched)
         for i in range(calls):
             feeder.refill(sched, queue)
             before = int(getattr(sched, "fallbacks", 0))
@@ -279,10 +324,11 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     probes[calls] = probe() / 1e3
     slow = probes > PROBE_SLOWDOWN * float(np.median(probes))
     fb, reasons, dec = _counts(sched)  # before the counted calls: profiled, they run slower than served
+    new_versions = versions(sched) - v0
     work = _count_work(sched, queue, step, runner, feeder, WORK_CALLS)
     reasons.subtract(reasons0)
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
-            "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0),
+            "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0), "versions": new_versions,
             "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes,
             "admitted": admitted, "gc_us": gc_us, "work": work}
 
@@ -319,7 +365,11 @@ def _count_work(sched: Any, queue: int, step: bool, runner: StepRunner, feeder: 
 
 
 def _complete(sched: Any, out: Any, step: bool, runner: StepRunner) -> None:
-    """What the runner does with a call's batch: one step of each (step mode), the whole wave (request mode)."""
+    """What the runner does with a call's batch: one step of each (step mode), the whole wave (request mode);
+    a calibrating cell's clock moves by the batch's duration first (``DriftingGpu``)."""
+    gpu = getattr(sched, "gpu", None)
+    if gpu is not None:
+        gpu.run(sched, out, step)
     if step:
         runner.step(sched, out)
     else:
