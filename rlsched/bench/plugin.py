@@ -132,7 +132,8 @@ def table(result: dict[str, Any]) -> str:
            f"max_num_seqs {result['max_num_seqs']}, default PluginConfig (budget {result['decision_budget_ms']:g} ms, "
            f"deadline {result['decision_deadline_ms']:g} ms), online calibration "
            + ("on (a drifting GPU; versions: new calibration versions during the timed calls)"
-              if result.get("calibrate", False) else "off") + "; fallbacks/1k: per 1,000 calls; CPU: the process's CPU time in the call (all threads; "
+              if result.get("calibrate", False) else "off")
+           + "; fallbacks/1k: per 1,000 calls; CPU: the process's CPU time in the call (all threads; "
            f"wall time beyond it was spent waiting for a core); +median: over vLLM-Omni's in the same mode and queue; "
            f"admitted/call: requests a call admitted, on average (more work per call); "
            f"fn calls/call: function calls (Python and C) a call made, median of {result.get('work_calls', 0)} "
