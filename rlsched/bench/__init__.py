@@ -25,6 +25,7 @@ MODULES: dict[str, str] = {
     "decision": "rlsched.bench.decision",
     "route": "rlsched.bench.decision",
     "plugin": "rlsched.bench.plugin",
+    "central": "rlsched.bench.central",
     "calibration": "rlsched.bench.calibration",
 }
 """Bench name -> the module that registers it."""

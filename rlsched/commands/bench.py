@@ -24,7 +24,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="plugin: run the whole grid this many times, queue depths in alternating order, and pool "
                         "each cell's calls (a drifting machine then does not favour the depths run first)")
     p.add_argument("--queues", default="", help="plugin: comma-separated waiting-queue depths "
-                                                "(default 16,256,1024,4096)")
+                                                "(default 16,256,1024,4096); central: requests parked in "
+                                                "one burst (default 200)")
     p.add_argument("--modes", default="request,step", help="plugin: request, step or both")
     p.add_argument("--decision-threads", default="auto",
                    help="plugin: comma-separated PluginConfig.decision_thread values to time side by side, "
@@ -32,6 +33,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", choices=("on", "off"), default="on",
                    help="plugin: online calibration as users deploy it (on, the default: the fake GPU's batch "
                         "durations drift, so new calibration versions keep coming) or off (the shipped profile)")
+    p.add_argument("--load-threads", type=flag(bounds.COUNT), default=1,
+                   help="central: Python threads computing beside the orchestrator's (the API server's other work)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 

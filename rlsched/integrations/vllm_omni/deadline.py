@@ -19,6 +19,13 @@ is ``busy`` (calls are refused at once, FIFO serves), then it serves again. The 
 decides how long to back off and must ``reset`` the policy first: an interrupted
 decision may have left its own structures half-updated. Results carry the job's
 number, so a late call's result is never taken for a later call's. No vLLM import.
+
+Each runner also says how long the decision itself ran (``last_own_s``, what a budget is checked
+against), apart from the time the caller waited: ``InlineRunner`` the calling thread's CPU time (its
+Python code never blocks, so every other moment of the call was the host's: a wait for a CPU, or for
+the GIL while another thread of the process ran); ``DeadlineRunner`` the worker's time inside the
+call less its waits for a CPU (``runnable_s``: a policy rlsched does not ship may sleep or block, which
+counts), so neither the two thread hand-offs nor the host's load count against the policy.
 """
 
 from __future__ import annotations
@@ -34,6 +41,18 @@ from collections.abc import Callable
 from typing import Any
 
 from rlsched.errors import RlschedError
+
+
+def runnable_s() -> float:
+    """Seconds of the calling thread's life that it was not waiting for a CPU: the wall clock less the
+    kernel's run-queue delay of the thread (Linux ``/proc/thread-self/schedstat``); the wall clock alone
+    where that file cannot be read."""
+    now = time.perf_counter()
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return now - int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return now
 
 
 class DecisionTimeout(RlschedError, TimeoutError):
@@ -61,6 +80,8 @@ class DeadlineRunner:
         self._late: int | None = None
         """The number of the overrun job while the worker is still inside it."""
         self._running_job = -1
+        self.last_own_s = 0.0
+        """The last completed call's time on the worker less its waits for a CPU (``runnable_s``)."""
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)  # never blocks exit
         self._thread.start()
 
@@ -86,6 +107,7 @@ class DeadlineRunner:
             if not isinstance(value, Exception):
                 raise PolicyAbort(f"decide raised {type(value).__name__}: {value}") from None
             raise value
+        value, self.last_own_s = value
         return value
 
     @property
@@ -116,7 +138,9 @@ class DeadlineRunner:
                 seq, fn, arg = job
                 self._running_job = seq
                 try:
-                    result = (seq, True, fn(arg))
+                    t0 = runnable_s()
+                    value = fn(arg)
+                    result = (seq, True, (value, runnable_s() - t0))
                 except BaseException as exc:  # noqa: BLE001 (the interrupt lands here too): report, keep serving
                     result = (seq, False, exc)
                 self._running_job = -1
@@ -167,6 +191,8 @@ class InlineRunner:
         self.deadline_s = deadline_s
         self.poll_s = deadline_s / 4
         self.overruns = 0
+        self.last_own_s = 0.0
+        """The last completed call's CPU time on the calling thread (``time.thread_time``)."""
         self._lock = threading.Lock()
         self._job: tuple[int, float] | None = None
         """(thread id, due time) of the call in progress."""
@@ -192,7 +218,9 @@ class InlineRunner:
             try:
                 with self._lock:
                     self._job, self._fired = (ident, due), False
+                cpu = time.thread_time()
                 value = fn(arg)
+                self.last_own_s = time.thread_time() - cpu
             finally:
                 self._job = None  # first, before any point where an exception could be delivered
                 try:

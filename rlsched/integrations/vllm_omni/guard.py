@@ -42,7 +42,13 @@ class GuardedDecision:
     """Asks a decider through ``runner`` and says why not when it cannot use the answer.
 
     ``reset``: called before the next decision after one raised or was interrupted. ``observe``: each
-    completed decision's seconds (a latency histogram). ``exception_reasons``: a reason for an exception
+    completed decision's own seconds, those checked against the budget (a latency histogram).
+
+    The budget is checked against the time the decision itself ran (the runner's ``last_own_s``: CPU time
+    on the caller's thread for rlsched's policies; a worker's time less its waits for a CPU for any other),
+    not the time the caller waited: on a loaded host a 0.2 ms central decision waited up to 8 ms for a CPU
+    (the kernel's run-queue delay) or for the GIL, and 2 ms of wall clock discarded it (issue 47). The
+    deadline still bounds the wait in wall-clock time. ``exception_reasons``: a reason for an exception
     type that names something more precise than ``exception`` (``PolicyOutputError``: ``nan``).
     ``pause_gc`` (default on; the engine's scheduler passes ``pause_gc_in_decisions``): the garbage collector
     is paused during the call, on the calling thread (a decision interrupted at the deadline cannot leave it
@@ -92,7 +98,7 @@ class GuardedDecision:
         except Exception as exc:  # PolicyAbort (SystemExit, KeyboardInterrupt ... of the decision) included
             self.needs_reset = True
             return self._exception_reasons.get(type(exc), "exception"), None
-        elapsed = time.perf_counter() - t0
+        elapsed = getattr(self.runner, "last_own_s", time.perf_counter() - t0)
         if self._observe is not None:
             self._observe(elapsed)
         if elapsed > self.budget_s:

@@ -12,7 +12,7 @@ when the engine or pool learns it.
 name                                       type       labels              meaning
 =========================================  =========  ==================  ==========================================
 ``rlsched_decisions_total``                counter    policy              policy consulted (one schedule() call)
-``rlsched_decision_latency_seconds``       histogram  —                   time inside ``policy.decide``
+``rlsched_decision_latency_seconds``       histogram  —                   a decision's own time (``guard.py``)
 ``rlsched_fallbacks_total``                counter    reason              calls scheduled by FIFO instead (safety)
 ``rlsched_wait_overrides_total``           counter    —                   "wait" decisions while idle, admitted FIFO
 ``rlsched_preemptions_total``              counter    —                   running requests preempted (step mode)
@@ -49,7 +49,9 @@ from typing import Any
 
 from rlsched.sim.request import PRIORITY_CLASSES
 
-LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2)
+LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 2.5e-3, 5e-3, 1e-2)
+"""Seconds of one decision; 2 ms and 5 ms are the default budgets (router / central, engine): the share of
+decisions within budget is a bucket over the count."""
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0)
 """Seconds of one batch: a denoise step (step mode) up to a video wave (request mode)."""
@@ -271,6 +273,19 @@ class PluginMetrics(MetricSet):
             self._depth_of(cls)
         for cls, gauge in self._depth.items():
             gauge.set(counts.get(cls, 0))
+
+    def serve_classes(self, names: Sequence[str]) -> None:
+        """Export ``rlsched_queue_depth`` for exactly the classes a deployment serves (its own ``classes``, else
+        the shipped three), each 0 from now on: gauges made before the classes were known are removed."""
+        for cls in [c for c in self._depth if c not in names]:
+            del self._depth[cls]
+            if self.enabled:
+                try:
+                    self.queue_depth.family.remove(self.model_name, cls)
+                except KeyError:  # another engine of this model (same set) removed it first
+                    pass
+        for cls in names:
+            self._depth_of(cls)
 
     def queue_depth_add(self, priority: str) -> None:
         """One more waiting request of ``priority`` (arrivals; admission recounts)."""
