@@ -126,6 +126,15 @@ def test_slo_attainment_per_class() -> None:
     assert get("rlsched_queue_depth", {"priority": "background"}) == 0
 
 
+def test_a_deployment_of_its_own_classes_exports_queue_depth_for_those_alone() -> None:
+    reg = prom.CollectorRegistry()
+    m = PluginMetrics.on(reg, "Qwen/Qwen-Image")  # a known model: the shipped three exported at once
+    m.serve_classes(["paid", "free"])
+    m.set_queue_depth({"paid": 2})
+    depth = {s.labels["priority"]: s.value for f in reg.collect() for s in f.samples if s.name == "rlsched_queue_depth"}
+    assert depth == {"paid": 2, "free": 0}
+
+
 def test_every_metric_is_prefixed_and_documented() -> None:
     registered = names(PluginMetrics(prom.CollectorRegistry()).registry)
     assert registered and all(n.startswith("rlsched_") for n in registered)
@@ -138,6 +147,14 @@ def test_every_metric_is_prefixed_and_documented() -> None:
 def rlsched(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rlsched", *args], capture_output=True, text=True,
                           check=check, timeout=120)
+
+
+def test_every_setting_is_in_the_settings_table() -> None:
+    from rlsched.integrations.vllm_omni.config import PluginConfig
+
+    table = DOCS.read_text().split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    keys = {k for row in table.splitlines() if row.startswith("| `") for k in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert keys == set(PluginConfig.model_fields)
 
 
 def test_deploy_writes_a_stage_with_engine_backend_and_extras(tmp_path: Path) -> None:

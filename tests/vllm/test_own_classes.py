@@ -65,6 +65,8 @@ def test_metrics_label_each_class_by_name() -> None:
             or sched.metrics.sample("rlsched_requests_finished_total", {"priority": cls, "outcome": "slo_missed"})
         assert sched.metrics.sample("rlsched_slo_attainment_ratio", {"priority": cls}) is not None
         assert sched.metrics.sample("rlsched_queue_depth", {"priority": cls}) == 0
+    for cls in ("realtime", "batch", "background"):  # the shipped classes are no class of this deployment
+        assert sched.metrics.sample("rlsched_queue_depth", {"priority": cls}) is None
 
 
 def test_a_default_outside_the_classes_is_refused() -> None:

@@ -181,6 +181,7 @@ class _PolicyScheduling:
             else arg
         cost = self._cost_arg or stage_profile(settings, getattr(od_config, "model", None))
         self.metrics = self.metrics.for_model(model_name_of(od_config))  # every sample labelled with the model
+        self.metrics.serve_classes(list(settings.class_table))  # a deployment's own classes: no shipped gauges
         self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
         self._depth_due, self._depth_was_empty = -math.inf, True
         old = getattr(self, "_guard", None)
