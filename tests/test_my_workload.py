@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +116,36 @@ def test_my_workload_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert "| policy | load | paid | team | free | bulk |" in md and "paid as realtime" in md
     stage = yaml.safe_load(Path("deploy-tenants.yaml").read_text())["stages"][0]["extras"]["rlsched"]
     assert list(stage["classes"]) == list(own["classes"]) and stage["default_priority"] == "free"
+
+
+def test_four_classes_tune_to_deploy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 48's done-when, the simulator half (the server half, with Optuna missing from the e2e venv, is
+    tests/e2e/test_own_classes_chain.py): tests/data/four-classes.yaml (paid, team, free, bulk) through tune ->
+    eval -> plan -> the plan's deploy line, from a folder outside the checkout, every path absolute."""
+    home = tmp_path / "tenants"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    scenario, tuned = home / "tenants.yaml", home / "tuned" / "tenants.json"
+    scenario.write_text((Path(__file__).parent / "data" / "four-classes.yaml").read_text())
+
+    def run(*argv: str) -> str:
+        status = main(list(argv))
+        captured = capsys.readouterr()
+        assert status == 0, f"rlsched {' '.join(argv)}\n{captured.err[-3000:]}"
+        return captured.out
+
+    run("tune", "--scenario", str(scenario), "--trials", "3", "--seeds", "0", "--duration", "600", "--out", str(tuned))
+    policy = f"static:{tuned}"
+    run("eval", "--scenarios", str(scenario), "--policies", f"edf,{policy}", "--seeds", "1000", "--loads", "1",
+        "--duration", "600", "--out", str(home / "results"))
+    assert "| policy | load | paid | team | free | bulk |" in (home / "results" / "results.md").read_text()
+    run("plan", "--scenario", str(scenario), "--gpus", "1", "--seeds", "0", "--loads", "1", "--routers", "",
+        "--policy", policy, "--out", str(home / "plan"))
+    line = [ln for ln in (home / "plan" / "deploy.sh").read_text().splitlines() if ln.startswith("rlsched deploy")]
+    assert len(line) == 1 and f"--policy {policy} " in line[0] and f"--classes {scenario} " in line[0], line
+    run(*shlex.split(line[0])[1:], "--cpu", "--out", str(home / "deploy.yaml"))
+    stage = yaml.safe_load((home / "deploy.yaml").read_text())["stages"][0]
+    assert stage["extras"]["rlsched"]["policy"] == policy
+    assert list(stage["extras"]["rlsched"]["classes"]) == ["paid", "team", "free", "bulk"]
+    assert stage["extras"]["rlsched"]["default_priority"] == "free"
