@@ -52,6 +52,8 @@ from rlsched.sim.request import Request
 
 MAX_SKIP = 0.9
 """The largest share of a request's steps any backend skips (its warm-up steps always run)."""
+MIN_SPREAD = 1e-4
+"""A spread below this is none: every share is the mean (and a beta's shape stays finite)."""
 DISTS = ("beta", "uniform", "fixed")
 """How shares spread around their mean: a beta (default), a uniform of the same mean and standard deviation,
 or every request at the mean (the cache as a uniform speed-up of the steps: the calibrated mean is then exact)."""
@@ -107,7 +109,7 @@ class CacheSkip:
 
     def _draw(self, req: Request) -> float:
         mean, sd = self.skip_mean, self.skip_spread
-        if self.dist == "fixed" or sd == 0 or mean == 0:
+        if self.dist == "fixed" or sd < MIN_SPREAD or mean == 0:
             return min(mean, MAX_SKIP)
         rng = np.random.default_rng([self.seed, req.id, _bits(req.arrival_s)])
         if self.dist == "uniform":
