@@ -9,13 +9,14 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint bench bench-plugin results results-replicas results-plan docs-reference help
+.PHONY: run test test-vllm test-ray lint typecheck bench bench-plugin results results-replicas results-plan docs-reference help
 
 help:
 	@echo "Every target, with its rough wall time on the 2-core development machine (first run: + the venv install)."
 	@echo "make run              - compare policies on the default scenario (~5 s)"
 	@echo "make test             - install (first time) and run the test suite (~12-14 min on 2 cores)"
 	@echo "make lint             - ruff over rlsched and tests (~1 s)"
+	@echo "make typecheck        - mypy on rlsched; its error and type-ignore counts may only fall (~1 min)"
 	@echo "make test-vllm        - plugin tests against the real vLLM-Omni classes (own venv; ~2.5 min)"
 	@echo "make test-e2e         - a real vllm serve --omni with the plugin, on CPU (own venv; 2-8 min, docs/e2e.md)"
 	@echo "make test-e2e-loops   - every multi-replica e2e test under both of vLLM-Omni's orchestration loops (~20 min)"
@@ -46,6 +47,11 @@ run: $(VENV)/.installed
 # Bounded overall too (about 5 minutes here): a hang after the last test fails in 25 minutes, not at CI's 90.
 test: $(VENV)/.installed
 	timeout --kill-after=30 1500 $(PY) -m pytest -q
+
+# mypy on rlsched with a ratchet (~1 min): its error count and the `type: ignore` count may only fall
+# (tests/data/mypy_ratchet.json; `$(PY) scripts/mypy_ratchet.py --update` keeps a gain).
+typecheck: $(VENV)/.installed
+	$(PY) scripts/mypy_ratchet.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check rlsched tests
