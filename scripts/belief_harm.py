@@ -14,12 +14,16 @@ SLOs stay what the user wrote against the shipped profile, so all three serve th
 same deadlines. Truths: the GPU 30 % faster (``time_scale: 0.7``) and 30 % slower (``1.3``) than the
 profile, the attention term twice the profile's (``quadratic_scale: 2``: shape-dependent), memory 15 %
 above it (``memory_scale: 1.15``), and the H200 profile deployed on an A100 (``profile:
-qwen-image-a100-vllm-omni``: 80 GB, 14 of them free of weights where the profile believes 75; slower).
+qwen-image-a100-vllm-omni``: 80 GB, 14 of them free of weights where the profile believes 75; slower), and two
+cache backends (``cache: teacache`` and ``cache: cache-dit``: a hidden per-request share of each request's
+denoise steps skipped, ``rlsched.sim.cache_backend``; the reference then decides on each request's true cost,
+an oracle — ``scripts/cache_ceiling.py`` measures its room over the calibrated mean).
 Writes ``OUT/belief.json`` (every run) and ``OUT/belief.md``: per
 scenario, truth, policy and load the reference's class-weighted SLO attainment and the paired differences
 (points, mean ± 95 % interval over the seeds) of deployed and calibrated to it, OOM failures per arm.
 
     python scripts/belief_harm.py --workers 2 --out results/belief
+    python scripts/belief_harm.py --workers 2 --truths TeaCache,Cache-DiT --merge --out results/belief  # add rows
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ from rlsched.atomic import write_atomic
 from rlsched.evaluation import RunSpec, ci95_half_width, simulate
 from rlsched.parallel import run_tasks
 from rlsched.sim import load_scenario
+from rlsched.sim.cache_backend import PRESETS
 from rlsched.sim.truth import Truth
 
 TRUTHS = {"faster 30 %": Truth(time_scale=0.7), "slower 30 %": Truth(time_scale=1.3),
           "attention ×2": Truth(quadratic_scale=2.0), "memory +15 %": Truth(memory_scale=1.15),
-          "an A100": Truth(profile="qwen-image-a100-vllm-omni")}
+          "an A100": Truth(profile="qwen-image-a100-vllm-omni"),
+          "TeaCache": Truth(cache={**PRESETS["teacache"], "preset": "teacache"}),
+          "Cache-DiT": Truth(cache={**PRESETS["cache-dit"], "preset": "cache-dit"})}
 T = "static:agents/tuned/default.json"
 POLICIES = {
     "default": ("fifo", "sjf", "edf", "priority", "drr", "seed-memory", "seed-priority", "seed-composite", T,
@@ -72,7 +79,7 @@ def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, 
     done, m = simulate(RunSpec(scenario, policy, seed, load, duration, belief=belief), sc)
     cals = [sim.calibrator for sim in getattr(done, "replicas", [done]) if sim.calibrator is not None]
     fits = [f for c in cals for f in c.summary()["models"].values()]
-    converged = [converged_at(f["moves"], TRUTHS[truth]) for f in fits] if not TRUTHS[truth].profile else []
+    converged = [converged_at(f["moves"], TRUTHS[truth]) for f in fits] if scaled_only(TRUTHS[truth]) else []
     return {"scenario": scenario, "truth": truth, "spec": spec, "arm": arm, "load": load, "seed": seed,
             "weighted": float(m["weighted_slo_attainment"]), "failed": int(m["requests_failed"]),
             "batches": int(m["batches"]), "versions": sum(c.version for c in cals),
@@ -80,6 +87,11 @@ def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, 
             "converged_at": None if None in converged else max(converged, default=0),
             "oom_batches": sum(sim.oom_batches for sim in getattr(done, "replicas", [done])),
             "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def scaled_only(truth: Truth) -> bool:
+    """The truth is the profile scaled (a calibration has scales to converge to)."""
+    return not truth.profile and truth.cache is None
 
 
 CONVERGED = 0.05
@@ -135,7 +147,7 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
            "batches until the fit is within 5 % for good (max; runs that never were) | last calibration move "
            "(batch, max) |", "|---|---|---|---|---|---|---|---|"]
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
-        for truth in TRUTHS:
+        for truth in dict.fromkeys(r["truth"] for r in rows if r["scenario"] == scenario):
             mine = [r for r in rows if r["scenario"] == scenario and r["truth"] == truth]
             by = {(r["spec"], r["arm"], r["load"], r["seed"]): r["weighted"] for r in mine}
             cells = {(s, x) for s, _, x, _ in by}
@@ -152,8 +164,9 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
             last = max(r["last_move"] for r in cal)
             settled = [r["converged_at"] for r in cal if r["converged_at"] is not None]
             never = sum(r["converged_at"] is None for r in cal)
-            settling = ("n/a (another profile's form)" if TRUTHS[truth].profile
-                        else f"{max(settled, default=0)}; {never} of {len(cal)}")
+            settling = (f"{max(settled, default=0)}; {never} of {len(cal)}" if scaled_only(TRUTHS[truth])
+                        else "n/a (another profile's form)" if TRUTHS[truth].profile
+                        else "n/a (a per-request share: no scale is exact)")
             out.append(f"| {scenario} | {truth} | {diff(*worst, 'deployed'):+.1f} "
                        f"(`{short(worst[0])}` ×{worst[1]:g}) | "
                        f"{diff(*far, 'calibrated'):+.1f} (`{short(far[0])}` ×{far[1]:g}) | {within} of {len(band)} | "
@@ -170,28 +183,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default="results/belief")
     ap.add_argument("--doc", help="also fill this page's <!-- belief:start --> .. <!-- belief:end --> block")
+    ap.add_argument("--truths", default=",".join(TRUTHS), help="the truths to run (names of TRUTHS)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep OUT/belief.json's rows of the other truths (same seeds and loads) and add these")
     args = ap.parse_args(argv)
-    scenarios = args.scenarios.split(",")
+    scenarios, truths = args.scenarios.split(","), args.truths.split(",")
     seeds, loads = [int(s) for s in args.seeds.split(",")], [float(x) for x in args.loads.split(",")]
-    tasks = [(sc, truth, spec, arm, x, s, args.duration) for sc in scenarios for truth in TRUTHS
+    tasks = [(sc, truth, spec, arm, x, s, args.duration) for sc in scenarios for truth in truths
              for spec in POLICIES[sc] for x in loads for arm in ARMS for s in seeds]
+    out = Path(args.out)
+    kept, before = merged(out / "belief.json", truths, seeds, loads) if args.merge else ([], {})
     t0, rows = time.perf_counter(), []
     for i, row in enumerate(run_tasks(run, tasks, args.workers), 1):
         rows.append(row)
         if i % 100 == 0 or i == len(tasks):
             print(f"{i}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python scripts/belief_harm.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"seeds": seeds, "loads": loads, "command": command.strip(), "wall_s": time.perf_counter() - t0,
-            "truths": {k: dataclasses.asdict(v) for k, v in TRUTHS.items()}}
+    command = ("python scripts/belief_harm.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    meta = {"seeds": seeds, "loads": loads, "command": " && ".join(filter(None, (before.get("command"), command))),
+            "wall_s": before.get("wall_s", 0.0) + time.perf_counter() - t0,
+            "truths": {k: truth_dict(v) for k, v in TRUTHS.items()}}
+    rows = order(kept + rows)
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
     write_atomic(out / "belief.json", dumps(meta, rows))
     lines = ["Class-weighted SLO attainment (%) with the GPU's true cost off the profile: each cell is the "
              "reference's (deployed with the true profile) attainment, then deployed − reference / calibrated − "
              f"reference (points, paired mean ± 95 % interval over seeds {seeds[0]}-{seeds[-1]}); OOM failures "
              "per arm (deployed/calibrated/reference) where any.", "", *summary(rows, seeds)]
     for sc in scenarios:
-        for truth in TRUTHS:
+        for truth in dict.fromkeys(r["truth"] for r in rows if r["scenario"] == sc):
             lines += table(rows, sc, truth, loads, seeds)
     lines.append(f"Command: `{meta['command']}` ({meta['wall_s'] / 60:.1f} min wall, {args.workers} workers).")
     write_atomic(out / "belief.md", "\n".join(lines) + "\n")
@@ -199,6 +219,31 @@ def main(argv: list[str] | None = None) -> int:
         fill(Path(args.doc), "\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def merged(path: Path, truths: list[str], seeds: list[int], loads: list[float]) -> tuple[list[dict], dict]:
+    """(the rows of ``path`` of truths other than ``truths``, its meta): ``--merge`` adds truths to a table
+    without re-running the others (the same seeds and loads, or it refuses)."""
+    old = json.loads(path.read_text())
+    meta = old["meta"]
+    if (meta["seeds"], meta["loads"]) != (seeds, loads):
+        raise SystemExit(f"{path}: seeds {meta['seeds']} and loads {meta['loads']}, not {seeds} and {loads}")
+    return [r for r in old["rows"] if r["truth"] not in truths], meta
+
+
+def order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in the table's order: scenario (as first met), then truth as ``TRUTHS`` lists them (runs of one
+    cell keep theirs)."""
+    first = {sc: i for i, sc in enumerate(dict.fromkeys(r["scenario"] for r in rows))}
+    rank = {t: i for i, t in enumerate(TRUTHS)}
+    return sorted(rows, key=lambda r: (first[r["scenario"]], rank[r["truth"]]))
+
+
+def truth_dict(truth: Truth) -> dict[str, Any]:
+    out = dataclasses.asdict(truth)
+    if out["cache"] is not None:
+        out["cache"].pop("_memo", None)
+    return out
 
 
 def dumps(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
