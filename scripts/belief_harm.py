@@ -150,7 +150,7 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
         for truth in dict.fromkeys(r["truth"] for r in rows if r["scenario"] == scenario):
             mine = [r for r in rows if r["scenario"] == scenario and r["truth"] == truth]
             by = {(r["spec"], r["arm"], r["load"], r["seed"]): r["weighted"] for r in mine}
-            cells = {(s, x) for s, _, x, _ in by}
+            cells = list(dict.fromkeys((s, x) for s, _, x, _ in by))  # file order: a tie picks one cell every run
 
             def diff(spec: str, x: float, arm: str, by: dict = by) -> float:
                 return 100 * float(np.mean([by[(spec, arm, x, s)] - by[(spec, "reference", x, s)] for s in seeds]))
