@@ -19,7 +19,7 @@ help:
 	@echo "make typecheck        - mypy on rlsched; its error and type-ignore counts may only fall (~1 min)"
 	@echo "make test-vllm        - plugin tests against the real vLLM-Omni classes (own venv; ~2.5 min)"
 	@echo "make test-e2e         - a real vllm serve --omni with the plugin, on CPU (own venv; 2-8 min, docs/e2e.md)"
-	@echo "make test-e2e-loops   - every multi-replica e2e test under both of vLLM-Omni's orchestration loops (~20 min)"
+	@echo "make test-e2e-loops   - every multi-replica e2e test under both of vLLM-Omni's orchestration loops (~15 min)"
 	@echo "make test-ray         - eval grid, tuning and labels on a local Ray instance (adds the ray extra; < 1 min)"
 	@echo "make bench            - speed benchmarks (~1.5 min; plus bench-plugin when $(VLLM_VENV) is built)"
 	@echo "make bench-plugin     - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv; ~3 min)"
