@@ -137,6 +137,7 @@ class DeadlineRunner:
                     return
                 seq, fn, arg = job
                 self._running_job = seq
+                result: tuple[int, bool, Any]
                 try:
                     t0 = runnable_s()
                     value = fn(arg)
