@@ -18,7 +18,7 @@ help:
 	@echo "make lint             - ruff over rlsched and tests (~1 s)"
 	@echo "make typecheck        - mypy on rlsched; its error and type-ignore counts may only fall (~1 min)"
 	@echo "make test-vllm        - plugin tests against the real vLLM-Omni classes (own venv; ~2.5 min)"
-	@echo "make test-e2e         - a real vllm serve --omni with the plugin, on CPU (own venv; 2-8 min, docs/e2e.md)"
+	@echo "make test-e2e         - a real vllm serve --omni with the plugin, on CPU (own venv; 10-14 min, docs/e2e.md)"
 	@echo "make test-e2e-loops   - every multi-replica e2e test under both of vLLM-Omni's orchestration loops (~15 min)"
 	@echo "make test-ray         - eval grid, tuning and labels on a local Ray instance (adds the ray extra; < 1 min)"
 	@echo "make bench            - speed benchmarks (~1.5 min; plus bench-plugin when $(VLLM_VENV) is built)"
@@ -151,7 +151,7 @@ $(VLLM_VENV)/.e2e-installed: $(VLLM_VENV)/.installed requirements/vllm-omni-e2e.
 
 .PHONY: test-e2e
 test-e2e: $(VLLM_VENV)/.e2e-installed
-	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 900 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider --timeout 600
+	RLSCHED_REQUIRE_E2E=1 timeout --kill-after=60 1500 $(VLLM_PY) -m pytest -q -m e2e tests/e2e -p no:cacheprovider --timeout 600
 	@! pgrep -f "[v]llm serve .*e2e-model|$(abspath $(VLLM_VENV))/bin/python -B -c from [m]ultiprocessing" >/dev/null \
 	  || { echo "orphan vllm serve processes (API server or replica stage processes)"; exit 1; }
 
