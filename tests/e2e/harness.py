@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +39,7 @@ BOTH_LOOPS_ENV = "RLSCHED_E2E_BOTH_LOOPS"
 """Set (``make test-e2e-loops``): every replica test runs under both loops. Unset (``make test-e2e``, within its
 900 s): each runs under the one it names, so that each pool (router, central) runs under each loop once."""
 __all__ = ["BOTH_LOOPS_ENV", "EVENT_LOOP_LINE", "EXECUTOR", "LOOPS", "LOOP_ENV", "REPO", "Server", "deploy_stage",
-           "free_port", "free_ports", "group_members", "loop_params", "uses_loop"]
+           "free_port", "free_ports", "group_members", "leave_nothing", "loop_params", "uses_loop"]
 
 
 def loop_params(tier: str) -> list[Any]:
@@ -246,3 +247,14 @@ def _scrape(url: str, model: str) -> dict[str, float]:
             kept = [p for p in pairs if not p.startswith("model_name=")]
             out[name + ("{" + ",".join(kept) + "}" if kept else "")] = float(value)
     return out
+
+
+def leave_nothing(proc: subprocess.Popen, pgid: int) -> None:  # type: ignore[type-arg]
+    """After a test that ran ``rlsched serve-cpu`` (``proc``; ``pgid`` its server's process group, or <= 0
+    before one was seen): whatever the test's outcome, no process of it is left."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+    if pgid > 0:
+        for pid in group_members(pgid):
+            os.kill(pid, signal.SIGKILL)

@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlsched.integrations.vllm_omni.cpu_server import free_port, group_members
-from tests.e2e.harness import REPO, _scrape
+from rlsched.integrations.vllm_omni.cpu_server import free_port
+from tests.e2e.harness import REPO, _scrape, leave_nothing
 from tests.e2e.test_serve_cpu import _ctrl_c, _wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -121,12 +120,7 @@ def test_four_classes_agree_between_simulator_server_and_loadgen(tmp_path: Path)
         metrics = _scrape(f"http://127.0.0.1:{metrics_port}/metrics", "e2e-model")
         _ctrl_c(proc, pgid, err)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        if pgid > 0:
-            for pid in group_members(pgid):
-                os.kill(pid, signal.SIGKILL)
+        leave_nothing(proc, pgid)
     sim = json.loads(_rlsched("simulate", "--scenario", str(scenario), "--seed", str(SEED), "--duration",
                               str(WINDOW_S), "--policy", policy, "--json", cwd=home))["per_class"]
 

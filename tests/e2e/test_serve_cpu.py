@@ -16,7 +16,7 @@ import pytest
 from rlsched import loadgen
 from rlsched.integrations.vllm_omni.cpu_server import free_port, group_members
 from rlsched.sim import load_scenario
-from tests.e2e.harness import LOOP_ENV, LOOPS, _scrape, loop_params, uses_loop
+from tests.e2e.harness import LOOP_ENV, LOOPS, _scrape, leave_nothing, loop_params, uses_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 RLSCHED = [sys.executable, "-m", "rlsched"]
@@ -78,12 +78,7 @@ def test_serve_cpu_answers_a_request_and_stops_on_ctrl_c(tmp_path: Path) -> None
         assert m['rlsched_requests_finished_total{outcome="slo_met",priority="realtime"}'] == 1
         _ctrl_c(proc, pgid, err)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        if pgid > 0:
-            for pid in group_members(pgid):
-                os.kill(pid, signal.SIGKILL)
+        leave_nothing(proc, pgid)
 
 
 @pytest.mark.parametrize("loop", loop_params("event-driven"))  # the router pool: test_replicas runs it legacy
@@ -101,9 +96,4 @@ def test_serve_cpu_serves_two_replicas_behind_the_router(tmp_path: Path, loop: s
         assert [r.error for r in results if not r.ok] == []
         _ctrl_c(proc, pgid, err)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        if pgid > 0:
-            for pid in group_members(pgid):
-                os.kill(pid, signal.SIGKILL)
+        leave_nothing(proc, pgid)
