@@ -183,6 +183,8 @@ def test_bench_plugin_flags_name_unknown_values() -> None:
         parse(argparse.Namespace(**base | {"modes": "sideways"}))
     with pytest.raises(ConfigError, match=r"--decision-threads: unknown values \['gpu'\]"):
         parse(argparse.Namespace(**base | {"decision_threads": "gpu"}))
+    with pytest.raises(ConfigError, match="--calibrate: on or off, not 'maybe'"):
+        parse(argparse.Namespace(**base | {"calibrate": "maybe"}))
 
 
 def test_episodes_with_no_arrivals_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

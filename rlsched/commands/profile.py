@@ -183,7 +183,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.log is not None:
         logged, version, scales = scales_from_log(input_file(args.log, "--log").read_text(errors="replace"),
                                                   str(args.log))
-        profile = args.profile or logged
+        profile = args.profile or _logged_profile_file(logged)
         provenance = f"online calibration version {version} of {logged} (rlsched plugin), from {args.log}"
     else:
         if not args.profile:
@@ -198,6 +198,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
     write_atomic(args.out, render(data, header), "--out")
     print(f"rlsched: wrote {args.out} ({data['name']}: {scaled})", file=sys.stderr)
     return 0
+
+
+def _logged_profile_file(logged: str) -> str:
+    """The profile a log names, when it is a shipped name or a file; a server under ``profile: auto`` derived its
+    profile at start-up and logged only its name, which names no file: say how to write one."""
+    from rlsched.sim.cost import PROFILE_DIR
+
+    path = Path(logged) if Path(logged).suffix else PROFILE_DIR / f"{logged}.yaml"
+    if path.is_file():
+        return logged
+    raise ConfigError("--profile", f"the log's profile {logged!r} is no shipped profile or file (a server under "
+                                   "profile: auto derives it at start-up): write it with `rlsched profile derive "
+                                   "--model DIR --gpu G --out derived.yaml` and give --profile derived.yaml")
 
 
 def run_predict(args: argparse.Namespace) -> int:

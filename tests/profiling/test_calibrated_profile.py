@@ -63,3 +63,16 @@ def test_scales_by_hand_and_every_refusal_names_its_input(tmp_path, capsys) -> N
     assert "--log/--scales: give one: the server log the plugin wrote, or the scales" in capsys.readouterr().err
     assert main(["profile", "calibrate", "--scales", "qwen-image=1,1", "--out", str(out)]) != 0
     assert "--profile: --scales needs the profile they apply to" in capsys.readouterr().err
+
+
+def test_a_log_of_a_derived_profile_says_how_to_write_the_profile_it_names(tmp_path, capsys) -> None:
+    """Under ``profile: auto`` the server logs the derived profile's name, which names no file: ``calibrate --log``
+    failed with "envs/profiles/e2e-model-h100-derived.yaml: cannot read"; it now says how to write the profile."""
+    from rlsched.cli import main
+
+    log = tmp_path / "server.log"
+    log.write_text(LOG.replace("qwen-image-h200-vllm-omni", "e2e-model-h100-derived"))
+    assert main(["profile", "calibrate", "--log", str(log), "--out", str(tmp_path / "c.yaml")]) == 2
+    assert ("--profile: the log's profile 'e2e-model-h100-derived' is no shipped profile or file (a server under "
+            "profile: auto derives it at start-up): write it with `rlsched profile derive --model DIR --gpu G --out "
+            "derived.yaml` and give --profile derived.yaml") in capsys.readouterr().err
