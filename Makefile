@@ -9,7 +9,7 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-cp311-*.whl))
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: run test test-vllm test-ray lint typecheck bench bench-plugin results results-replicas results-plan docs-reference help
+.PHONY: run test test-vllm test-ray lint typecheck bench bench-plugin bench-router results results-replicas results-plan docs-reference help
 
 help:
 	@echo "Every target, with its rough wall time on the 2-core development machine (first run: + the venv install)."
@@ -23,6 +23,7 @@ help:
 	@echo "make test-ray         - eval grid, tuning and labels on a local Ray instance (adds the ray extra; < 1 min)"
 	@echo "make bench            - speed benchmarks (~1.5 min; plus bench-plugin when $(VLLM_VENV) is built)"
 	@echo "make bench-plugin     - schedule() cost in vLLM-Omni's schedulers, every policy vs native (own venv; ~3 min)"
+	@echo "make bench-router     - the engine's router pool on 8/64/1,024 fake replicas: decision cost (own venv; ~1 min)"
 	@echo "make results          - the one-GPU results table and plots (results/default; docs/results.md; ~6 min)"
 	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas; ~34 min)"
 	@echo "make results-plan     - plan's layout choice on the pools, re-checked on evaluation seeds (~19 min)"
@@ -64,7 +65,8 @@ docs-reference: $(VENV)/.installed
 bench: $(VENV)/.installed
 	@for b in sim projection env decision route backlog stage calibration; do echo "== rlsched bench $$b"; $(VENV)/bin/rlsched bench $$b --json; done
 	@if [ -f $(VLLM_VENV)/.installed ]; then echo "== rlsched bench plugin"; $(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 --json; \
-	else echo "== rlsched bench plugin: skipped, needs the vLLM tier (make $(VLLM_VENV)/.installed; make bench-plugin)"; fi
+	echo "== rlsched bench router"; $(VLLM_VENV)/bin/rlsched bench router --json; \
+	else echo "== rlsched bench plugin, router: skipped, need the vLLM tier (make $(VLLM_VENV)/.installed; make bench-plugin)"; fi
 
 # The Ray tier: a local Ray instance (2 CPUs, no dashboard) runs a small eval grid, tuning trials
 # and labels, checked bit-identical to local runs. Ray is an extra, added to the main venv here only.
@@ -106,6 +108,12 @@ test-vllm: $(VLLM_VENV)/.installed
 BENCH_PLUGIN_ARGS ?=
 bench-plugin: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/rlsched bench plugin --rounds 3 $(BENCH_PLUGIN_ARGS)
+
+# The engine's router pool (RouterStagePool) routing 4,000 requests (ten per replica at 1,024) over 8, 64 and
+# 1,024 fake replicas that publish their states (docs/benchmarks.md). E.g. BENCH_ROUTER_ARGS="--replicas 256".
+BENCH_ROUTER_ARGS ?=
+bench-router: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/rlsched bench router --json $(BENCH_ROUTER_ARGS)
 
 # The one-GPU results (docs/results.md): every policy on held-out seeds (1000-1009), 5 loads (x0.5-x1.5), 5 scenarios.
 RESULT_POLICIES := fifo,sjf,edf,priority,drr,seed-memory,seed-priority,seed-composite,static:agents/tuned/{scenario}.json,rl:checkpoints/default,pick:checkpoints/pick;static=agents/tuned/{scenario}.json

@@ -26,6 +26,7 @@ MODULES: dict[str, str] = {
     "route": "rlsched.bench.decision",
     "plugin": "rlsched.bench.plugin",
     "central": "rlsched.bench.central",
+    "router": "rlsched.bench.router",
     "calibration": "rlsched.bench.calibration",
 }
 """Bench name -> the module that registers it."""

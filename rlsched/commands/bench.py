@@ -19,7 +19,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                                   "(default: rl:checkpoints/default)")
     p.add_argument("--repeats", type=flag(bounds.COUNT), default=5, help="timed repetitions (the median is reported)")
     p.add_argument("--calls", type=flag(bounds.CALLS), default=None,
-                   help="plugin: timed schedule() calls per cell and round (default 400)")
+                   help="plugin: timed schedule() calls per cell and round (default 400); router: requests "
+                        "per replica count (default 4000)")
     p.add_argument("--rounds", type=flag(bounds.COUNT), default=1,
                    help="plugin: run the whole grid this many times, queue depths in alternating order, and pool "
                         "each cell's calls (a drifting machine then does not favour the depths run first)")
@@ -33,6 +34,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", choices=("on", "off"), default="on",
                    help="plugin: online calibration as users deploy it (on, the default: the fake GPU's batch "
                         "durations drift, so new calibration versions keep coming) or off (the shipped profile)")
+    p.add_argument("--replicas", default="", help="router: comma-separated fake replica counts "
+                                                   "(default 8,64,1024)")
+    p.add_argument("--fleet-load", type=flag(bounds.SCALE), default=None,
+                   help="router: arrivals as a share of the fake fleet's capacity in full batches (default 0.8)")
     p.add_argument("--load-threads", type=flag(bounds.COUNT), default=1,
                    help="central: Python threads computing beside the orchestrator's (the API server's other work)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -25,7 +25,9 @@ What changes against the plain pool:
   counted per decision (``rlsched_router_view_fallbacks_total``) and logged once per reason;
 * a replica that leaves (``evict_replica``, ``mark_replica_unavailable``, ``remove_client``, or
   found gone at the next routing) is dropped and its ledger entries are resolved; a replica that
-  joins (``add_client``) is routed from the next request on.
+  joins (``add_client``) is routed from the next request on. ``clients`` and ``_unavailable_replicas``
+  are versioned containers (``members.py``): a decision re-reads the live replicas (O(replicas)) only
+  after one of them changed, so following them costs O(1) a decision.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from vllm_omni.engine.stage_pool import StagePool
 from rlsched.atomic import stream_open
 from rlsched.errors import ConfigError
 from rlsched.integrations.vllm_omni.config import PluginConfig
+from rlsched.integrations.vllm_omni.members import MemberList, MemberSet, Version
 from rlsched.integrations.vllm_omni.metrics import model_name_of
 from rlsched.integrations.vllm_omni.profiles import stage_profile
 from rlsched.integrations.vllm_omni.routing import RouterConfig, RouterMetrics
@@ -105,8 +108,34 @@ class LedgerStagePool(StagePool):
         """Request id -> its sampling params, from ``submit_initial`` until its ``select_replica_id``."""
         self._lock = threading.RLock()
         self._warned: set[str] = set()
+        self._followed_at: int | None = None
+        """The membership version the ledger last followed (None: read the replicas at the next decision)."""
         with self._lock:
             self._follow_live()
+
+    # vLLM-Omni's two membership containers, versioned (``members.py``); StagePool's __init__ assigns both
+    @property
+    def clients(self) -> MemberList:
+        return self._member_clients
+
+    @clients.setter
+    def clients(self, value: Any) -> None:
+        self._member_clients = MemberList(value, self._members())
+        self._members().n += 1
+
+    @property
+    def _unavailable_replicas(self) -> MemberSet:
+        return self._member_unavailable
+
+    @_unavailable_replicas.setter
+    def _unavailable_replicas(self, value: Any) -> None:
+        self._member_unavailable = MemberSet(value, self._members())
+        self._members().n += 1
+
+    def _members(self) -> Version:
+        """The version of the replica membership (created at StagePool's first assignment)."""
+        version: Version = self.__dict__.setdefault("_member_version", Version())
+        return version
 
     @classmethod
     def replacing(cls, pool: StagePool, config: RouterConfig, settings: PluginConfig, **kw: Any) -> LedgerStagePool:
@@ -337,8 +366,14 @@ class LedgerStagePool(StagePool):
                 self._log_once("internal_error", "dropping a replica")
 
     def _follow_live(self, gone: int | None = None) -> None:
-        """Route over the live, available replicas; a replica that left has its ledger entries resolved."""
+        """Route over the live, available replicas; a replica that left has its ledger entries resolved. Reads
+        them only when the membership changed since the last call (``members.py``), or ``gone`` is named (it
+        is read again at the next call: ``gone`` leaves vLLM-Omni's containers after this)."""
+        version = self._members().n
+        if gone is None and version == self._followed_at:
+            return
         live = [r for r in self.live_replica_ids() if self.is_replica_available(r) and r != gone]
+        self._followed_at = None if gone is not None else version
         if live == self._ledger.slots:
             return
         before = set(self._ledger.slots)
