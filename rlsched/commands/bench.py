@@ -20,7 +20,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=flag(bounds.COUNT), default=5, help="timed repetitions (the median is reported)")
     p.add_argument("--calls", type=flag(bounds.CALLS), default=None,
                    help="plugin: timed schedule() calls per cell and round (default 400); router: requests "
-                        "per replica count (default 4000)")
+                        "per replica count (default the larger of 4000 and ten per replica)")
     p.add_argument("--rounds", type=flag(bounds.COUNT), default=1,
                    help="plugin: run the whole grid this many times, queue depths in alternating order, and pool "
                         "each cell's calls (a drifting machine then does not favour the depths run first)")
