@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default=",".join(str(s) for s in range(1000, 1010)))
     ap.add_argument("--loads", default="1.0,1.25")
     ap.add_argument("--stress-loads", default="1.6,2.0",
-                    help="further loads for --stress-scenarios (the GPU the cache speeds up, loaded as ×1, ×1.25 load it without)")
+                    help="further loads for --stress-scenarios (the GPU the cache speeds up, loaded as ×1, ×1.25 "
+                         "load it without)")
     ap.add_argument("--stress-scenarios", default="default")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default="results/cache-truth")

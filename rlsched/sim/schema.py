@@ -291,7 +291,8 @@ class CacheTruthSpec(Strict):
 
     @model_validator(mode="after")
     def _spread_fits(self) -> CacheTruthSpec:
-        if self.dist == "beta" and 0 < self.skip_mean and self.skip_spread ** 2 >= self.skip_mean * (1 - self.skip_mean):
+        mean, spread = self.skip_mean, self.skip_spread
+        if self.dist == "beta" and 0 < mean and spread ** 2 >= mean * (1 - mean):
             raise ValueError(f"skip_mean {self.skip_mean:g}, skip_spread {self.skip_spread:g}: a beta of this mean "
                              f"needs skip_spread below {math.sqrt(self.skip_mean * (1 - self.skip_mean)):.3g}")
         return self

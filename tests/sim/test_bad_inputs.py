@@ -378,7 +378,8 @@ FIELDS: list[tuple[str, str]] = [  # (arrival process, key path); every int or f
     ("poisson", "mix.0.steps"), ("poisson", "mix.0.weight"), ("poisson", "mix.0.prefix_groups"),
     ("poisson", "replicas.0.count"),
     ("poisson", "truth.time_scale"), ("poisson", "truth.quadratic_scale"), ("poisson", "truth.memory_scale"),
-    ("poisson", "truth.cache.skip_mean"), ("poisson", "truth.cache.skip_spread"), ("poisson", "truth.cache.check_share"),
+    ("poisson", "truth.cache.skip_mean"), ("poisson", "truth.cache.skip_spread"),
+    ("poisson", "truth.cache.check_share"),
     ("poisson", "truth.cache.seed"),
 ]
 EXTREMES: list[Any] = [0, -0.0, 5e-324, 1e-300, 1e-7, 1e-3, 0.5, 1, 3, 1e6, 1e9, 1e12, 1e308, -1e308, -1,

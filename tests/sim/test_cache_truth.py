@@ -14,7 +14,7 @@ import pytest
 from rlsched.errors import ConfigError
 from rlsched.evaluation import RunSpec, prepare, prepare_stage
 from rlsched.policies import make_policy
-from rlsched.sim import Decision, ServingConfig, Simulator, load_scenario
+from rlsched.sim import ServingConfig, Simulator, load_scenario
 from rlsched.sim.cache_backend import PRESETS, CacheSkip, beta_shape
 from rlsched.sim.cost import load_profile
 from rlsched.sim.layout import at_layout

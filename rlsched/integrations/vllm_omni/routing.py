@@ -9,7 +9,7 @@ name                                       type       labels           meaning
 =========================================  =========  ===============  ============================================
 ``rlsched_router_decisions_total``         counter    router           requests routed by the router
 ``rlsched_router_fallbacks_total``         counter    reason           requests routed by vLLM-Omni's own rule instead
-``rlsched_router_latency_seconds``         histogram  —                a decision's own time (``guard.py``: the budget's)
+``rlsched_router_latency_seconds``         histogram  —                a decision's own time (``guard.py``)
 ``rlsched_router_outstanding``             gauge      stage, replica   ledger requests bound to a replica, unfinished
 ``rlsched_router_released_total``          counter    reason           entries resolved: finished, replica_lost;
                                                                        central: parked (left unsent), shutdown
