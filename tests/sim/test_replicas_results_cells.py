@@ -19,14 +19,12 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "replicas"
 CELLS = [("qwen-image-8gpu", "fifo@round-robin", 1.0), ("qwen-image-hetero", "edf@least-work", 1.0),
          # the deployed view (issue 33: the ledger plus the replicas' published states) and late binding
          # one wave ahead
-         pytest.param("qwen-image-8gpu", "static:agents/tuned/default.json@rlsched", 1.25, marks=pytest.mark.xfail(
-             strict=True, reason="issue 50 changed the deployed view on purpose (a send no state acknowledged "
-                                 "yet; 93.57 % -> 93.78 % here): results/replicas awaits make results-replicas")),
+         ("qwen-image-8gpu", "static:agents/tuned/default.json@rlsched", 1.25),
          ("qwen-image-8gpu", "static:agents/tuned/default.json@central", 1.25)]
 
 
 @pytest.mark.parametrize(("scenario", "policy", "load"), CELLS,
-                         ids=[f"{c[0]}-{c[1].split('@')[1]}" for c in (getattr(c, "values", c) for c in CELLS)])
+                         ids=[f"{c[0]}-{c[1].split('@')[1]}" for c in CELLS])
 def test_a_committed_replicas_cell_is_regenerated_exactly(scenario: str, policy: str, load: float) -> None:
     committed = json.loads((RESULTS / scenario / "results.json").read_text())
     (want,) = [c for c in committed["cells"]
