@@ -39,6 +39,9 @@ from rlsched.sim import load_scenario
 from rlsched.sim.cache_backend import PRESETS
 from rlsched.sim.truth import Truth
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harm table's script, beside this one
+from belief_harm import arm_spec as harm_arm_spec  # noqa: E402
+
 TRUTHS = {name: Truth(cache={**PRESETS[name], "preset": name}) for name in ("teacache", "cache-dit")}
 """The cache truths measured: TeaCache's and Cache-DiT's presets (their sources in ``rlsched.sim.cache_backend``)."""
 POLICIES = {
@@ -57,13 +60,13 @@ CHECK = ("default", "teacache", "sjf", 1.0, (1000, 1001))
 """The small cell ``--check`` re-runs: scenario, truth, policy, load, seeds."""
 
 
+HARM_ARMS = {"profile": "deployed", "calibrated": "calibrated", "oracle": "reference"}
+"""This script's arms as the harm table names them: deciding on the profile, calibrated, on the truth."""
+
+
 def arm_spec(spec: str, arm: str) -> tuple[str, str]:
-    """(policy spec, belief) of ``arm``: ``calibrate=off`` on the replica policy where it must not refit."""
-    if arm == "calibrated":
-        return spec, "profile"
-    policy, at, router = spec.rpartition("@")
-    off = f"{policy or spec};calibrate=off" + (f"@{router}" if at else "")
-    return off, "truth" if arm == "oracle" else "profile"
+    """(policy spec, belief) of ``arm``: the harm table's rule (``belief_harm.arm_spec``) under this script's names."""
+    return harm_arm_spec(spec, HARM_ARMS[arm])
 
 
 def run(task: tuple[str, str, str, str, float, int]) -> dict[str, Any]:
