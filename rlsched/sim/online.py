@@ -254,8 +254,13 @@ def refresh(records: Iterable[RequestRecord], cost: CostModel) -> None:
         if rec.status not in (WAITING, RUNNING):
             continue
         fresh = cost.record(rec.request)
-        rec.encode_s, rec.decode_s, rec.work_s, rec.step_s, rec.mem_gb = (
-            fresh.encode_s, fresh.decode_s, fresh.work_s, fresh.step_s, fresh.mem_gb)
+        _take_times(rec, fresh)
+        rec.mem_gb = fresh.mem_gb
+
+
+def _take_times(rec: RequestRecord, fresh: RequestRecord) -> None:
+    """``rec``'s time figures (encode, decode, standalone work, step) from ``fresh``, the same shape at another cost."""
+    rec.encode_s, rec.decode_s, rec.work_s, rec.step_s = fresh.encode_s, fresh.decode_s, fresh.work_s, fresh.step_s
 
 
 class Recosting:
@@ -322,9 +327,7 @@ class Recosting:
         every record it has reached (so the live records hold two versions' times at most; memory the newest)."""
         target = self._target
         if target is not None and target is not self._newest:
-            fresh = self._shape(target, rec)
-            rec.encode_s, rec.decode_s, rec.work_s, rec.step_s = fresh.encode_s, fresh.decode_s, fresh.work_s, \
-                fresh.step_s
+            _take_times(rec, self._shape(target, rec))
 
     def advance(self) -> int:
         """Re-cost the time figures of up to ``slice`` records of the pass in progress; how many."""
@@ -338,9 +341,7 @@ class Recosting:
             rec = self._pending.pop()
             if rec.status not in (WAITING, RUNNING):
                 continue
-            fresh = self._shape(self._target, rec)
-            rec.encode_s, rec.decode_s, rec.work_s, rec.step_s = fresh.encode_s, fresh.decode_s, fresh.work_s, \
-                fresh.step_s
+            _take_times(rec, self._shape(self._target, rec))
             if rec.status == WAITING:  # a reader re-ranks it alone (a re-enqueue replaces its entry)
                 journal = journal or self._journal()
                 journal.append(ENQUEUED, rec)
