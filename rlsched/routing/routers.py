@@ -306,13 +306,20 @@ class RlschedRouter(_Followed):
     def _score(self, i: int, sim: ReplicaView, request: Request, now: float,
                deadline: float) -> tuple[bool, bool, float, int]:
         """The request's predicted finish on replica ``i``, as the key ``choose`` ranks by."""
+        self.work[i].sync(sim)
+        rec, fits, busy, due = self._parts(i, sim, request, now, deadline)
+        finish = now + busy + due + rec.work_s
+        return (not fits, finish > deadline, finish, i)
+
+    def _parts(self, i: int, sim: ReplicaView, request: Request, now: float,
+               deadline: float) -> tuple[RequestRecord, bool, float, float]:
+        """The terms of the request's predicted finish on replica ``i`` (its queue synced): its record there,
+        whether it fits, the time until that replica is free of what runs (or may run unseen), the work due
+        before it (``predict`` and ``_score`` both add them up)."""
         rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
-        work = self.work[i]
-        work.sync(sim)
         busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
         busy += self._unseen(sim, deadline, now)
-        finish = now + busy + self._due(work, deadline, now) + rec.work_s
-        return (not fits, finish > deadline, finish, i)
+        return rec, fits, busy, self._due(self.work[i], deadline, now)
 
     def _search(self, request: Request, stage: StageView, index: LoadIndex) -> int:
         """``_scan``'s choice, reading a few replicas (``load_index``): the first empty one of each kind,
@@ -351,11 +358,8 @@ class RlschedRouter(_Followed):
         """The request's predicted finish on every replica (the queues synced by the caller)."""
         now, deadline = stage.now, request.arrival_s + request.slo_s
         out = []
-        for i, (sim, work) in enumerate(zip(stage.replicas, self.work)):
-            rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
-            busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
-            busy += self._unseen(sim, deadline, now)
-            due = self._due(work, deadline, now)
+        for i, sim in enumerate(stage.replicas):
+            rec, fits, busy, due = self._parts(i, sim, request, now, deadline)
             out.append(Prediction(rec, busy, due, now + busy + due + rec.work_s, fits))
         return out
 
