@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +31,16 @@ MODULES: dict[str, str] = {
     "calibration": "rlsched.bench.calibration",
 }
 """Bench name -> the module that registers it."""
+VLLM_TIER = ("plugin", "central", "router")
+"""The benches that drive vLLM-Omni's own classes: they run only in the vLLM tier (``.venv-vllm``)."""
+NEEDS_VLLM = ("rlsched bench {name} needs the vLLM tier (vllm 0.30.0 + vllm-omni 0.30.0), which this Python "
+              "lacks. Build it with `make .venv-vllm/.installed`, then run `.venv-vllm/bin/rlsched bench {name}`.")
+
+
+def check_tier(name: str) -> None:
+    """SystemExit with how to get the vLLM tier when bench ``name`` needs it and this Python has no vLLM-Omni."""
+    if name in VLLM_TIER and importlib.util.find_spec("vllm_omni") is None:
+        raise SystemExit(NEEDS_VLLM.format(name=name))
 BENCHES: dict[str, Bench] = {}
 TEXT: dict[str, Callable[[dict[str, Any]], str]] = {}
 """A bench's human-readable output (without ``--json``); default: one ``key: value`` a line."""

@@ -6,14 +6,17 @@ import argparse
 
 from rlsched import bounds
 from rlsched.argtypes import flag
-from rlsched.bench import MODULES, TEXT, load
+from rlsched.bench import MODULES, TEXT, VLLM_TIER, check_tier, load
 from rlsched.commands.args import command, print_json
 
 
-@command("bench", f"Speed benchmarks: {', '.join(MODULES)} (plugin: the vLLM tier).")
+_VLLM = ", ".join(VLLM_TIER)
+
+
+@command("bench", f"Speed benchmarks: {', '.join(MODULES)} ({_VLLM}: the vLLM tier).")
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=tuple(MODULES),
-                   help="what to measure (plugin: schedule() in vLLM-Omni's schedulers; needs .venv-vllm)")
+                   help=f"what to measure (plugin: schedule() in vLLM-Omni's schedulers; {_VLLM} need .venv-vllm)")
     p.add_argument("--policies", default="", help="backlog, plugin: comma-separated policies (default: every "
                                                   "built-in / every shipped one); decision: the policy to time "
                                                   "(default: rl:checkpoints/default)")
@@ -45,6 +48,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_tier(args.what)
     fn = load(args.what)
     if fn is None:
         raise SystemExit(f"rlsched bench {args.what}: not available in this install (an optional extra is missing)")
