@@ -64,10 +64,9 @@ from typing import Any
 from vllm_omni.engine.stage_pool import StagePool, StageUnavailableError
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
-from rlsched.integrations.vllm_omni.guard import REASONS as GUARD_REASONS
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
-from rlsched.integrations.vllm_omni.safety import CHECK_REASONS, check_decision
+from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking, make_request
 from rlsched.policies import make_policy
 from rlsched.sim.admission import fifo_that_fits
@@ -78,8 +77,6 @@ PARKED = -1
 """What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
 orchestrator discards the value (``_handle_add_request``); an orchestrator that reads it
 (``_on_stage_submitted`` overridden) gets every request sent at once instead."""
-CENTRAL_REASONS = GUARD_REASONS + CHECK_REASONS + ("cannot_fit", "stalled", "streaming", "no_orchestrator",
-                                                  "distributed", "internal_error")
 IDLE_POLL_S = 1.0
 """The dispatcher's longest sleep: it re-checks ``stall_ms`` and the orchestrator's shutdown this often."""
 
@@ -640,4 +637,4 @@ def _overrides(obj: Any, name: str) -> bool:
     return getattr(type(obj), name, None) is not getattr(OrchestratorBase, name, None)
 
 
-__all__ = ["CENTRAL_REASONS", "PARKED", "CentralStagePool"]
+__all__ = ["PARKED", "CentralStagePool"]
