@@ -146,9 +146,12 @@ def run_derive(args: argparse.Namespace) -> int:
             print(f"{name:18s} {arch.pipeline:26s} {arch.modality:5s} DiT {arch.transformer.params / 1e9:5.1f}B")
         return 0
     if args.list_gpus:
-        print(f"{'gpu':11s} {'TFLOPS':>7s} {'GB/s':>6s} {'GB':>4s} {'link':>5s}  source")
-        for g in GPUS:
-            print(f"{g.name:11s} {g.tflops:7g} {g.bandwidth_gbs:6g} {g.memory_gb:4g} {g.link_gbs:5g}  {g.source}")
+        print(f"{'gpu':11s} {'TFLOPS':>7s} {'GB/s':>6s} {'GB':>4s} {'link':>5s} {'generation':10s} {'attn':>4s}  "
+              "source")
+        for g in GPUS:  # attn: the generation's attention kernel ceiling, TFLOPS (gpus.ATTENTION_CEILINGS)
+            attn = f"{g.attention_tflops:4g}" if g.attention_tflops < float("inf") else "   -"
+            print(f"{g.name:11s} {g.tflops:7g} {g.bandwidth_gbs:6g} {g.memory_gb:4g} {g.link_gbs:5g} "
+                  f"{g.generation:10s} {attn}  {g.source}")
         return 0
     if not args.model or not (args.gpu or args.gpu_spec):
         raise ConfigError("--model/--gpu", "derive needs --model and --gpu (or --gpu-spec); see --list-models, "

@@ -6,11 +6,14 @@ the shipped profiles' form (``rlsched.sim.cost``), per forward of the DiT:
 - ``b_s_per_mtok`` = (linear FLOPs per token / (peak · eff_linear) + image-text attention FLOPs per token /
   (peak · eff_attention) + ``elementwise_bytes`` · hidden · 2 B · layers / (bandwidth · eff_bandwidth)) · 1e6
   (the last: what is not a GEMM, memory-bound);
-- ``c_s_per_gtok2`` = attention FLOPs per token² / (peak · eff_attention) · 1e9;
+- ``c_s_per_gtok2`` = attention FLOPs per token² / attention throughput · 1e9, where the attention throughput
+  (here and above) is min(peak · eff_attention, the GPU generation's published FlashAttention-2 ceiling,
+  ``rlsched.profiling.gpus.ATTENTION_CEILINGS``): an H100's kernels reach a third of its datasheet, an H20's
+  or an A800's most of theirs;
 - ``a_s`` = the prompt tokens' own FLOPs / (peak · eff_linear) + ``launch_s_per_layer`` · layers (the fixed
   cost of a forward that does not shrink with the image: kernel launches, norms, the host);
 - ``floor_s`` = the DiT's weight bytes / (bandwidth · eff_bandwidth) (a forward reads every weight once);
-- a ``torch.compile``d stack divides the step terms by ``compile_speedup``;
+- a ``torch.compile``d stack divides the step terms by ``compile_speedup`` (attention no faster than its ceiling);
 - ``encode_s`` = 2 · text-encoder parameters · prompt tokens / (peak · eff_encode) + ``encode_fixed_s``;
 - ``decode_s_per_mpx`` = the VAE decoder's convolution FLOPs per megapixel / (peak · eff_decode);
 - memory: every parameter in BF16, times 1 + ``overhead_share`` (allocator, workspaces) + activations
@@ -118,7 +121,10 @@ def derive_profile(arch: Architecture, gpu: GPU, eff: Efficiencies, stack: Stack
 
     peak = gpu.tflops * 1e12
     speed = eff.compile_speedup if stack.compile else 1.0
-    lin, att = peak * eff.eff_linear * speed, peak * eff.eff_attention * speed
+    lin = peak * eff.eff_linear * speed
+    # a generation's attention kernels stop short of a big datasheet peak (FlashAttention-2 on an H100: 335
+    # of 989 TFLOPS), not of a small one (an H20's 148): one efficiency cannot hold both, a ceiling does
+    att = min(peak * eff.eff_attention * speed, gpu.attention_tflops * 1e12)
     bw = gpu.bandwidth_gbs * 1e9 * eff.eff_bandwidth
     t = arch.transformer
     step = {"floor_s": t.params * 2 / bw,
@@ -154,12 +160,22 @@ def derive_profile(arch: Architecture, gpu: GPU, eff: Efficiencies, stack: Stack
                       f"at eff_link {eff.eff_link:.3g})"}
     return {"name": name or f"{arch.name}-{gpu.name.lower()}-derived",
             "gpu": {"name": gpu.name, "memory_gb": gpu.memory_gb, "peak_bf16_tflops": gpu.tflops},
-            "stack": {"engine": stack.engine, "attention": "not modelled (FLOP count at a fitted efficiency)",
+            "stack": {"engine": stack.engine, "attention": _attention_note(gpu),
                       "compile": stack.compile, "precision": "bf16", "cfg": stack.cfg,
                       "notes": "derived by rlsched profile derive: a prior for online calibration, not a measurement"},
             "sources": [*arch.sources, f"GPU: {gpu.source}",
                         "efficiencies: envs/architectures/efficiencies.yaml, fitted on the shipped measurement sets"],
             "models": {arch.name: model}}
+
+
+def _attention_note(gpu: GPU) -> str:
+    from rlsched.profiling.gpus import ATTENTION_CEILINGS
+
+    ceiling = ATTENTION_CEILINGS.get(gpu.generation)
+    if ceiling is None:
+        return "FLOP count at a fitted efficiency of the datasheet peak (no published kernel ceiling)"
+    return (f"FLOP count at a fitted efficiency of the datasheet peak, at most {gpu.generation}'s FlashAttention-2 "
+            f"ceiling of {ceiling.tflops:g} ± {ceiling.uncertainty:g} TFLOPS ({ceiling.source})")
 
 
 def _sp_block(arch: Architecture, gpu: GPU, eff: Efficiencies) -> dict[str, Any]:

@@ -33,47 +33,84 @@ class GPU:
     source: str
     nvml: tuple[str, ...] = ()
     """Names NVML reports for it (matched case- and space-insensitively)."""
+    generation: str = ""
+    """Architecture generation (``GENERATIONS``): whose attention kernels, and so whose ceiling, it runs.
+    Empty for a ``--gpu-spec`` GPU: no ceiling."""
+
+    @property
+    def attention_tflops(self) -> float:
+        """The most attention TFLOP/s this GPU's generation's kernels reach (``ATTENTION_CEILINGS``), or
+        ``inf`` where no published figure exists."""
+        ceiling = ATTENTION_CEILINGS.get(self.generation)
+        return math.inf if ceiling is None else ceiling.tflops
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCeiling:
+    """The attention throughput a generation's kernels reach at best, as published: a GPU whose datasheet
+    peak times the fitted efficiency lies above it runs attention at this instead."""
+
+    tflops: float
+    """Forward attention TFLOP/s (BF16/FP16, head dim 128, long sequences: a DiT's shape)."""
+    uncertainty: float
+    """± TFLOP/s: how far the figure could be off for a DiT stack's kernels."""
+    source: str
+
+
+GENERATIONS = ("Ampere", "Ada", "Hopper", "Blackwell", "CDNA3")
+ATTENTION_CEILINGS: dict[str, KernelCeiling] = {
+    "Ampere": KernelCeiling(230, 15, "FlashAttention-2 paper (Dao 2023, arXiv:2307.08691, sec. 4.1): forward "
+                            "attention reaches up to 230 TFLOPS on an A100, 73 % of its 312 (head dim 64-128, "
+                            "sequences 512-16k; shorter ones less)"),
+    "Hopper": KernelCeiling(335, 15, "FlashAttention-2 paper (arXiv:2307.08691, sec. 4.1): the same kernels on an "
+                            "H100 SXM5 reach up to 335 TFLOPS; FlashAttention-3 paper (Shah et al. 2024, "
+                            "arXiv:2407.08608, abstract): FlashAttention-2 reaches 35 % of the H100 (346 TFLOPS). A "
+                            "stack on FlashAttention-3 (up to 740 TFLOPS) runs faster than this"),
+}
+"""Attention kernel ceilings by generation (the stacks in the shipped and public sets run FlashAttention-2 or
+PyTorch's SDPA, whose flash backend is FlashAttention-2). Ada, Blackwell and CDNA3 have no published
+FlashAttention-2 forward figure for a datacenter part: not capped (datasheet × fitted efficiency)."""
 
 
 GPUS: tuple[GPU, ...] = (
     GPU("A100", 312, 2039, 80, 300, "NVIDIA A100 datasheet (SXM4 80GB: 312 TFLOPS BF16 dense, 2,039 GB/s, "
-        "NVLink 600 GB/s bidirectional)", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe")),
+        "NVLink 600 GB/s bidirectional)", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"), "Ampere"),
     GPU("A100-40GB", 312, 1555, 40, 300, "NVIDIA A100 datasheet (40GB: 312 TFLOPS BF16 dense, 1,555 GB/s)",
-        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+        ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"), "Ampere"),
     GPU("A800", 312, 2039, 80, 200, "NVIDIA A800 datasheet (SXM4 80GB: 312 TFLOPS BF16 dense, 2,039 GB/s, "
-        "NVLink 400 GB/s bidirectional)", ("NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe")),
+        "NVLink 400 GB/s bidirectional)", ("NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe"), "Ampere"),
     GPU("H100", 989, 3350, 80, 450, "NVIDIA H100 datasheet (SXM5: 989 TFLOPS BF16 dense, 3.35 TB/s, NVLink "
-        "900 GB/s bidirectional)", ("NVIDIA H100 80GB HBM3", "NVIDIA H100")),
+        "900 GB/s bidirectional)", ("NVIDIA H100 80GB HBM3", "NVIDIA H100"), "Hopper"),
     GPU("H100-PCIe", 756, 2000, 80, 64, "NVIDIA H100 datasheet (PCIe: 756 TFLOPS BF16 dense, 2 TB/s, PCIe Gen5 "
-        "128 GB/s bidirectional)", ("NVIDIA H100 PCIe",)),
+        "128 GB/s bidirectional)", ("NVIDIA H100 PCIe",), "Hopper"),
     GPU("H100-NVL", 835, 3900, 94, 300, "NVIDIA H100 datasheet (NVL: 835 TFLOPS BF16 dense, 3.9 TB/s, 94 GB, "
-        "NVLink bridge 600 GB/s)", ("NVIDIA H100 NVL",)),
+        "NVLink bridge 600 GB/s)", ("NVIDIA H100 NVL",), "Hopper"),
     GPU("H800", 989, 3350, 80, 200, "NVIDIA H800 datasheet (SXM5: 989 TFLOPS BF16 dense, 3.35 TB/s, NVLink "
-        "400 GB/s bidirectional)", ("NVIDIA H800", "NVIDIA H800 80GB HBM3")),
+        "400 GB/s bidirectional)", ("NVIDIA H800", "NVIDIA H800 80GB HBM3"), "Hopper"),
     GPU("H200", 989, 4800, 141, 450, "NVIDIA H200 datasheet (SXM: 989 TFLOPS BF16 dense, 4.8 TB/s, 141 GB, "
-        "NVLink 900 GB/s bidirectional)", ("NVIDIA H200", "NVIDIA H200 NVL")),
+        "NVLink 900 GB/s bidirectional)", ("NVIDIA H200", "NVIDIA H200 NVL"), "Hopper"),
     GPU("H20", 148, 4000, 96, 450, "NVIDIA HGX H20 product brief (148 TFLOPS BF16 dense, 4.0 TB/s, 96 GB, "
-        "NVLink 900 GB/s)", ("NVIDIA H20",)),
+        "NVLink 900 GB/s)", ("NVIDIA H20",), "Hopper"),
     GPU("B200", 2250, 8000, 180, 900, "NVIDIA DGX B200 / HGX B200 datasheet (2.25 PFLOPS BF16 dense per GPU, "
-        "8 TB/s, 180 GB usable, NVLink 5 1.8 TB/s bidirectional)", ("NVIDIA B200",)),
+        "8 TB/s, 180 GB usable, NVLink 5 1.8 TB/s bidirectional)", ("NVIDIA B200",), "Blackwell"),
     GPU("L40S", 362, 864, 48, 32, "NVIDIA L40S datasheet (362 TFLOPS BF16 dense, 864 GB/s, 48 GB, PCIe Gen4 x16 "
-        "64 GB/s bidirectional, no NVLink)", ("NVIDIA L40S",)),
+        "64 GB/s bidirectional, no NVLink)", ("NVIDIA L40S",), "Ada"),
     GPU("L40", 181, 864, 48, 32, "NVIDIA L40 datasheet (181 TFLOPS BF16 dense, 864 GB/s, 48 GB, PCIe Gen4)",
-        ("NVIDIA L40",)),
+        ("NVIDIA L40",), "Ada"),
     GPU("L20", 119.5, 864, 48, 32, "NVIDIA L20 product brief (119.5 TFLOPS FP16/BF16 dense, 864 GB/s, 48 GB, "
-        "PCIe Gen4)", ("NVIDIA L20",)),
+        "PCIe Gen4)", ("NVIDIA L20",), "Ada"),
     GPU("L4", 121, 300, 24, 32, "NVIDIA L4 datasheet (121 TFLOPS BF16 dense, 300 GB/s, 24 GB, PCIe Gen4)",
-        ("NVIDIA L4",)),
+        ("NVIDIA L4",), "Ada"),
     GPU("A10G", 70, 600, 24, 32, "AWS EC2 G5 (A10G: 70 TFLOPS FP16/BF16 dense tensor, 600 GB/s, 24 GB, PCIe Gen4)",
-        ("NVIDIA A10G",)),
+        ("NVIDIA A10G",), "Ampere"),
     GPU("A10", 125, 600, 24, 32, "NVIDIA A10 datasheet (125 TFLOPS BF16 dense, 600 GB/s, 24 GB, PCIe Gen4)",
-        ("NVIDIA A10",)),
+        ("NVIDIA A10",), "Ampere"),
     GPU("RTX4090", 165.2, 1008, 24, 32, "NVIDIA Ada GPU architecture whitepaper (RTX 4090: 165.2 TFLOPS BF16 dense "
-        "with FP32 accumulate, 1,008 GB/s, 24 GB, PCIe Gen4)", ("NVIDIA GeForce RTX 4090",)),
+        "with FP32 accumulate, 1,008 GB/s, 24 GB, PCIe Gen4)", ("NVIDIA GeForce RTX 4090",), "Ada"),
     GPU("RTX6000Ada", 364.2, 960, 48, 32, "NVIDIA RTX 6000 Ada datasheet (364.2 TFLOPS BF16 dense, 960 GB/s, 48 GB, "
-        "PCIe Gen4)", ("NVIDIA RTX 6000 Ada Generation",)),
+        "PCIe Gen4)", ("NVIDIA RTX 6000 Ada Generation",), "Ada"),
     GPU("MI300X", 1307.4, 5300, 192, 448, "AMD Instinct MI300X datasheet (1,307.4 TFLOPS BF16 dense, 5.3 TB/s, "
-        "192 GB, Infinity Fabric 896 GB/s aggregate peer bandwidth)", ("AMD Instinct MI300X",)),
+        "192 GB, Infinity Fabric 896 GB/s aggregate peer bandwidth)", ("AMD Instinct MI300X",), "CDNA3"),
 )
 """The GPUs ``--list-gpus`` shows; ``find_gpu`` looks a name up among them."""
 

@@ -25,10 +25,8 @@ from rlsched.profiling.gpus import find_gpu
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_SET = ROOT / "tests" / "data" / "derive_public" / "measurements.csv"
 TARGET = 0.25
-"""Issue 46: median |error| on pairs the efficiencies were not fitted to."""
-DOCUMENTED_MEDIAN = 0.304
-"""The median |error| docs/derive.md reports for the on-GPU rows: the target is missed (the video rows on
-non-Hopper GPUs are over-estimated x1.65-x2.45; docs/derive.md says why). Lower it when a change lowers it."""
+"""Issue 46: median |error| on pairs the efficiencies were not fitted to (met since the attention ceilings:
+docs/derive.md reports 17.9 %; it was 30.4 %, video 78.2 %, with one efficiency of the datasheet)."""
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +70,18 @@ def test_the_public_table_in_the_docs_is_this_run() -> None:
     assert res.returncode == 0, res.stderr
 
 
-def test_the_on_gpu_median_stays_within_the_documented_one_and_memory_is_never_under_estimated(scored) -> None:
+def test_the_on_gpu_median_meets_the_target_and_memory_is_never_under_estimated(scored) -> None:
     on = summary([s for s in scored if not runs_off_gpu(s.point)])
     assert on["latency_points"] >= 20 and on["memory_points"] >= 4
-    assert on["median_abs_error"] <= max(TARGET, DOCUMENTED_MEDIAN) + 5e-4
+    assert on["median_abs_error"] <= TARGET
     assert on["worst_memory_under"] == 0.0
+
+
+def test_video_on_non_hopper_peaks_meets_the_target_too(scored) -> None:
+    """The rows one efficiency of the datasheet could not fit (x1.65-x2.45 before the attention ceilings)."""
+    video = summary([s for s in scored if not runs_off_gpu(s.point) and s.point.row.frames > 1])
+    assert video["latency_points"] >= 5
+    assert video["median_abs_error"] <= TARGET and video["worst_ratio"] < 1.6
 
 
 def test_the_score_uses_the_efficiencies_it_is_given(points) -> None:
