@@ -42,10 +42,13 @@ class RecordTable:
 
     A decision over a long queue must not walk every record in Python: the table keeps
     one row per record it has seen, keyed by the record's identity (it holds a
-    reference, so the identity cannot be reused while the row lives). What it caches
-    — the request, deadline, costs and key — must not change once a record is queued,
-    which holds for the simulator and the plugin adapter. When more than ``capacity``
-    records are cached the table forgets all rows but the queried ones.
+    reference, so the identity cannot be reused while the row lives). The request,
+    deadline and key do not change once a record is queued; its cost figures do — a
+    calibration version re-costs ``work_s`` and ``mem_gb`` in place (``rlsched.sim.online``)
+    — so every ``gather`` reads those two of the queried records again (a decision's few
+    candidates) and rewrites the rows they moved: a policy never packs on a memory belief
+    an OOM has already raised. When more than ``capacity`` records are cached the table
+    forgets all rows but the queried ones.
     """
 
     def __init__(self, capacity: int = 4096) -> None:
@@ -58,20 +61,39 @@ class RecordTable:
         self._keys: dict[tuple, int] = {}
         self._ints = np.zeros((capacity, 4), dtype=np.int64)
         self._floats = np.zeros((capacity, 6))
-        self._last: tuple[list[RequestRecord], Rows | None] = ([], None)
+        self._last: tuple[list[RequestRecord], Rows | None, np.ndarray] = ([], None, np.zeros(0, np.intp))
 
     def gather(self, records: Sequence[RequestRecord]) -> Rows:
         """Rows of ``records``, in order. Asking twice for the same list (the encoder, then
-        the policy, on one decision) costs one list comparison."""
-        last, rows = self._last
-        if rows is not None and records == last:  # identity short-cuts the comparison
-            return rows
-        index = list(map(self._row.get, map(id, records)))
-        idx = np.fromiter(self._add_missing(records) if None in index else index, np.intp, len(index))
-        i, f = self._ints.take(idx, axis=0).T, self._floats.take(idx, axis=0).T
-        rows = Rows(i[0], i[1], i[2], i[3], f[0], f[1], f[2], f[3], f[4], f[5])
-        self._last = (list(records), rows)
+        the policy, on one decision) costs one list comparison and a read of the figures that
+        may move (``work_s``, ``mem_gb``)."""
+        last, rows, idx = self._last
+        fresh = rows is None or records != last  # identity short-cuts the comparison
+        if fresh:
+            index = list(map(self._row.get, map(id, records)))
+            idx = np.fromiter(self._add_missing(records) if None in index else index, np.intp, len(index))
+            rows = self._rows(idx)
+        assert rows is not None
+        moved = self._moved(records, rows).tolist()
+        for k in moved:
+            self._floats[idx[k], 2], self._floats[idx[k], 4] = records[k].work_s, records[k].mem_gb
+        if moved:
+            rows = self._rows(idx)
+        if fresh or moved:
+            self._last = (list(records), rows, idx)
         return rows
+
+    def _rows(self, idx: np.ndarray) -> Rows:
+        i, f = self._ints.take(idx, axis=0).T, self._floats.take(idx, axis=0).T
+        return Rows(i[0], i[1], i[2], i[3], f[0], f[1], f[2], f[3], f[4], f[5])
+
+    @staticmethod
+    def _moved(records: Sequence[RequestRecord], rows: Rows) -> np.ndarray:
+        """Positions of the records whose ``work_s`` or ``mem_gb`` differ from their row (re-costed since)."""
+        n = len(records)
+        work = np.fromiter((r.work_s for r in records), np.float64, n)
+        mem = np.fromiter((r.mem_gb for r in records), np.float64, n)
+        return np.flatnonzero((work != rows.work_s) | (mem != rows.mem_gb))
 
     def _add_missing(self, records: Sequence[RequestRecord]) -> list[int]:
         new = [r for r in records if id(r) not in self._row]

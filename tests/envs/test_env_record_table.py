@@ -64,3 +64,20 @@ def test_single_candidate_shortcut_agrees_with_the_projection() -> None:
             assert decision.batch == () and math.isclose(decision.wait_until, 10.0 + wait_s)
         else:
             assert decision.batch == (trial,)
+
+
+def test_rows_follow_a_recosted_record() -> None:
+    """A calibration version re-costs ``work_s`` and ``mem_gb`` in place (``rlsched.sim.online``): the rows of
+    the next gather carry the new figures, whether the same list is asked again or another list."""
+    from rlsched.sim.online import refresh
+    from rlsched.sim.truth import rescaled
+
+    recs = [rec(i, float(i), size=512 * (1 + i % 2)) for i in range(4)]
+    table = RecordTable()
+    before = table.gather(recs)
+    refresh(recs, rescaled(COST, {"qwen-image": (1.3, 1.0, 1.5)}, "calibrated"))
+    assert [r.mem_gb for r in recs] != before.mem_gb.tolist()
+    for asked in (recs, recs[:3], recs):
+        rows = table.gather(asked)
+        assert rows.mem_gb.tolist() == [r.mem_gb for r in asked]
+        assert rows.work_s.tolist() == [r.work_s for r in asked]
