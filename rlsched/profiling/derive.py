@@ -62,6 +62,8 @@ class Efficiencies:
 
     eff_linear: float = 0.6
     eff_attention: float = 0.6
+    """Share of the datasheet peak attention reaches, up to the GPU generation's kernel ceiling
+    (``rlsched.profiling.gpus.ATTENTION_CEILINGS``): fitted where the ceiling does not bind (H20, A100/A800)."""
     elementwise_bytes: float = 40.0
     """Bytes moved per hidden element per token per block by what is not a GEMM (norms, activations,
     rotary embedding, residuals): the memory-bound share of a step, which makes a GPU of high bandwidth
@@ -378,7 +380,9 @@ def summary(scored: list[Scored]) -> dict[str, float]:
 def render_efficiencies(eff: Efficiencies, n_points: int) -> str:
     lines = ["# Efficiencies of `rlsched profile derive`, fitted on every shipped measurement set",
              f"# ({n_points} points). Written by scripts/derive_score.py --write-efficiencies: do not edit by hand",
-             "# (tests/profiling/test_derive.py re-fits and compares). What each means: rlsched/profiling/derive.py.",
+             "# (tests/profiling/test_derive.py re-fits and compares). What each means: rlsched/profiling/derive.py;",
+             "# attention runs at most at its GPU generation's published kernel ceiling (ATTENTION_CEILINGS in",
+             "# rlsched/profiling/gpus.py, each with its source and uncertainty), which is not fitted.",
              "efficiencies:"]
     lines += [f"  {k}: {v!r}" for k, v in asdict(eff).items()]
     return "\n".join(lines) + "\n"
