@@ -18,8 +18,6 @@ the candidate policy adds: its config, label task, validation cell, PPO environm
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from pydantic import Field
 from rlsched.agents import recipe
 from rlsched.agents.recipe import (
     ImitationConfig,
+    LabelConfig,
     LoadRange,
     MaskablePPOConfig,
     Strict,
@@ -36,19 +35,23 @@ from rlsched.agents.recipe import (
     check_inputs,
     load_config,
 )
-from rlsched.atomic import write_atomic
-from rlsched.evaluation.seeds import TRAIN_SEEDS
 
 
-class LabelConfig(Strict):
+class PickLabelConfig(LabelConfig):
     episodes_per_scenario: int = Field(default=24, ge=1)
-    seed0: int = Field(default=0, ge=0, lt=TRAIN_SEEDS.stop)
     future_s: float = Field(default=600.0, ge=0)
     """Hindsight horizon of the teacher (0: realizable, present requests only)."""
     every: int = Field(default=2, ge=1)
     duration_s: float = Field(default=7200.0, gt=0)
-    dagger_rounds: int = Field(default=1, ge=0)
     dagger_episodes_per_scenario: int = Field(default=12, ge=1)
+
+    @property
+    def episodes(self) -> int:
+        return self.episodes_per_scenario
+
+    @property
+    def dagger_episodes(self) -> int:
+        return self.dagger_episodes_per_scenario
 
 
 class PickConfig(Strict):
@@ -59,7 +62,7 @@ class PickConfig(Strict):
     static: str = "agents/tuned/{scenario}.json"
     """The strengthened heuristic per scenario (proposal, rollouts, shadow)."""
     rate_scale: LoadRange = (0.5, 1.5)
-    labels: LabelConfig = LabelConfig()
+    labels: PickLabelConfig = PickLabelConfig()
     imitation: ImitationConfig = ImitationConfig()
     ppo: MaskablePPOConfig = MaskablePPOConfig()
     validation: ValidationConfig = ValidationConfig()
@@ -147,42 +150,49 @@ def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
                                policy_class(), run, progress, tag="pick", shadow="shadow heuristic (static)")
 
 
+class PickTask:
+    """The candidate policy as a ``recipe.RecipeTask``."""
+
+    tag = "imitation"
+    rule = SELECTION_RULE
+
+    def __init__(self, cfg: PickConfig) -> None:
+        self.cfg = cfg
+        self.dims: dict[str, int] = {}  # CandidateNet's defaults: the candidate policy's observation
+
+    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+        return _label(self.cfg, run, name, episodes, seed0, scorer, progress)
+
+    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+        return validation_differences(self.cfg, scorers)
+
+    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+        return summarize_validation(self.cfg, diffs)
+
+    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
+        return _ppo(self.cfg, net, run, progress)
+
+    def review(self, nets: dict[str, Any], files: list[Path], validation: dict[str, dict[str, float]],
+               log: Any) -> dict[str, Any]:
+        return {}
+
+    def export(self, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
+        from rlsched.agents.pretrain import read_tuned_actions
+
+        cfg = self.cfg
+        statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
+        base_action = np.mean(list(read_tuned_actions(statics).values()), axis=0, dtype=np.float64)
+        chosen = report["chosen"]
+        return export_scorer(net, out, {
+            "base_action": base_action.tolist(), "projection": {}, "scenarios": list(cfg.scenarios),
+            "stage": chosen, "validation": report["validation"][chosen], "selection": report["selection"],
+            **recipe.recorded(cfg, report, origin)})
+
+
 def learn(cfg: PickConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """The whole recipe (see the module docstring); returns the report also written to RUN/report.json."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    origin = recipe.start(cfg, cfg.seed, run)
-    t0 = time.perf_counter()
-    timing: dict[str, float] = {}
-    log = SummaryWriter(str(run / "tb" / "imitation"))
-    lc = cfg.labels
-    net, stats, files = recipe.imitation_rounds(
-        cfg.seed, cfg.imitation, lc.dagger_rounds, lc.episodes_per_scenario, lc.dagger_episodes_per_scenario,
-        lc.seed0, lambda name, n, seed0, scorer: _label(cfg, run, name, n, seed0, scorer, progress), timing, log)
-    log.close()
-    fine_tune = (lambda net: _ppo(cfg, net, run, progress)) if cfg.ppo.timesteps else None
-    nets, diffs, chosen, comparisons = recipe.select_stage(
-        net, cfg.imitation.margins, lambda scorers: validation_differences(cfg, scorers), fine_tune, timing)
-    report = {"imitation": stats, "validation": summarize_validation(cfg, diffs), "chosen": chosen,
-              "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
-              "weights_sha256": {n: recipe.weights_digest(v) for n, v in nets.items()}, "timing": timing,
-              "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
-    write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
-    if out is not None:
-        _export(cfg, nets[chosen], out, report, origin)
-    return report
-
-
-def _export(cfg: PickConfig, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> None:
-    from rlsched.agents.pretrain import read_tuned_actions
-
-    statics = tuple(cfg.static.format(scenario=sc) for sc in cfg.scenarios)
-    base_action = np.mean(list(read_tuned_actions(statics).values()), axis=0, dtype=np.float64)
-    chosen = report["chosen"]
-    export_scorer(net, out, {
-        "base_action": base_action.tolist(), "projection": {}, "scenarios": list(cfg.scenarios),
-        "stage": chosen, "validation": report["validation"][chosen], "selection": report["selection"],
-        **recipe.recorded(cfg, report, origin)})
+    """The whole recipe (see the module docstring; ``recipe.learn`` over ``PickTask``); returns the report
+    also written to RUN/report.json."""
+    return recipe.learn(PickTask(cfg), run, out, progress)
 
 
 def export_scorer(net: Any, out: Path, meta: dict[str, Any]) -> Path:
@@ -214,5 +224,5 @@ def load_net(folder: Path) -> Any:
     return net
 
 
-__all__ = ["LabelConfig", "PickConfig", "export_scorer", "learn", "load_net", "load_pick_config", "validate",
-           "validation_differences"]
+__all__ = ["PickConfig", "PickLabelConfig", "PickTask", "export_scorer", "learn", "load_net", "load_pick_config",
+           "validate", "validation_differences"]

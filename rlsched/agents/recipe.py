@@ -1,8 +1,9 @@
 """The learned recipes' common machinery, as SB3's ``common/`` is to its algorithm folders.
 
-A recipe (``rlsched.agents.pick_train``: the candidate policy; ``rlsched.agents.router_train``:
-the learned router) supplies only what differs: its config, its label task, how one validation
-cell runs, its PPO environment and its export. The stages it runs through this module:
+``learn`` is the one recipe driver. A recipe (``rlsched.agents.pick_train``: the candidate policy;
+``rlsched.agents.router_train``: the learned router) is a ``RecipeTask``: it supplies only what
+differs (what to label, how one validation cell runs, its PPO environment, what it reviews and
+how it exports). The stages ``learn`` runs through this module:
 
 1. ``imitation_rounds``: round-0 labels and fit, then DAgger rounds (labels of the states the
    imitated network visits), every network a ``CandidateNet`` seeded by ``initial_net``.
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, Field, field_validator
@@ -34,7 +36,7 @@ from rlsched.agents.config import check_inputs, load_range, rate_scales, read_pr
 from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import VALIDATION_SEEDS
+from rlsched.evaluation.seeds import TRAIN_SEEDS, VALIDATION_SEEDS
 from rlsched.sim.schema import Strict
 
 M = TypeVar("M", bound=BaseModel)
@@ -116,6 +118,29 @@ LoadRange = Annotated[tuple[float, float], AfterValidator(load_range)]
 
 
 # ------------------------------------------------------------------ config blocks
+class LabelConfig(Strict):
+    """The labels block every recipe shares: round 0, then ``dagger_rounds`` DAgger rounds, on
+    consecutive training seeds from ``seed0``. A recipe names its episode counts for what an
+    episode runs on (``episodes_per_scenario``, ``episodes_per_pool``); ``episodes`` and
+    ``dagger_episodes`` read them under one name."""
+
+    seed0: int = Field(default=0, ge=0, lt=TRAIN_SEEDS.stop)
+    every: int = Field(default=1, ge=1)
+    """Label one decision with a choice in this many."""
+    duration_s: float = Field(default=1800.0, gt=0)
+    dagger_rounds: int = Field(default=1, ge=0)
+
+    @property
+    def episodes(self) -> int:
+        """Round 0's episodes per scenario or pool."""
+        raise NotImplementedError
+
+    @property
+    def dagger_episodes(self) -> int:
+        """Each DAgger round's episodes per scenario or pool."""
+        raise NotImplementedError
+
+
 class ImitationConfig(Strict):
     epochs: int = Field(default=40, ge=1)
     learning_rate: float = Field(default=3e-3, gt=0)
@@ -196,7 +221,96 @@ def recorded(cfg: BaseModel, report: dict[str, Any], origin: dict[str, Any]) -> 
                          "train_seconds": report["total_s"]}}
 
 
-def start(cfg: BaseModel, seed: int, run: Path) -> dict[str, Any]:
+class RecipeConfig(Protocol):
+    """What ``learn`` reads of a recipe's config (a ``Strict`` model: ``PickConfig``, ``LearnedRouterConfig``)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def labels(self) -> LabelConfig: ...
+
+    @property
+    def imitation(self) -> ImitationConfig: ...
+
+    @property
+    def ppo(self) -> MaskablePPOConfig: ...
+
+    def model_dump_json(self, *, indent: int | None = None) -> str: ...
+
+
+class RecipeTask(Protocol):
+    """One learned recipe, as ``learn`` drives it: what it labels, how a stage is validated, how PPO
+    fine-tunes, what the report adds and how the stage kept is exported."""
+
+    @property
+    def cfg(self) -> RecipeConfig:
+        """Its validated config."""
+        ...
+
+    tag: str
+    """Its TensorBoard folder under ``RUN/tb`` (imitation and review scalars)."""
+    rule: str
+    """Its stage selection rule, in words (the report's and the checkpoint's ``selection.rule``)."""
+    dims: dict[str, int]
+    """Its ``CandidateNet`` shape (empty: the candidate policy's)."""
+
+    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+        """One round's labels file (``RUN/labels/NAME.npz``); ``scorer`` None: the heuristic acts."""
+        ...
+
+    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Per stage, its paired differences to the heuristic in every validation cell."""
+        ...
+
+    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+        """The report's ``validation``: per stage, the mean, interval and groups of its differences."""
+        ...
+
+    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
+        """The network PPO trains from ``net`` (called only when ``cfg.ppo.timesteps``)."""
+        ...
+
+    def review(self, nets: dict[str, Any], files: list[Path], validation: dict[str, dict[str, float]],
+               log: Any) -> dict[str, Any]:
+        """What the report adds after ``validation`` (and ``log``, TensorBoard, records)."""
+        ...
+
+    def export(self, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
+        """The stage kept as a frozen checkpoint in ``out``, read back as serving will."""
+        ...
+
+
+def learn(task: RecipeTask, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """A recipe end to end: labels, imitation and DAgger (``imitation_rounds``), the stages validated and
+    one kept (``select_stage``, PPO included unless ``ppo.timesteps`` is 0), the report written to
+    ``RUN/report.json`` and, with ``out``, the stage kept exported; returns the report."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    cfg, lc = task.cfg, task.cfg.labels
+    origin = start(cfg, cfg.seed, run)
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    log = SummaryWriter(str(run / "tb" / task.tag))
+    net, stats, files = imitation_rounds(
+        cfg.seed, cfg.imitation, lc.dagger_rounds, lc.episodes, lc.dagger_episodes, lc.seed0,
+        lambda name, n, seed0, scorer: task.label(run, name, n, seed0, scorer, progress), timing, log, **task.dims)
+    fine_tune = (lambda net: task.fine_tune(net, run, progress)) if cfg.ppo.timesteps else None
+    nets, diffs, chosen, comparisons = select_stage(net, cfg.imitation.margins, task.validate, fine_tune, timing)
+    validation = task.summarize(diffs)
+    review = task.review(nets, files, validation, log)
+    log.close()
+    report = {"imitation": stats, "validation": validation, **review, "chosen": chosen,
+              "selection": {"rule": task.rule, "comparisons": comparisons},
+              "weights_sha256": {n: weights_digest(v) for n, v in nets.items()}, "timing": timing,
+              "labels": [f.name for f in files], "total_s": time.perf_counter() - t0}
+    write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
+    if out is not None:
+        task.export(nets[chosen], out, report, origin)
+    return report
+
+
+def start(cfg: RecipeConfig, seed: int, run: Path) -> dict[str, Any]:
     """Seed everything, create ``run`` with its ``config.json``; returns the provenance of the
     commit and tree the recipe starts from (not those it ends at)."""
     from rlsched.agents.reproducible import provenance, seed_everything
@@ -450,7 +564,8 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path, shadow: st
     plt.close(fig)
 
 
-__all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "LoadRange", "MaskablePPOConfig", "Strict",
-           "ValidationConfig", "check_inputs", "choose_stage", "imitation_rounds", "initial_net", "load_config",
-           "maskable_ppo", "paired_differences", "recipe_config", "recipe_of", "recorded", "select_stage", "start",
-           "summarize_differences", "weights_digest", "with_margin"]
+__all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "LabelConfig", "LoadRange", "MaskablePPOConfig",
+           "RecipeConfig", "RecipeTask", "Strict", "ValidationConfig", "check_inputs", "choose_stage",
+           "imitation_rounds", "initial_net", "learn", "load_config", "maskable_ppo", "paired_differences",
+           "recipe_config", "recipe_of", "recorded", "select_stage", "start", "summarize_differences",
+           "weights_digest", "with_margin"]

@@ -25,8 +25,6 @@ the router adds: its config, label task, validation cell, PPO environment and ex
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +35,7 @@ from pydantic import Field, field_validator
 from rlsched.agents import recipe
 from rlsched.agents.recipe import (
     ImitationConfig,
+    LabelConfig,
     LoadRange,
     MaskablePPOConfig,
     Strict,
@@ -44,21 +43,24 @@ from rlsched.agents.recipe import (
     check_inputs,
     load_config,
 )
-from rlsched.atomic import write_atomic
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import TRAIN_SEEDS
 
 
-class RouteLabelConfig(Strict):
+class RouteLabelConfig(LabelConfig):
     episodes_per_pool: int = Field(default=12, ge=1)
-    seed0: int = Field(default=0, ge=0, lt=TRAIN_SEEDS.stop)
     horizon_s: float = Field(default=180.0, gt=0)
     """How far each teacher fork runs (the ceiling's H)."""
     every: int = Field(default=1, ge=1)
     """Label one arrival with a choice in this many."""
-    duration_s: float = Field(default=1800.0, gt=0)
-    dagger_rounds: int = Field(default=1, ge=0)
     dagger_episodes_per_pool: int = Field(default=6, ge=1)
+
+    @property
+    def episodes(self) -> int:
+        return self.episodes_per_pool
+
+    @property
+    def dagger_episodes(self) -> int:
+        return self.dagger_episodes_per_pool
 
 
 class RouteImitationConfig(ImitationConfig):
@@ -258,50 +260,6 @@ SELECTION_RULE = ("proposal margins in decreasing order (the largest keeps close
                   "cells has a 95 % interval above zero (mean > ci95)")
 
 
-# ------------------------------------------------------------------ the recipe
-def learn_router(cfg: LearnedRouterConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """The whole recipe (module docstring); returns the report also written to RUN/report.json."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    from rlsched.agents.labels import load_labels
-    from rlsched.agents.scorer_net import evaluate_labels
-    from rlsched.learned.router import RF, RG
-
-    origin = recipe.start(cfg, cfg.seed, run)
-    t0 = time.perf_counter()
-    timing: dict[str, float] = {}
-    log = SummaryWriter(str(run / "tb" / "router"))
-    lc, ic = cfg.labels, cfg.imitation
-    net, stats, files = recipe.imitation_rounds(
-        cfg.seed, ic, lc.dagger_rounds, lc.episodes_per_pool, lc.dagger_episodes_per_pool, lc.seed0,
-        lambda name, n, seed0, scorer: _label(cfg, run, name, n, seed0, scorer, progress), timing, log,
-        g_dim=RG, f_dim=RF)
-    fine_tune = (lambda net: _ppo(cfg, net, run, progress)) if cfg.ppo.timesteps else None
-    nets, diffs, chosen, comparisons = recipe.select_stage(
-        net, ic.margins, lambda scorers: validation_differences(cfg, scorers), fine_tune, timing)
-    validation = summarize_validation(cfg, diffs)
-    # every stage against the teacher on the states the imitated router visited (the last round's)
-    rounds = [load_labels([f]) for f in files]
-    visited = rounds[-1]
-    teacher = {name: evaluate_labels(net, visited, np.arange(len(visited["q"]))) for name, net in nets.items()}
-    for i, row in enumerate(teacher.values()):
-        for key in ("agreement", "regret", "deviate"):
-            log.add_scalar(f"stages/teacher_{key}", row[key], i)
-    for i, row in enumerate(validation.values()):
-        log.add_scalar("validation/mean_vs_rlsched_router", row["mean"], i)
-        log.add_scalar("validation/worst_cell_vs_rlsched_router", row["worst_cell"], i)
-    log.close()
-    report = {"imitation": stats, "validation": validation, "teacher": teacher, "chosen": chosen,
-              "selection": {"rule": SELECTION_RULE, "comparisons": comparisons},
-              "weights_sha256": {n: recipe.weights_digest(v) for n, v in nets.items()}, "timing": timing,
-              "labels": [f.name for f in files], "states": sum(len(r["q"]) for r in rounds),
-              "total_s": time.perf_counter() - t0}
-    write_atomic(run / "report.json", json.dumps(report, indent=1), "--run-dir")
-    if out is not None:
-        export_router(cfg, nets[chosen], out, report, origin)
-    return report
-
-
 def _ppo(cfg: LearnedRouterConfig, net: Any, run: Path, progress: bool) -> Any:
     """MaskablePPO on ``rlsched/DiTRoute-v0`` from the chosen imitation stage (paired reward against
     rlsched's router on an identical copy of each episode's workload)."""
@@ -315,6 +273,57 @@ def _ppo(cfg: LearnedRouterConfig, net: Any, run: Path, progress: bool) -> Any:
                                lambda: DiTRouteEnv(pools, static, cfg.rate_scale, p.window_s, p.burn_in_s),
                                policy_class(RG, MAX_REPLICAS, RF), run, progress, tag="router",
                                shadow="rlsched's router (static@rlsched)")
+
+
+class RouterTask:
+    """The learned router as a ``recipe.RecipeTask``."""
+
+    tag = "router"
+    rule = SELECTION_RULE
+
+    def __init__(self, cfg: LearnedRouterConfig) -> None:
+        from rlsched.learned.router import RF, RG
+
+        self.cfg = cfg
+        self.dims = {"g_dim": RG, "f_dim": RF}
+
+    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+        return _label(self.cfg, run, name, episodes, seed0, scorer, progress)
+
+    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+        return validation_differences(self.cfg, scorers)
+
+    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+        return summarize_validation(self.cfg, diffs)
+
+    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
+        return _ppo(self.cfg, net, run, progress)
+
+    def review(self, nets: dict[str, Any], files: list[Path], validation: dict[str, dict[str, float]],
+               log: Any) -> dict[str, Any]:
+        """Every stage against the teacher on the states the imitated router visited (the last round's)."""
+        from rlsched.agents.labels import load_labels
+        from rlsched.agents.scorer_net import evaluate_labels
+
+        rounds = [load_labels([f]) for f in files]
+        visited = rounds[-1]
+        teacher = {name: evaluate_labels(net, visited, np.arange(len(visited["q"]))) for name, net in nets.items()}
+        for i, row in enumerate(teacher.values()):
+            for key in ("agreement", "regret", "deviate"):
+                log.add_scalar(f"stages/teacher_{key}", row[key], i)
+        for i, row in enumerate(validation.values()):
+            log.add_scalar("validation/mean_vs_rlsched_router", row["mean"], i)
+            log.add_scalar("validation/worst_cell_vs_rlsched_router", row["worst_cell"], i)
+        return {"teacher": teacher, "states": sum(len(r["q"]) for r in rounds)}
+
+    def export(self, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
+        return export_router(self.cfg, net, out, report, origin)
+
+
+def learn_router(cfg: LearnedRouterConfig, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """The whole recipe (module docstring; ``recipe.learn`` over ``RouterTask``); returns the report also
+    written to RUN/report.json."""
+    return recipe.learn(RouterTask(cfg), run, out, progress)
 
 
 def export_router(cfg: LearnedRouterConfig, net: Any, out: Path, report: dict[str, Any],
@@ -336,5 +345,5 @@ def export_router(cfg: LearnedRouterConfig, net: Any, out: Path, report: dict[st
     return out
 
 
-__all__ = ["LearnedRouterConfig", "RouteLabelTask", "export_router", "label_route_episode", "learn_router",
-           "load_router_config", "route_label_tasks", "validation_differences"]
+__all__ = ["LearnedRouterConfig", "RouteLabelConfig", "RouteLabelTask", "RouterTask", "export_router",
+           "label_route_episode", "learn_router", "load_router_config", "route_label_tasks", "validation_differences"]

@@ -167,17 +167,6 @@ def evaluate_labels(net: CandidateNet, labels: dict[str, np.ndarray], idx: np.nd
             "gain_over_proposal": float((q[rows, pick] - q[:, 0]).mean()), "deviate": float((pick != 0).mean())}
 
 
-def torch_scorer(net: CandidateNet) -> Any:
-    """A ``Scorer`` from a live network (validation during training, DAgger)."""
-
-    def score(g: np.ndarray, cand: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            logits, _ = net(torch.as_tensor(g[None, :]), torch.as_tensor(cand[None]))
-        return logits[0].numpy().astype(np.float64)
-
-    return score
-
-
 def numpy_scorer(net: CandidateNet) -> Any:
     """The same forward pass as the frozen checkpoint, without a round trip through disk."""
     from rlsched.learned.scorer import FrozenScorer
