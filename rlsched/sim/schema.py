@@ -18,7 +18,7 @@ import math
 import re
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -51,7 +51,14 @@ from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, n
 from rlsched.errors import ConfigError
 from rlsched.sim.cache_backend import MAX_SKIP
 from rlsched.sim.cache_backend import PRESETS as CACHE_PRESETS
-from rlsched.sim.classes import CLASS_NAME_PATTERN, CLASS_NAME_RULE, MAX_CLASSES
+from rlsched.sim.classes import (
+    CLASS_NAME_PATTERN,
+    CLASS_NAME_RULE,
+    DEFAULT_QUOTA_WINDOW_S,
+    MAX_CLASSES,
+    QUOTA,
+    QUOTA_WINDOW_S,
+)
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
 
 
@@ -62,22 +69,32 @@ def _not_a_bool(value: Any) -> Any:
     return value
 
 
-def number(bound: Bound) -> Any:
-    """The pydantic type of a number in ``bound`` (``rlsched.bounds``): its kind, its range, finite,
-    and never a boolean."""
-    if bound.values:
-        return Annotated[Literal[bound.values], BeforeValidator(_not_a_bool)]
-    limits: dict[str, float] = {"gt" if bound.low_open else "ge": bound.low}
+NOT_A_BOOL = BeforeValidator(_not_a_bool)
+
+
+def within(bound: Bound) -> Any:
+    """The pydantic ``Field`` of a number in ``bound`` (``rlsched.bounds``): its range, and finite unless
+    the bound is of integers. A bound type is named once, as an alias the type checker reads:
+    ``Millis: TypeAlias = Annotated[float, within(bounds.MILLIS), NOT_A_BOOL]``."""
+    limits: dict[str, Any] = {} if bound.integer else {"allow_inf_nan": False}
+    limits["gt" if bound.low_open else "ge"] = bound.low
     if bound.high != math.inf:
         limits["le"] = bound.high
-    if bound.integer:
-        return Annotated[int, Field(**limits), BeforeValidator(_not_a_bool)]  # type: ignore[arg-type]
-    return Annotated[float, Field(allow_inf_nan=False, **limits), BeforeValidator(_not_a_bool)]  # type: ignore[arg-type]
+    return Field(**limits)
 
 
-Positive = number(bounds.POSITIVE)
-Priority = Literal["realtime", "batch", "background"]
-Modality = Literal["image", "video", "audio", "text"]
+def number(bound: Bound) -> Any:
+    """The pydantic type of a number in ``bound``: its kind, its range, finite, and never a boolean. A
+    type built at run time, so the type checker cannot read it: the schema's own fields use the aliases
+    below."""
+    if bound.values:
+        return Annotated[Literal[bound.values], NOT_A_BOOL]
+    return Annotated[int if bound.integer else float, within(bound), NOT_A_BOOL]
+
+
+Positive: TypeAlias = Annotated[float, within(bounds.POSITIVE), NOT_A_BOOL]
+Priority: TypeAlias = Literal["realtime", "batch", "background"]
+Modality: TypeAlias = Literal["image", "video", "audio", "text"]
 
 
 def _class_name(value: str) -> str:
@@ -86,16 +103,43 @@ def _class_name(value: str) -> str:
     return value
 
 
-ClassName = Annotated[str, AfterValidator(_class_name)]
-assert set(Priority.__args__) == set(PRIORITY_CLASSES) and set(Modality.__args__) == set(MODALITIES)  # type: ignore[attr-defined]
+ClassName: TypeAlias = Annotated[str, AfterValidator(_class_name)]
+assert set(typing.get_args(Priority)) == set(PRIORITY_CLASSES) and set(typing.get_args(Modality)) == set(MODALITIES)
 
-Period = number(bounds.PERIOD_S)
-Millis = number(bounds.MILLIS)
-Scale = number(bounds.SCALE)
-Duration = number(bounds.DURATION_S)
-Cv = number(bounds.CV)
-Fraction = number(bounds.FRACTION)
-Side = number(bounds.SIDE_PX)
+Period: TypeAlias = Annotated[float, within(bounds.PERIOD_S), NOT_A_BOOL]
+Millis: TypeAlias = Annotated[float, within(bounds.MILLIS), NOT_A_BOOL]
+Scale: TypeAlias = Annotated[float, within(bounds.SCALE), NOT_A_BOOL]
+Duration: TypeAlias = Annotated[float, within(bounds.DURATION_S), NOT_A_BOOL]
+Cv: TypeAlias = Annotated[float, within(bounds.CV), NOT_A_BOOL]
+Fraction: TypeAlias = Annotated[float, within(bounds.FRACTION), NOT_A_BOOL]
+Side: TypeAlias = Annotated[int, within(bounds.SIDE_PX), NOT_A_BOOL]
+NumSeqs: TypeAlias = Annotated[int, within(bounds.NUM_SEQS), NOT_A_BOOL]
+BurstFactor: TypeAlias = Annotated[float, within(bounds.BURST_FACTOR), NOT_A_BOOL]
+Phase: TypeAlias = Annotated[float, within(bounds.PHASE_S), NOT_A_BOOL]
+SloScale: TypeAlias = Annotated[float, within(bounds.SLO_SCALE), NOT_A_BOOL]
+ClassWeight: TypeAlias = Annotated[float, within(bounds.CLASS_WEIGHT), NOT_A_BOOL]
+Frames: TypeAlias = Annotated[int, within(bounds.FRAMES), NOT_A_BOOL]
+Steps: TypeAlias = Annotated[int, within(bounds.STEPS), NOT_A_BOOL]
+PrefixGroups: TypeAlias = Annotated[int, within(bounds.PREFIX_GROUPS), NOT_A_BOOL]
+Replicas: TypeAlias = Annotated[int, within(bounds.REPLICAS), NOT_A_BOOL]
+Seed: TypeAlias = Annotated[int, within(bounds.SEED), NOT_A_BOOL]
+TruthScale: TypeAlias = Annotated[float, within(bounds.TRUTH_SCALE), NOT_A_BOOL]
+StepTime: TypeAlias = Annotated[float, within(bounds.STEP_S), NOT_A_BOOL]
+Coeff: TypeAlias = Annotated[float, within(bounds.COEFF), NOT_A_BOOL]
+LinearGflop: TypeAlias = Annotated[float, within(bounds.LINEAR_GFLOP), NOT_A_BOOL]
+AttnFlop: TypeAlias = Annotated[float, within(bounds.ATTN_FLOP), NOT_A_BOOL]
+RequestTime: TypeAlias = Annotated[float, within(bounds.REQUEST_S), NOT_A_BOOL]
+WeightsGb: TypeAlias = Annotated[float, within(bounds.WEIGHTS_GB), NOT_A_BOOL]
+PatchPx: TypeAlias = Annotated[int, within(bounds.PATCH_PX), NOT_A_BOOL]
+TemporalStride: TypeAlias = Annotated[int, within(bounds.TEMPORAL_STRIDE), NOT_A_BOOL]
+CfgPasses: TypeAlias = Annotated[int, within(bounds.CFG_PASSES), NOT_A_BOOL]
+GpuGb: TypeAlias = Annotated[float, within(bounds.GPU_GB), NOT_A_BOOL]
+SkipMean: TypeAlias = Annotated[float, within(bounds.floats(0, MAX_SKIP)), NOT_A_BOOL]
+SkipSpread: TypeAlias = Annotated[float, within(bounds.floats(0, 0.5)), NOT_A_BOOL]
+SpDegree: TypeAlias = Annotated[Literal[1, 2, 4, 8], NOT_A_BOOL]
+CfgParallel: TypeAlias = Annotated[Literal[1, 2], NOT_A_BOOL]
+assert typing.get_args(typing.get_args(SpDegree)[0]) == bounds.SP_DEGREE.values
+assert typing.get_args(typing.get_args(CfgParallel)[0]) == bounds.CFG_PARALLEL.values
 
 
 class Strict(BaseModel):
@@ -112,7 +156,7 @@ class ServingSpec(Strict):
 
     mode: Literal["request", "step"] = "request"
     """``request``: waves run to completion; ``step``: one denoise step per round (preemption)."""
-    max_num_seqs: number(bounds.NUM_SEQS) = 1  # type: ignore[valid-type]
+    max_num_seqs: NumSeqs = 1
     """Most requests in one batch (vLLM-Omni's ``max_num_seqs``)."""
     request_batch_max_wait_ms: Millis = 0.0
     """Request mode: how long FIFO may hold a short wave to coalesce more requests."""
@@ -120,6 +164,9 @@ class ServingSpec(Strict):
     """Engine time per wave outside the GPU's work (busy loop, IPC), added to each batch."""
     engine_overhead_ms_per_mpx: Millis = 0.0
     """Engine time per output megapixel·frame of a finishing request (output tensors to images)."""
+    quota_window_s: number(QUOTA_WINDOW_S) = DEFAULT_QUOTA_WINDOW_S  # type: ignore[valid-type]
+    """The sliding window, in seconds, over which each class's share of the GPU's time is measured against
+    its ``quota`` (``classes.NAME.quota``; read only when a class has one)."""
 
 
 class PoissonSpec(Strict):
@@ -150,7 +197,7 @@ class OnOffSpec(Strict):
     """Mean length of an on (burst) period, seconds."""
     off_s: Period = 120.0
     """Mean length of an off period, seconds."""
-    burst_factor: number(bounds.BURST_FACTOR) = 4.0  # type: ignore[valid-type]
+    burst_factor: BurstFactor = 4.0
     """The on-state rate over the off-state rate."""
 
 
@@ -164,7 +211,7 @@ class DiurnalSpec(Strict):
     """Length of one cycle, seconds (a day by default)."""
     amplitude: Fraction = 0.5
     """Relative swing of the rate: peak ``rate_rps · (1 + amplitude)``, trough ``rate_rps · (1 - amplitude)``."""
-    phase_s: number(bounds.PHASE_S) = 0.0  # type: ignore[valid-type]
+    phase_s: Phase = 0.0
     """Shift of the cycle, seconds: the window starts at ``phase_s`` into it."""
 
 
@@ -199,14 +246,22 @@ class ClassSpecModel(Strict):
 
     share: Positive
     """Relative (normalised by the largest share first, so any finite positive numbers work)."""
-    slo_scale: number(bounds.SLO_SCALE)  # type: ignore[valid-type]
+    slo_scale: SloScale
     """A request's SLO is ``slo_scale`` × its standalone execution time (vLLM-Omni's benchmark definition)."""
-    weight: number(bounds.CLASS_WEIGHT) | None = None  # type: ignore[valid-type]
+    weight: ClassWeight | None = None
     """Value of meeting one of its SLOs in the weighted SLO attainment (default: 3, 2, 1 for ``realtime``,
     ``batch``, ``background``; 1 for a class of your own)."""
     tier: Priority | None = None
     """The shipped class the learned policies read it as (default: a shipped name its own; another by its
     weight's rank, heaviest ``realtime``: ``rlsched.sim.classes.default_tiers``)."""
+    quota: number(QUOTA) | None = None  # type: ignore[valid-type]
+    """The most of the GPU's time this class may take while requests of other classes wait, a fraction in
+    (0, 1] (1: no cap): a work-conserving cap. When its share of the GPU-seconds started over the last
+    ``serving.quota_window_s`` has reached its quota and a request of another class (one not held itself)
+    waits, its requests are held out of the decision and the policy decides over the others; when nothing
+    else waits it runs, so the GPU never idles because of a quota. A batch's seconds are its standalone
+    cost estimate, split among its requests by their standalone step times (``rlsched.sim.quota``). The
+    quotas of a scenario need not sum to 1; none: never held."""
 
 
 class ShapeSpecModel(Strict):
@@ -220,15 +275,15 @@ class ShapeSpecModel(Strict):
     """Pixels."""
     width: Side
     """Pixels."""
-    num_frames: number(bounds.FRAMES) = 1  # type: ignore[valid-type]
+    num_frames: Frames = 1
     """1 for an image; a video's frame count."""
-    steps: number(bounds.STEPS) = 50  # type: ignore[valid-type]
+    steps: Steps = 50
     """Denoise steps."""
     cfg: bool = True
     """Classifier-free guidance (two passes per step, as the profile's stack runs them)."""
     weight: Positive = 1.0
     """Relative frequency in the mix."""
-    prefix_groups: number(bounds.PREFIX_GROUPS) = 0  # type: ignore[valid-type]
+    prefix_groups: PrefixGroups = 0
     """> 0: requests carry a prompt-prefix id in ``[0, prefix_groups)`` (cache-aware batching)."""
 
 
@@ -249,11 +304,11 @@ class ReplicaGroupSpec(Strict):
     """``count`` replicas of ``sp_degree`` × ``cfg_parallel`` GPUs each, on ``profile`` (default: the
     scenario's)."""
 
-    count: number(bounds.REPLICAS) = 1  # type: ignore[valid-type]
+    count: Replicas = 1
     """Replicas of the group; every group of a stage together has at most ``MAX_REPLICAS``."""
-    sp_degree: number(bounds.SP_DEGREE) = 1  # type: ignore[valid-type]
+    sp_degree: SpDegree = 1
     """Sequence-parallel degree: the GPUs one request is split over (the profile needs an ``sp`` block above 1)."""
-    cfg_parallel: number(bounds.CFG_PARALLEL) = 1  # type: ignore[valid-type]
+    cfg_parallel: CfgParallel = 1
     """CFG-parallel degree (vLLM-Omni ``cfg_parallel_size``): 2 runs a CFG request's two guidance
     branches on two groups of ``sp_degree`` GPUs; the profile needs a ``cfg_parallel`` block."""
     profile: str | None = None
@@ -270,15 +325,15 @@ class CacheTruthSpec(Strict):
 
     preset: Literal["", "teacache", "cache-dit", "fbcache"] = ""
     """Start from this backend's values (``""``: the defaults below)."""
-    skip_mean: number(bounds.floats(0, MAX_SKIP)) = 0.4  # type: ignore[valid-type]
+    skip_mean: SkipMean = 0.4
     """Mean share of a request's denoise steps skipped."""
-    skip_spread: number(bounds.floats(0, 0.5)) = 0.15  # type: ignore[valid-type]
+    skip_spread: SkipSpread = 0.15
     """Standard deviation of the share across requests (it depends on the prompt; unseen by the scheduler)."""
     dist: Literal["beta", "uniform", "fixed"] = "beta"
     """How the shares spread around their mean (``fixed``: every request at the mean)."""
-    check_share: Fraction = 0.0  # type: ignore[valid-type]
+    check_share: Fraction = 0.0
     """Share of a step's time a skipped step still pays (the check that decided to skip it)."""
-    seed: number(bounds.SEED) = 0  # type: ignore[valid-type]
+    seed: Seed = 0
     """The cache's own seed: each request's share is a function of it and the request's id and arrival."""
 
     @model_validator(mode="before")
@@ -306,11 +361,11 @@ class TruthSpec(Strict):
 
     profile: str = ""
     """Execute on this profile, a name or a path (``""``: the scenario's own)."""
-    time_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    time_scale: TruthScale = 1.0
     """Multiplies every time term of the profile."""
-    quadratic_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    quadratic_scale: TruthScale = 1.0
     """Multiplies the attention term (∝ tokens²) once more."""
-    memory_scale: number(bounds.TRUTH_SCALE) = 1.0  # type: ignore[valid-type]
+    memory_scale: TruthScale = 1.0
     """Multiplies the per-request memory (activations, decode peak)."""
     cache: CacheTruthSpec | None = None
     """A cache backend skipping a hidden per-request share of the denoise steps (below; a preset's name
@@ -386,10 +441,10 @@ class StackSpec(Strict):
 class StepCoeffs(Strict):
     """A denoise step costs ``max(k·floor_s, k·a_s + b·Σtokens + c·Σtokens²)`` (``rlsched.sim.cost``)."""
 
-    floor_s: number(bounds.STEP_S)  # type: ignore[valid-type]
-    a_s: number(bounds.STEP_S)  # type: ignore[valid-type]
-    b_s_per_mtok: number(bounds.COEFF)  # type: ignore[valid-type]
-    c_s_per_gtok2: number(bounds.COEFF)  # type: ignore[valid-type]
+    floor_s: StepTime
+    a_s: StepTime
+    b_s_per_mtok: Coeff
+    c_s_per_gtok2: Coeff
 
     @model_validator(mode="after")
     def _takes_time(self) -> StepCoeffs:
@@ -399,8 +454,8 @@ class StepCoeffs(Strict):
 
 
 class FlopsSpec(Strict):
-    linear_gflop_per_token: number(bounds.LINEAR_GFLOP) = 0.0  # type: ignore[valid-type]
-    attn_flop_per_token2: number(bounds.ATTN_FLOP) = 0.0  # type: ignore[valid-type]
+    linear_gflop_per_token: LinearGflop = 0.0
+    attn_flop_per_token2: AttnFlop = 0.0
 
 
 class ModelSpec(Strict):
@@ -410,23 +465,23 @@ class ModelSpec(Strict):
 
     modality: Modality
     step: StepCoeffs
-    encode_s: number(bounds.REQUEST_S)  # type: ignore[valid-type]
-    decode_s_per_mpx: number(bounds.REQUEST_S)  # type: ignore[valid-type]
-    weights_gb: number(bounds.WEIGHTS_GB)  # type: ignore[valid-type]
-    act_gb_per_ktok: number(bounds.COEFF)  # type: ignore[valid-type]
-    vae_gb_per_mpx: number(bounds.COEFF)  # type: ignore[valid-type]
+    encode_s: RequestTime
+    decode_s_per_mpx: RequestTime
+    weights_gb: WeightsGb
+    act_gb_per_ktok: Coeff
+    vae_gb_per_mpx: Coeff
     token_rule: Literal["latent", "sequence"] = "latent"
-    patch_px: number(bounds.PATCH_PX) = 16  # type: ignore[valid-type]
-    temporal_stride: number(bounds.TEMPORAL_STRIDE) = 4  # type: ignore[valid-type]
-    cfg_passes: number(bounds.CFG_PASSES) = 2  # type: ignore[valid-type]
+    patch_px: PatchPx = 16
+    temporal_stride: TemporalStride = 4
+    cfg_passes: CfgPasses = 2
     memory_form: Literal["sum", "max"] = "sum"
     flops: FlopsSpec | None = None
 
 
 class GpuSpec(Strict):
     name: str
-    memory_gb: number(bounds.GPU_GB)  # type: ignore[valid-type]
-    peak_bf16_tflops: number(bounds.COEFF) = 0.0  # type: ignore[valid-type]
+    memory_gb: GpuGb
+    peak_bf16_tflops: Coeff = 0.0
 
 
 class ProfileFile(Strict):
