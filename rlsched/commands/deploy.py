@@ -63,7 +63,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-execution", action="store_true", help="step mode (per-step batching, preemption)")
     p.add_argument("--classes", metavar="SCENARIO",
                    help="serve the scenario's own classes: a request names one in extra_params.priority (writes "
-                        "extras.rlsched.classes, each class's slo_scale, weight and tier)")
+                        "extras.rlsched.classes, each class's slo_scale, weight, tier and quota)")
     p.add_argument("--default-priority", metavar="CLASS",
                    help="class of a request that names none (or an unknown one); default: batch, with --classes "
                         "the scenario's most common class")
@@ -250,7 +250,8 @@ def replica_keys(replicas: int, degree: int, devices: str | None, profile: Any, 
 
 def _classes(scenario: str | None, default: str | None) -> dict[str, Any]:
     """``PluginConfig``'s ``classes`` and ``default_priority`` for ``--classes`` and ``--default-priority``: a
-    scenario's own classes with their resolved weights and tiers (the shipped names: none to write)."""
+    scenario's own classes with their resolved weights and tiers, and their quotas with the scenario's quota window
+    (the shipped names: none to write)."""
     names = list(load_scenario(scenario).classes) if scenario else list(PRIORITY_CLASSES)
     if default is not None and default not in names:
         raise ConfigError("--default-priority", f"{default!r} is not a class of {scenario or 'the shipped ones'} "
@@ -261,7 +262,10 @@ def _classes(scenario: str | None, default: str | None) -> dict[str, Any]:
     common = max(sc.classes, key=lambda c: sc.classes[c].share)
     classes = {c: {"slo_scale": sc.classes[c].slo_scale, "weight": info.weight, "tier": info.tier}
                for c, info in sc.class_table.items()}
-    return {"classes": classes, "default_priority": default or common}
+    for c, quota in sc.serving.quotas:
+        classes[c]["quota"] = quota
+    window = {"quota_window_s": sc.serving.quota_window_s} if sc.serving.quotas else {}
+    return {"classes": classes, "default_priority": default or common, **window}
 
 
 def _router_deadline(args: argparse.Namespace) -> float:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rlsched import bounds
 from rlsched.sim.request import PRIORITY_CLASSES, TIER_WEIGHTS, Request
 
 MAX_CLASSES = 8
@@ -27,6 +28,14 @@ CLASS_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 """A class name: a letter, then letters, digits, ``_`` or ``-``, at most 32 in all (a metric label
 and a table column as it stands)."""
 CLASS_NAME_RULE = "a class name is a letter, then letters, digits, '_' or '-' (at most 32 characters)"
+
+QUOTA = bounds.floats(0, 1, low_open=True)
+"""A class's quota: a share of the GPU's time, in (0, 1]."""
+QUOTA_WINDOW_S = bounds.floats(0, 86_400, low_open=True)
+"""The sliding window the quotas are measured over, in seconds (at most a day)."""
+DEFAULT_QUOTA_WINDOW_S = 600.0
+"""Long beside a wave (seconds to a minute and a half on the shipped profiles): a class that just started a wave
+runs over its quota by about that wave's seconds over the window."""
 
 
 @dataclass(frozen=True)

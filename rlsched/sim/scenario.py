@@ -46,6 +46,9 @@ class ClassSpec:
     """Weight in the weighted SLO attainment (None: ``rlsched.sim.classes.default_weight``)."""
     tier: str | None = None
     """The shipped class learned policies read it as (None: by weight rank, ``rlsched.sim.classes``)."""
+    quota: float | None = None
+    """The most of the GPU's time the class may take while others wait (None: no cap; ``rlsched.sim.quota``);
+    the scenario's ``serving.quotas`` carries it to the simulator."""
 
 
 @dataclass(frozen=True)
@@ -466,9 +469,11 @@ def scenario_from_dict(data: Any, where: str, line_of: LineOf | None = None,
         shapes_from["path"] = beside(shapes_from["path"], folder)
     truth = spec.truth.model_dump()
     truth["profile"] = _profile_beside(truth["profile"], folder)
+    quotas = tuple((c, v.quota) for c, v in spec.classes.items() if v.quota is not None)
+    serving = ServingConfig(**spec.serving.model_dump(), quotas=quotas)
     return Scenario(
         name=spec.name, profile=_profile_beside(spec.profile, folder),
-        serving=ServingConfig(**spec.serving.model_dump()), duration_s=spec.duration_s, arrival=arrival,
+        serving=serving, duration_s=spec.duration_s, arrival=arrival,
         classes={c: ClassSpec(**v.model_dump()) for c, v in spec.classes.items()},
         mix=tuple(ShapeSpec(**m.model_dump()) for m in spec.mix), shapes_from=shapes_from,
         replicas=tuple(ReplicaGroup(g.count, g.sp_degree, _profile_beside(g.profile or "", folder), g.name or "",

@@ -51,7 +51,14 @@ from rlsched.bounds import (  # noqa: F401  (re-exported: the schema's bounds, n
 from rlsched.errors import ConfigError
 from rlsched.sim.cache_backend import MAX_SKIP
 from rlsched.sim.cache_backend import PRESETS as CACHE_PRESETS
-from rlsched.sim.classes import CLASS_NAME_PATTERN, CLASS_NAME_RULE, MAX_CLASSES
+from rlsched.sim.classes import (
+    CLASS_NAME_PATTERN,
+    CLASS_NAME_RULE,
+    DEFAULT_QUOTA_WINDOW_S,
+    MAX_CLASSES,
+    QUOTA,
+    QUOTA_WINDOW_S,
+)
 from rlsched.sim.request import MODALITIES, PRIORITY_CLASSES
 
 
@@ -157,6 +164,9 @@ class ServingSpec(Strict):
     """Engine time per wave outside the GPU's work (busy loop, IPC), added to each batch."""
     engine_overhead_ms_per_mpx: Millis = 0.0
     """Engine time per output megapixel·frame of a finishing request (output tensors to images)."""
+    quota_window_s: number(QUOTA_WINDOW_S) = DEFAULT_QUOTA_WINDOW_S  # type: ignore[valid-type]
+    """The sliding window, in seconds, over which each class's share of the GPU's time is measured against
+    its ``quota`` (``classes.NAME.quota``; read only when a class has one)."""
 
 
 class PoissonSpec(Strict):
@@ -244,6 +254,14 @@ class ClassSpecModel(Strict):
     tier: Priority | None = None
     """The shipped class the learned policies read it as (default: a shipped name its own; another by its
     weight's rank, heaviest ``realtime``: ``rlsched.sim.classes.default_tiers``)."""
+    quota: number(QUOTA) | None = None  # type: ignore[valid-type]
+    """The most of the GPU's time this class may take while requests of other classes wait, a fraction in
+    (0, 1] (1: no cap): a work-conserving cap. When its share of the GPU-seconds started over the last
+    ``serving.quota_window_s`` has reached its quota and a request of another class (one not held itself)
+    waits, its requests are held out of the decision and the policy decides over the others; when nothing
+    else waits it runs, so the GPU never idles because of a quota. A batch's seconds are its standalone
+    cost estimate, split among its requests by their standalone step times (``rlsched.sim.quota``). The
+    quotas of a scenario need not sum to 1; none: never held."""
 
 
 class ShapeSpecModel(Strict):

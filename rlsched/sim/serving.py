@@ -26,6 +26,11 @@ class ServingConfig:
     """Engine time per output megapixel·frame of a finishing request (turning output tensors
     into images on the host). Measured against a real CPU server: ~1-2.5 ms and ~5.7 ms/MP
     (docs/e2e.md) — negligible next to seconds-long waves, so the shipped scenarios keep 0."""
+    quotas: tuple[tuple[str, float], ...] = ()
+    """``(class, quota)`` of every class with a quota: the most of the GPU's time it may take while
+    requests of other classes wait (``rlsched.sim.quota``; a scenario's ``classes.NAME.quota``)."""
+    quota_window_s: float = 600.0
+    """The sliding window the quotas are measured over, in seconds."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -29,6 +29,7 @@ from rlsched.errors import InvalidDecision, InvalidRequest
 from rlsched.sim.admission import admitted, split_oom
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator, Recosting
+from rlsched.sim.quota import Quotas, QuotaView
 from rlsched.sim.request import (
     COMPLETED,
     FAILED_OOM,
@@ -172,6 +173,9 @@ class Simulator:
         """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
         their own per-key structures in step by replaying it from where they last read, so a
         decision costs O(log n) rather than a scan of the whole queue."""
+        self.quotas = Quotas.of(config)
+        """The classes' quotas (``rlsched.sim.quota``): told every batch that starts; None when no class has one."""
+        self._quota_view = QuotaView(self, self.quotas) if self.quotas is not None else None
 
     # ---------------------------------------------------------------- events
     def _next_event(self) -> tuple[float, int]:
@@ -294,6 +298,8 @@ class Simulator:
             rec.status, rec.batch_id = RUNNING, self.batches
         self.running = self.last_batch = batch
         self._batch_mem_gb, self._batch_start_s = mem, self.now
+        if self.quotas is not None:
+            self.quotas.started(batch, predicted, self.now)
         self.gpu_end_s = self.now + duration
         self.predicted_end_s = self.now + predicted
         self._changed()
@@ -508,9 +514,14 @@ class Simulator:
         """What NVML would report for this simulator (``SimTelemetry``), from now on."""
         return SimTelemetry(self)
 
+    def policy_view(self) -> QueueView:
+        """What a policy decides on now: this simulator, less the requests of the classes held by their
+        quotas (``rlsched.sim.quota.QuotaView``, refreshed; one per simulator). Without quotas: itself."""
+        return self if self._quota_view is None else self._quota_view.refresh()
+
     def run(self, policy: PolicyLike) -> Simulator:
         """Run to the end (or the horizon) under ``policy``; returns self."""
-        policy.reset(self)
+        policy.reset(self.policy_view())
         while self.advance_to_next_decision():
-            self.apply(policy.decide(self))
+            self.apply(policy.decide(self.policy_view()))
         return self

@@ -194,7 +194,7 @@ class Stage:
         if len(policies) != len(self.replicas):
             raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
         for sim, policy in zip(self.replicas, policies):
-            policy.reset(sim)
+            policy.reset(sim.policy_view())
         if central is None and self.hubs:
             raise ConfigError("stage", "a fork of a late-binding stage runs with a central policy, not routed")
         hubs: list[PolicyLike] = []
@@ -211,7 +211,7 @@ class Stage:
             self._dispatch(hubs, start=r, decided=decision)
         for sim, policy in zip(self.replicas, policies):  # a fork starts mid-instant: who must decide now does
             while sim.needs_decision:
-                sim.apply(policy.decide(sim))
+                sim.apply(policy.decide(sim.policy_view()))
         times = [sim.next_event_s() for sim in sims]  # recomputed only for those touched at an instant
         # (time, simulator), a heap: an instant costs O(log R), not a scan of every replica's next event; an
         # entry whose time is no longer that simulator's (``times``) is dropped when it surfaces
@@ -247,7 +247,7 @@ class Stage:
                     continue
                 sim, policy = sims[r], policies[r]
                 while sim.needs_decision:
-                    sim.apply(policy.decide(sim))
+                    sim.apply(policy.decide(sim.policy_view()))
             for r in set(touched):
                 times[r] = self._ahead(r) if hubs and r < hub else sims[r].next_event_s()
                 if times[r] != INF:

@@ -48,3 +48,18 @@ def test_plans_deploy_line_names_the_classes(tmp_path: Path, capsys: pytest.Capt
     assert f"--classes {FOUR.resolve()}" in line
     assert main([*argv, "--scenario", "default", "--out", str(tmp_path / "b")]) == 0
     assert "--classes" not in (tmp_path / "b" / "deploy.sh").read_text()
+
+
+def test_deploy_carries_the_quotas_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = yaml.safe_load(FOUR.read_text())
+    data["classes"]["bulk"]["quota"] = 0.2
+    data["serving"]["quota_window_s"] = 300
+    scenario = tmp_path / "capped.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    assert main(["deploy", "--policy", "edf", "--classes", str(scenario), "--out", str(tmp_path / "d.yaml")]) == 0
+    cfg = _settings(tmp_path / "d.yaml")
+    assert cfg.quotas == (("bulk", 0.2),) and cfg.quota_window_s == 300
+    uncapped = tmp_path / "u.yaml"
+    assert main(["deploy", "--policy", "edf", "--classes", str(FOUR), "--out", str(uncapped)]) == 0
+    extras = yaml.safe_load(uncapped.read_text())["stages"][0]["extras"]["rlsched"]
+    assert "quota_window_s" not in extras and all("quota" not in v for v in extras["classes"].values())

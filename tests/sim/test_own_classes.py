@@ -95,7 +95,8 @@ def test_the_mapping_is_said() -> None:
     ({"1st": {"share": 1, "slo_scale": 2}}, "classes.1st (key)", "a class name is a letter"),
     ({"paid": {"share": 1, "slo_scale": 2, "tier": "gold"}}, "classes.paid.tier", "realtime"),
     ({"paid": {"share": 1, "slo_scale": 2, "weight": 0}}, "classes.paid.weight", "greater than 0"),
-    ({"paid": {"share": 1, "slo_scale": 2, "quota": 0.1}}, "classes.paid.quota", "unknown key"),
+    ({"paid": {"share": 1, "slo_scale": 2, "quota": 0}}, "classes.paid.quota", "greater than 0"),
+    ({"paid": {"share": 1, "slo_scale": 2, "quota": 1.01}}, "classes.paid.quota", "less than or equal to 1"),
 ])
 def test_bad_classes_name_the_key(classes: dict[str, Any], key: str, reason: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -22,7 +22,10 @@ from rlsched.routing.views import SILENCE_S
 from rlsched.sim.classes import (
     CLASS_NAME_PATTERN,
     CLASS_NAME_RULE,
+    DEFAULT_QUOTA_WINDOW_S,
     MAX_CLASSES,
+    QUOTA,
+    QUOTA_WINDOW_S,
     SHIPPED,
     ClassInfo,
     class_table,
@@ -42,6 +45,7 @@ NUMBERS: dict[str, Bound] = {
     "default_height": bounds.SIDE_PX, "default_width": bounds.SIDE_PX, "default_steps": bounds.STEPS,
     "telemetry_device": bounds.DEVICE, "telemetry_interval_s": bounds.TELEMETRY_INTERVAL_S,
     "metrics_port": bounds.PORT, "metrics_ports": bounds.REPLICAS, "time_scale": bounds.PLUGIN_TIME_SCALE,
+    "quota_window_s": QUOTA_WINDOW_S,
 }
 """Every numeric setting and its range in the table of bounds (``slo_scales`` and ``default_slo_scale``:
 ``bounds.SLO_SCALE``)."""
@@ -72,8 +76,13 @@ class PluginConfig(BaseModel):
     """Class of a request whose ``extra_args`` carry no (or an unknown) ``priority``; with ``classes``, one of them."""
     classes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """The classes a request may name in ``extra_args.priority`` (empty: ``realtime``, ``batch``, ``background``):
-    ``NAME: {slo_scale, weight, tier}``, as a scenario's ``classes`` (``slo_scale`` required; ``weight`` default
-    1, ``tier`` default by weight rank: ``rlsched.sim.classes``). ``rlsched deploy --classes SCENARIO`` writes them."""
+    ``NAME: {slo_scale, weight, tier, quota}``, as a scenario's ``classes`` (``slo_scale`` required; ``weight``
+    default 1, ``tier`` default by weight rank: ``rlsched.sim.classes``; ``quota``, a fraction in (0, 1], caps the
+    class's share of the GPU's time while other classes wait: ``rlsched.sim.quota``). ``rlsched deploy --classes
+    SCENARIO`` writes them."""
+    quota_window_s: float = DEFAULT_QUOTA_WINDOW_S
+    """The sliding window, in seconds, over which each class's share of the GPU's time is measured against its
+    ``classes.NAME.quota`` (a scenario's ``serving.quota_window_s``)."""
     slo_scales: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_SLO_SCALES))
     """Per class: SLO = scale × standalone time, for requests without ``extra_args.slo_ms``."""
     default_slo_scale: float | None = None
@@ -225,6 +234,11 @@ class PluginConfig(BaseModel):
             return SHIPPED
         return class_table({c: v.get("weight", default_weight(c)) for c, v in self.classes.items()},
                            {c: v.get("tier") for c, v in self.classes.items()})
+
+    @property
+    def quotas(self) -> tuple[tuple[str, float], ...]:
+        """``(class, quota)`` of every class with a quota, as ``ServingConfig.quotas`` holds them."""
+        return tuple((c, float(v["quota"])) for c, v in self.classes.items() if v.get("quota") is not None)
 
     def class_of(self, tag: Any) -> str | None:
         """The class an ``extra_args.priority`` tag names (its own spelling, else lower case), else None."""
@@ -509,16 +523,18 @@ def _check(bound: Bound, value: Any, name: str) -> Any:
     return bound.check(value, f"extras.rlsched.{name}")
 
 
-CLASS_KEYS = ("slo_scale", "weight", "tier")
+CLASS_KEYS = ("slo_scale", "weight", "tier", "quota")
 
 
 def _class_setting(name: Any, spec: Any) -> dict[str, Any]:
-    """One entry of ``classes``, checked: a name of the scenario's form, ``slo_scale``, ``weight``, ``tier``."""
+    """One entry of ``classes``, checked: a name of the scenario's form, ``slo_scale``, ``weight``, ``tier``,
+    ``quota``."""
     where = f"classes.{name}"
     if not (isinstance(name, str) and re.match(CLASS_NAME_PATTERN, name)):
         raise ConfigError("extras.rlsched.classes", f"{name!r}: {CLASS_NAME_RULE}")
     if not isinstance(spec, Mapping) or "slo_scale" not in spec:
-        raise ConfigError(f"extras.rlsched.{where}", "must be a mapping with slo_scale (and optional weight, tier)")
+        raise ConfigError(f"extras.rlsched.{where}",
+                          "must be a mapping with slo_scale (and optional weight, tier, quota)")
     unknown = sorted(set(spec) - set(CLASS_KEYS), key=str)
     if unknown:
         raise ConfigError(f"extras.rlsched.{where}", f"unknown keys {unknown} (known: {list(CLASS_KEYS)})")
@@ -530,6 +546,8 @@ def _class_setting(name: Any, spec: Any) -> dict[str, Any]:
             raise ConfigError(f"extras.rlsched.{where}.tier",
                               f"must be one of {PRIORITY_CLASSES}, not {spec['tier']!r}")
         out["tier"] = spec["tier"]
+    if spec.get("quota") is not None:
+        out["quota"] = float(_check(QUOTA, spec["quota"], f"{where}.quota"))
     return out
 
 

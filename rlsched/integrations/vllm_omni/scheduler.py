@@ -63,7 +63,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
 from vllm_omni.diffusion.sched.interface import CachedRequestData, DiffusionSchedulerOutput
@@ -85,6 +85,7 @@ from rlsched.routing.views import calibration_of
 from rlsched.sim.admission import admitted, fifo_that_fits, split_oom
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator
+from rlsched.sim.quota import Quotas, QuotaView
 from rlsched.sim.request import RequestRecord
 from rlsched.sim.simulator import ServingConfig
 
@@ -145,6 +146,10 @@ class _PolicyScheduling:
         self.metrics = metrics or PluginMetrics.on()
         self.rl_state: PluginState | None = None
         """The policy's view of the queue; None until ``initialize``."""
+        self.quotas: Quotas | None = None
+        """The classes' quotas (``extras.rlsched.classes.NAME.quota``; ``rlsched.sim.quota``, the simulator's
+        rule): told every batch that starts; None when no class has one."""
+        self._quota_view: QuotaView | None = None
         self.fallbacks = 0
         """schedule() calls that fell back to FIFO (see ``fallback_reasons``)."""
         self.fallback_reasons: Counter[str] = Counter()
@@ -194,7 +199,8 @@ class _PolicyScheduling:
         calibrator = CostCalibrator(cost) if calibrates(settings.policy) else None
         self.rl_state = PluginState(cost, self._serving_config(), settings, self._clock, open_telemetry(settings),
                                     calibrator, RECOST_SLICE)
-        self.policy.reset(self.rl_state)
+        self._open_quotas()
+        self.policy.reset(self._policy_view())
         self.publisher = StatePublisher(self._clock) if settings.publish_state else None
         self._reset_publishing()
         port = None
@@ -219,7 +225,38 @@ class _PolicyScheduling:
 
     def _serving_config(self) -> ServingConfig:
         wait_ms = float(getattr(self.od_config, "request_batch_max_wait_ms", 0.0) or 0.0)  # type: ignore[attr-defined]
-        return ServingConfig("step" if self.step_mode else "request", self.max_num_running_reqs, wait_ms)
+        settings = self.settings or PluginConfig()
+        return ServingConfig("step" if self.step_mode else "request", self.max_num_running_reqs, wait_ms,
+                             quotas=settings.quotas, quota_window_s=settings.quota_window_s)
+
+    def _open_quotas(self) -> None:
+        """The quotas and the view they hold classes out of, over the current ``rl_state`` (the simulator's
+        objects: ``rlsched.sim.quota``)."""
+        st = self.rl_state
+        self.quotas = Quotas.of(st.config) if st is not None else None
+        self._quota_view = QuotaView(st, self.quotas) if st is not None and self.quotas is not None else None
+
+    def _policy_view(self, refresh: bool = True) -> PluginState:
+        """What the policy and every fallback decide on: ``rl_state``, less the requests of the classes held
+        by their quotas (``refresh``: brought up to the state first; a ``QuotaView`` reads through to the
+        state, so it is typed as one)."""
+        view = self._quota_view
+        if view is None:
+            return cast(PluginState, self.rl_state)
+        return cast(PluginState, view.refresh() if refresh else view)
+
+    def _quota_started(self, out: DiffusionSchedulerOutput) -> None:
+        """Tell the quotas the batch ``out`` starts (a wave, or in step mode one step): its requests and the
+        cost model's time for it, as the simulator tells them at ``apply``."""
+        st = self.rl_state
+        if self.quotas is None or st is None or not out.num_scheduled_reqs or self._warming_up:
+            return
+        try:
+            ids = tuple(out.scheduled_request_ids)
+            recs, done = self._batch_records(ids, [self._steps_done(rid) for rid in ids])
+            self.quotas.started(recs, self._predicted(recs, done), st.now)
+        except Exception:  # never raise into the engine; a batch uncounted lets the class run a little more
+            _log.debug("rlsched: quota accounting failed", exc_info=True)
 
     def add_request(self, request: Any) -> str:
         rid: str = super().add_request(request)  # type: ignore[misc]
@@ -287,6 +324,7 @@ class _PolicyScheduling:
         self._update_queue_depth(force=bool(out.scheduled_new_reqs))
         if self.publisher is not None:
             self._publish(out.finished_req_ids, at_schedule=True)
+        self._quota_started(out)
         self._start_timing(out)  # last: as close to the executor's start as the plugin reads the clock
         return out
 
@@ -528,6 +566,7 @@ class _PolicyScheduling:
         if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
             return ()  # a request the plugin has no cost for may be at the head: it goes alone
+        st = self._policy_view()  # a serving rule: the fallbacks below decide without the held classes too
         refused = self._guard.refusal()  # busy, backoff: no decision is counted
         if refused is not None:
             self._fallback(refused)
@@ -576,7 +615,7 @@ class _PolicyScheduling:
     def _reset_policy(self) -> None:
         """After a decision that raised or was interrupted: a fresh policy over the same queue."""
         if self.rl_state is not None:
-            self.policy.reset(self.rl_state)
+            self.policy.reset(self._policy_view(refresh=False))  # the view as the failed decision left it
 
     @staticmethod
     def _starts_a_misfit(st: PluginState, ids: tuple[int, ...]) -> bool:
@@ -629,7 +668,8 @@ class _PolicyScheduling:
             return
         self.rl_state = PluginState(st.shipped, st.config, st.settings, self._clock, st._telemetry_source,
                                     st.calibrator, RECOST_SLICE)
-        self.policy.reset(self.rl_state)
+        self._open_quotas()
+        self.policy.reset(self._policy_view())
         self._update_queue_depth(force=True)
 
     def _fallback(self, reason: str) -> None:
