@@ -63,8 +63,8 @@ def with_timesteps(cfg: BaseModel, timesteps: int) -> Any:
     config keeps them in its ``ppo`` block, the knob's ``AgentConfig`` at its top (at least 1 there)."""
     if "timesteps" in type(cfg).model_fields:
         return validated(type(cfg), {**dict(cfg), "timesteps": timesteps}, "--timesteps")
-    return cfg.model_copy(update={"ppo": validated(type(cfg.ppo), {**dict(cfg.ppo), "timesteps": timesteps},
-                                                   "--timesteps")})
+    ppo = dict(cfg)["ppo"]
+    return cfg.model_copy(update={"ppo": validated(type(ppo), {**dict(ppo), "timesteps": timesteps}, "--timesteps")})
 
 
 SMOKE: dict[str, dict[str, Any]] = {
@@ -490,13 +490,13 @@ def maskable_ppo(p: MaskablePPOConfig, seed: int, net: Any, make_env: Any, polic
                         tensorboard_log=str(run / "tb"), verbose=0)
     with torch.no_grad():
         for mod in (model.policy.pi_features_extractor, model.policy.vf_features_extractor):
-            mod.net.load_state_dict(net.state_dict())  # type: ignore[union-attr]
+            mod.get_submodule("net").load_state_dict(net.state_dict())
     metrics = _differential_metrics(tag)
     model.learn(total_timesteps=p.timesteps, progress_bar=progress, tb_log_name="ppo", callback=metrics)
     venv.close()
     _write_curve(metrics.episodes, run, shadow)
     trained = copy.deepcopy(net)
-    trained.load_state_dict(model.policy.pi_features_extractor.net.state_dict())  # type: ignore[union-attr]
+    trained.load_state_dict(model.policy.pi_features_extractor.get_submodule("net").state_dict())
     return trained
 
 

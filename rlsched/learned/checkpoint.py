@@ -18,7 +18,7 @@ import json
 import math
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -169,6 +169,10 @@ class FrozenNetwork:
     obs_clip: float
     obs_eps: float
     meta: dict[str, Any]
+    _inv_std: np.ndarray = field(init=False, repr=False, compare=False)
+    """1/std of the observation normaliser, set once from ``obs_var`` and ``obs_eps``."""
+    _layers_t: tuple[tuple[np.ndarray, np.ndarray], ...] = field(init=False, repr=False, compare=False)
+    """``layers`` with each weight transposed and contiguous (``x @ w.T`` without a copy per call)."""
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:  # never a silent fallback to another function
