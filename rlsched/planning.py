@@ -94,6 +94,8 @@ class PlanTask:
     seed: int
     rate_scale: float
     """× the scenario's own rate: the load × the nominal rate per GPU × the GPUs (or × ``--rate``)."""
+    duration_s: float | None = None
+    """The arrival window (None: the scenario's own)."""
 
 
 def run_one(task: PlanTask) -> float:
@@ -101,7 +103,7 @@ def run_one(task: PlanTask) -> float:
     sc = load_scenario(task.scenario)
     cost = load_profile(task.profile)
     wide = at_layout(cost, task.layout.degree, task.layout.cfg)
-    reqs = sc.requests(task.seed, rate_scale=task.rate_scale, cost=cost)
+    reqs = sc.requests(task.seed, rate_scale=task.rate_scale, duration_s=task.duration_s, cost=cost)
     stage = Stage.uniform(reqs, task.layout.replicas, wide, sc.serving, seed=task.seed)
     run_spec(stage, task.spec)
     return float(summarize_stage(stage)["weighted_slo_attainment"])
@@ -115,14 +117,17 @@ def profile_of(sc: Any) -> str:
 def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
          progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = (),
-         cfg_degrees: Sequence[int] = CFG_DEGREES, routers: Sequence[str] = ()) -> dict[str, Any]:
+         cfg_degrees: Sequence[int] = CFG_DEGREES, routers: Sequence[str] = (),
+         duration_s: float | None = None) -> dict[str, Any]:
     """Simulate every layout (see the module docstring); returns the table and the choice.
     ``gpus`` None: the scenario's own (a multi-replica scenario's GPU count, else 1);
     ``cfg_degrees``: the CFG-parallel degrees to consider ((1,): SP layouts only); ``routers``: routers
     to compare on the recommended layout, ``spec``'s policy behind each (``rlsched``, ``router``,
     ``central``), on the routers' deployed view — the winner's mean over the loads picks the router
-    of the deploy line (``router_rows``, ``recommended_router``)."""
-    sized = _Sized.check(scenario, gpus, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers)
+    of the deploy line (``router_rows``, ``recommended_router``); ``duration_s``: each run's arrival window
+    (None: the scenario's; hundreds of GPUs at the scenario's hours of arrivals take hours to plan)."""
+    sized = _Sized.check(scenario, gpus, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers,
+                         duration_s=duration_s)
     return sized.finish(sized.simulate_layouts(workers, ray, progress), routers, check_seeds)
 
 
@@ -130,7 +135,7 @@ def plan_for_rate(scenario: str, gpu_counts: Sequence[int], rate_rps: float, spe
                   loads: Sequence[float], target: float, profile: str | None = None, workers: int = 1,
                   ray: str | None = None, progress: Callable[[], None] | None = None,
                   check_seeds: Sequence[int] = (), cfg_degrees: Sequence[int] = CFG_DEGREES,
-                  routers: Sequence[str] = ()) -> dict[str, Any]:
+                  routers: Sequence[str] = (), duration_s: float | None = None) -> dict[str, Any]:
     """"2 or 4 GPUs for *my* traffic?": every layout of every count in ``gpu_counts`` serves the same
     ``rate_rps`` (× ``loads``) of the scenario's mix; the recommendation is the fewest GPUs whose best
     layout reaches ``target`` class-weighted SLO attainment (mean over loads and seeds), else the count
@@ -141,8 +146,8 @@ def plan_for_rate(scenario: str, gpu_counts: Sequence[int], rate_rps: float, spe
     if not (math.isfinite(target) and 0 < target <= 1):
         raise ConfigError("--target", f"must be a class-weighted SLO attainment in (0, 1], not {target!r}")
     counts = sorted(gpu_counts)
-    sized = [_Sized.check(scenario, g, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers, rate_rps)
-             for g in counts]
+    sized = [_Sized.check(scenario, g, spec, seeds, loads, profile, check_seeds, cfg_degrees, routers, rate_rps,
+                          duration_s) for g in counts]
     done = [s.simulate_layouts(workers, ray, progress) for s in sized]
     means = [d.rows[d.best]["mean"] for d in done]
     reach = [i for i, m in enumerate(means) if m >= target - 1e-9]
@@ -180,11 +185,13 @@ class _Sized:
     scale: float
     """The rate scale of load 1 (× the scenario's own rate)."""
     rate_rps: float | None = None
+    duration_s: float | None = None
+    """Each run's arrival window (None: the scenario's)."""
 
     @classmethod
     def check(cls, scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
               profile: str | None, check_seeds: Sequence[int], cfg_degrees: Sequence[int], routers: Sequence[str],
-              rate_rps: float | None = None) -> _Sized:
+              rate_rps: float | None = None, duration_s: float | None = None) -> _Sized:
         bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
         if bad:
             raise ConfigError("--seeds", f"planning uses training seeds (0..{TRAINING_SEED_LIMIT - 1}), not {bad}")
@@ -204,20 +211,20 @@ class _Sized:
             scale = gpus / sc.gpus
         else:
             scale = rate_rps / own_rate(sc, seeds, profile)
-        check_loads(sc, scenario, profile, gpus, loads, seeds, scale, rate_rps)
+        check_loads(sc, scenario, profile, gpus, loads, seeds, scale, rate_rps, duration_s)
         policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
         specs = [f"{policy}@{r}" for r in routers]
         for s in specs:
             check_spec(s)
-        return cls(scenario, sc, gpus, spec, seeds, loads, profile, cfg_degrees, specs, scale, rate_rps)
+        return cls(scenario, sc, gpus, spec, seeds, loads, profile, cfg_degrees, specs, scale, rate_rps, duration_s)
 
     def simulate_layouts(self, workers: int, ray: str | None, progress: Callable[[], None] | None) -> _Grid:
         options = layouts(self.gpus, load_profile(self.profile), self.cfg_degrees)
 
         def simulate(seed_list: Sequence[int], lays: Sequence[Layout] = options,
                      pairs: Sequence[str] = (self.spec,)) -> np.ndarray:
-            tasks = [PlanTask(self.scenario, self.profile, lay, p, s, x * self.scale) for lay in lays for p in pairs
-                     for x in self.loads for s in seed_list]
+            tasks = [PlanTask(self.scenario, self.profile, lay, p, s, x * self.scale, self.duration_s)
+                     for lay in lays for p in pairs for x in self.loads for s in seed_list]
             values: list[float] = []
             for v in run_tasks(run_one, tasks, workers=workers, ray=ray):
                 values.append(v)
@@ -243,7 +250,8 @@ class _Sized:
         profile, gpus, serving = self.profile, self.gpus, self.sc.serving
         worst = min(rows, key=lambda r: r["mean"])
         out = {"scenario": self.scenario, "profile": profile, "gpus": gpus, "policy": self.spec,
-               "seeds": list(self.seeds), "loads": list(self.loads), "rows": rows,
+               "seeds": list(self.seeds), "loads": list(self.loads),
+               "duration_s": self.sc.duration_s if self.duration_s is None else self.duration_s, "rows": rows,
                "recommended": rows[best]["layout"],
                "worst_loses_points": round(100 * (rows[best]["mean"] - worst["mean"]), 2),
                "stage_yaml": stage_yaml(options[best], gpus, load_profile(profile)),
@@ -280,7 +288,7 @@ def own_rate(sc: Any, seeds: Sequence[int], profile: str) -> float:
 
 
 def check_loads(sc: Any, scenario: str, profile: str, gpus: int, loads: Sequence[float], seeds: Sequence[int],
-                scale: float | None = None, rate_rps: float | None = None) -> None:
+                scale: float | None = None, rate_rps: float | None = None, duration_s: float | None = None) -> None:
     """The heaviest workload a layout gets (the highest load on ``gpus`` GPUs, or of ``rate_rps``) drawn
     once, before any layout: one too large to simulate is an error naming ``--loads`` and ``--gpus`` (or
     ``--rate``), which the user gave, rather than the rate scale they multiply to, which they never did.
@@ -291,7 +299,7 @@ def check_loads(sc: Any, scenario: str, profile: str, gpus: int, loads: Sequence
     top = max(loads)
     scale = top * (gpus / sc.gpus if scale is None else scale)
     try:
-        sc.requests(seed, scale, cost=cost)
+        sc.requests(seed, scale, duration_s=duration_s, cost=cost)
     except ConfigError as exc:
         if rate_rps is not None:
             raise ConfigError("--rate", f"load {top:g} x --rate {rate_rps:g} runs scenario {sc.name!r} at "

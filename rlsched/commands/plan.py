@@ -43,6 +43,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "the deployed router's information (view=engine); the best mean picks the deploy line's "
                         "router ('' keeps --policy's)")
     p.add_argument("--seeds", default="0,1,2", help="training seeds (< 900), paired across layouts")
+    p.add_argument("--duration", type=flag(bounds.DURATION_S), default=None,
+                   help="arrival window per run in s (default: the scenario's; at hundreds of GPUs a shorter one, "
+                        "e.g. 600, keeps plan to minutes)")
     p.add_argument("--loads", default=None,
                    help="loads, x the scenario's nominal rate per GPU x --gpus (default 0.5,0.75,1.0,1.25,1.5); "
                         "with --rate, x --rate (default 1: exactly your traffic)")
@@ -89,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
     with _bar(total, args.json) as advance:
         if args.rate is None:
             result = plan(args.scenario, counts[0], args.policy, seeds, loads, profile, args.workers, args.ray,
-                          advance, check, cfg_degrees, routers)
+                          advance, check, cfg_degrees, routers, args.duration)
         else:
             result = plan_for_rate(args.scenario, counts, args.rate, args.policy, seeds, loads, args.target, profile,
-                                   args.workers, args.ray, advance, check, cfg_degrees, routers)
+                                   args.workers, args.ray, advance, check, cfg_degrees, routers, args.duration)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "plan.json", json.dumps(result, indent=1), "--out")  # each file whole or not at all
     write_atomic(out / "stage.yaml", result["stage_yaml"], "--out")
