@@ -134,6 +134,8 @@ PatchPx: TypeAlias = Annotated[int, within(bounds.PATCH_PX), NOT_A_BOOL]
 TemporalStride: TypeAlias = Annotated[int, within(bounds.TEMPORAL_STRIDE), NOT_A_BOOL]
 CfgPasses: TypeAlias = Annotated[int, within(bounds.CFG_PASSES), NOT_A_BOOL]
 GpuGb: TypeAlias = Annotated[float, within(bounds.GPU_GB), NOT_A_BOOL]
+Quota: TypeAlias = Annotated[float, within(QUOTA), NOT_A_BOOL]
+QuotaWindow: TypeAlias = Annotated[float, within(QUOTA_WINDOW_S), NOT_A_BOOL]
 SkipMean: TypeAlias = Annotated[float, within(bounds.floats(0, MAX_SKIP)), NOT_A_BOOL]
 SkipSpread: TypeAlias = Annotated[float, within(bounds.floats(0, 0.5)), NOT_A_BOOL]
 SpDegree: TypeAlias = Annotated[Literal[1, 2, 4, 8], NOT_A_BOOL]
@@ -164,7 +166,7 @@ class ServingSpec(Strict):
     """Engine time per wave outside the GPU's work (busy loop, IPC), added to each batch."""
     engine_overhead_ms_per_mpx: Millis = 0.0
     """Engine time per output megapixel·frame of a finishing request (output tensors to images)."""
-    quota_window_s: number(QUOTA_WINDOW_S) = DEFAULT_QUOTA_WINDOW_S  # type: ignore[valid-type]
+    quota_window_s: QuotaWindow = DEFAULT_QUOTA_WINDOW_S
     """The sliding window, in seconds, over which each class's share of the GPU's time is measured against
     its ``quota`` (``classes.NAME.quota``; read only when a class has one)."""
 
@@ -254,7 +256,7 @@ class ClassSpecModel(Strict):
     tier: Priority | None = None
     """The shipped class the learned policies read it as (default: a shipped name its own; another by its
     weight's rank, heaviest ``realtime``: ``rlsched.sim.classes.default_tiers``)."""
-    quota: number(QUOTA) | None = None  # type: ignore[valid-type]
+    quota: Quota | None = None
     """The most of the GPU's time this class may take while requests of other classes wait, a fraction in
     (0, 1] (1: no cap): a work-conserving cap. When its share of the GPU-seconds started over the last
     ``serving.quota_window_s`` has reached its quota and a request of another class (one not held itself)
