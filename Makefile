@@ -27,6 +27,7 @@ help:
 	@echo "make results          - the one-GPU results table and plots (results/default; docs/results.md; ~6 min)"
 	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas; ~34 min)"
 	@echo "make results-plan     - plan's layout choice on the pools, re-checked on evaluation seeds (~19 min)"
+	@echo "make results-fleet    - default as one pool of 64/256/1,024 replicas, every router (results/fleet; ~30 min)"
 	@echo "make docs-reference   - regenerate the scenario file reference in docs/workload.md from the schema (~1 s)"
 
 $(VENV)/.installed: pyproject.toml
@@ -145,6 +146,20 @@ results-plan: $(VENV)/.installed
 	  $(VENV)/bin/rlsched plan --scenario $$sc --policy static:agents/tuned/$$t.json@rlsched --seeds 0,1,2 \
 	    --check-seeds 1000,1001,1002,1003,1004 --workers 2 --out results/replicas/plan-$$sc || exit 1; \
 	done
+
+# The fleet results (docs/replicas.md, "Past one node"): one-GPU `default` as one pool of 64, 256 and 1,024
+# replicas (arrivals x replicas), 600 s of arrivals, evaluation seeds 1000-1002, x0.5-x1.5: every deployable
+# router beside vLLM-Omni's own (fifo@round-robin, fifo@least-queue) and the true-state ceiling
+# (scripts/fleet_table.py run: eval's grid and report, plus each run's row for the paired table). At 1,024
+# the learned router and static@least-work are left out (over 50 s of CPU a run each there).
+FLEET_TUNED := static:agents/tuned/default.json
+FLEET_1024 := $(FLEET_TUNED)@rlsched,$(FLEET_TUNED)@central,edf@central,$(FLEET_TUNED)@round-robin,fifo@round-robin,fifo@least-queue,edf@least-queue,$(FLEET_TUNED)@rlsched;view=replica
+.PHONY: results-fleet
+results-fleet: $(VENV)/.installed
+	$(PY) scripts/fleet_table.py run --replicas 64 --out results/fleet/default-64
+	$(PY) scripts/fleet_table.py run --replicas 256 --out results/fleet/default-256
+	$(PY) scripts/fleet_table.py run --replicas 1024 --policies "$(FLEET_1024)" --out results/fleet/default-1024
+	$(PY) scripts/fleet_table.py --doc docs/replicas.md
 
 # The end-to-end tier: a real `vllm serve MODEL_DIR --omni` (tiny local model, no download) with the
 # stage `rlsched deploy` writes, CostProfileExecutor instead of a GPU worker, requests over HTTP; one
