@@ -129,6 +129,26 @@ def test_held_classes_leave_the_policys_view_and_come_back_in_its_journal() -> N
     assert all(i not in view.waiting for i, r in sim.waiting.items() if r.request.priority == "bulk")
 
 
+@pytest.mark.parametrize(("policy", "mode"), [("edf", "request"), ("sjf", "request"), ("priority", "request"),
+                                              ("seed-composite", "request"), ("edf", "step"), ("fifo", "step")])
+def test_policies_indexing_the_view_never_pick_a_held_request(policy: str, mode: str) -> None:
+    """A policy's queue index follows the view's journal (a held class leaving, coming back): every batch it
+    picks is of requests the view shows."""
+    sc = _scenario(0.2, mode=mode)
+    sim = Simulator(sc.requests(seed=2, duration_s=900), sc.cost(), sc.serving)
+    chooser = make_policy(policy)
+    chooser.reset(sim.policy_view())
+    held = 0
+    while sim.advance_to_next_decision():
+        view = sim.policy_view()
+        decision = chooser.decide(view)
+        shown = set(view.waiting) | {r.request.id for r in view.running}
+        assert set(decision.batch) <= shown, (sim.now, view.held)  # type: ignore[attr-defined]
+        held += bool(view.held)  # type: ignore[attr-defined]
+        sim.apply(decision)
+    assert held > 0
+
+
 def test_quotas_hold_only_while_an_unheld_class_waits() -> None:
     q = Quotas({"bulk": 0.2, "free": 0.5}, window_s=100)
     assert q.held(0.0, {"bulk", "paid"}) == set()  # nothing started yet

@@ -18,7 +18,7 @@ import rlsched.integrations.vllm_omni.scheduler as plugin_scheduler  # noqa: E40
 import rlsched.sim.simulator as simulator  # noqa: E402
 from rlsched.sim import quota  # noqa: E402
 from rlsched.sim.simulator import Decision  # noqa: E402
-from tests.vllm.fakes import Clock, check_invariants, finish_wave, mk_req, new_ids, plugin  # noqa: E402
+from tests.vllm.fakes import Clock, StepRunner, check_invariants, finish_wave, mk_req, new_ids, plugin  # noqa: E402
 
 CLASSES = {"paid": {"slo_scale": 3.0, "weight": 4}, "bulk": {"slo_scale": 3.0, "weight": 1, "quota": 0.2}}
 """Equal SLO scales: EDF, like FIFO, serves the older (bulk) requests first unless the quota holds them."""
@@ -68,6 +68,22 @@ def test_the_plugin_holds_a_class_over_its_quota_while_another_waits(policy: Any
 
 def test_alone_the_capped_class_runs() -> None:
     assert _serve("fifo", CLASSES, paid=0) == ["B"] * 10
+
+
+def test_in_step_mode_the_held_class_is_preempted() -> None:
+    """Step mode: the bulk class, running alone, is preempted once paid requests arrive and it is over its quota."""
+    clock = Clock()
+    sched = plugin("fifo", step=True, max_num_seqs=2, clock=clock, classes=CLASSES, default_priority="paid")
+    sched.add_request(mk_req("B0", priority="bulk", steps=50))
+    runner = StepRunner()
+    for _ in range(3):  # bulk alone: it runs, whatever its share
+        out, _ = runner.step(sched)
+        assert list(out.scheduled_request_ids) == ["B0"]
+        clock.t += 1.0
+    sched.add_request(mk_req("P0", priority="paid", steps=50))
+    out, _ = runner.step(sched)  # uncapped, FIFO would run both (one key, two seats)
+    check_invariants(sched)
+    assert list(out.scheduled_request_ids) == ["P0"] and sched.preemptions == 1
 
 
 def test_the_plugin_and_the_simulator_apply_the_same_quota_objects() -> None:
