@@ -66,7 +66,7 @@ def build_model(cfg: AgentConfig, env: Any, run_dir: Path, seed: int) -> Any:
                tensorboard_log=str(run_dir / "tb"), verbose=0)
     if p.init_action_from:
         with torch.no_grad():
-            model.policy.action_net.bias.copy_(torch.as_tensor(initial_action(p.init_action_from)))
+            model.policy.action_net.get_parameter("bias").copy_(torch.as_tensor(initial_action(p.init_action_from)))
     return model
 
 
