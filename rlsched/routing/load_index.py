@@ -6,14 +6,25 @@ replica's layout — each part at least 0. So a replica holding nothing (nothing
 **empty**) predicts exactly ``now + own``, the least any replica of its kind (its cost model) can, and of
 the empty replicas of a kind the lowest index wins every tie. Every other replica's finish is at least
 ``max(end, now) + own``, ``end`` being when its running batch ends (``gpu_end_s``; a free one's is
-``now``). ``LoadIndex`` keeps the empty replicas per kind (lowest index first) and the others sorted by
-``end``: a decision reads the first empty replica of each kind, then the others in order of ``end`` until
-that bound passes the best prediction found — the same choice as reading them all.
+``now``). ``LoadIndex`` keeps the empty replicas per kind (lowest index first) and the others sorted by a
+key at most that bound less ``own``: a decision reads the first empty replica of each kind, then the others
+in key order until the bound passes the best prediction found — the same choice as reading them all.
 
-The index follows each replica through its ``on_change`` hooks (the simulator's after its running batch
-changed; the router's view after a state taken, a fall back, a request resolved) and the router's own
-sends (``sent``). A replica that changed unseen is caught where it matters: an empty candidate is checked
-before it is used, and every other is read in full.
+With a ``floor`` (``RlschedRouter``'s) the key counts the queued work too: the least ``max(end, t) + due``
+of any time ``t`` from the key's filing on, ``due`` being the work waiting there that is due by
+``theta`` and still savable at ``t`` (``QueueWork.least_finish``) — what runs before any request due no
+earlier than ``theta``. ``theta`` is the filing's clock plus ``slack_s``, a floor on how long after the
+clock a routed request is due (lowered, and every key filed again, when one comes due sooner); a replica
+holding work due later is filed again once the clock comes within ``slack_s`` of it. So at a
+saturated fleet, where every batch end is near and what decides is the work queued behind it, the keys
+still part the few replicas that may win from the many that cannot. Work sent to a replica after its key
+was filed only raises what it can predict: a key stays a bound until the replica changes again.
+
+The index follows each replica through its ``on_change`` and ``on_finish`` hooks (the simulator's after its
+running batch changed or a request ended, a rejected one included; the router's view after a state taken,
+a fall back, a request resolved) and the router's own sends (``sent``); a replica so touched is filed again
+at the next read (``refresh``), once however often it changed. A replica that changed unseen is caught
+where it matters: an empty candidate is checked before it is used, and every other is read in full.
 """
 
 from __future__ import annotations
@@ -34,14 +45,40 @@ def is_empty(sim: ReplicaView) -> bool:
     return sim.gpu_end_s == INF and not sim.waiting and not sim.running
 
 
+SLACK_MARGIN = 0.01
+"""A lowered ``slack_s`` goes this share of the new request's slack (plus 1 ms) below it, so that requests
+a few ms apart in when they are routed (the engine's clock runs on) do not each file every key again."""
+KEY_SLACK = 1e-9
+"""Each key is lowered by this share of its size (and as many seconds): the router adds the same terms in
+another order, and a bound a rounding above an exact tie would drop the lower-index replica."""
+
+Floor = Callable[[int, ReplicaView, float, float], tuple[float, float]]
+"""``floor(i, replica, t0, theta)``: the least ``max(end, t) + due`` of replica ``i`` at any ``t >= t0`` for
+a request due no earlier than ``theta`` (module docstring), and the earliest deadline of the work waiting
+there that it left out (due after ``theta``; INF: none)."""
+
+
 class LoadIndex:
     """The replicas of one stage by load (module docstring)."""
 
-    def __init__(self, replicas: Sequence[ReplicaView]) -> None:
+    def __init__(self, replicas: Sequence[ReplicaView], floor: Floor | None = None) -> None:
         self.replicas = replicas
+        self.floor = floor
+        self.now = -INF
+        """The clock of the last ``refresh``: keys filed since hold from then on."""
+        self.slack_s = INF
+        """Keys count the work due by their filing's clock plus this (INF: they count none)."""
+        self._dirty: set[int] = set()
+        """Replicas touched since they were last filed."""
+        self._later: list[tuple[float, int]] = []
+        """(when, replica): a heap of the clocks at which a replica's key may count more of its work (its
+        first request left out comes within ``slack_s``); an entry whose replica was filed again since is
+        spent harmlessly (it files it once more)."""
+        self._wake = [INF] * len(replicas)
+        """Each replica's earliest entry in ``_later`` not yet spent (INF: none)."""
         self._key: list[float | None] = [None] * len(replicas)
-        """Each replica's entry in ``_busy`` (its running batch's end when last seen, -INF: free), None
-        while it is filed empty."""
+        """Each replica's entry in ``_busy`` (its key: the running batch's end when last seen, -INF: free, or
+        with a ``floor`` that end with the work queued behind it), None while it is filed empty."""
         self._busy: list[tuple[float, int]] = []
         self._empty: dict[int, list[int]] = {}
         """Kind (the cost model's id) -> the empty replicas of that kind, a heap of indices (lazily pruned)."""
@@ -56,9 +93,35 @@ class LoadIndex:
             self._kind[i] = id(sim.cost)
             self.kinds.setdefault(self._kind[i], set()).add(i)
             self._file(i)
-            hook = partial(self._touched, i)
-            sim.on_change.append(hook)
-            self._hooks.append((sim.on_change, hook))
+            hook = partial(self._mark, i)
+            for hooks in (sim.on_change, sim.on_finish) if floor is not None else (sim.on_change,):
+                hooks.append(hook)
+                self._hooks.append((hooks, hook))
+
+    def _mark(self, i: int, _what: object = None) -> None:
+        self._dirty.add(i)
+
+    def refresh(self, now: float, slack_s: float) -> None:
+        """Before a decision at ``now`` for a request due ``slack_s`` after it: every touched replica filed
+        again; all of them when the request is due sooner than the keys assume, or the clock went back."""
+        if self.floor is not None and (slack_s < self.slack_s or now < self.now):
+            if slack_s < self.slack_s:
+                self.slack_s = slack_s - SLACK_MARGIN * abs(slack_s) - 1e-3
+            self._dirty.update(range(len(self.replicas)))
+        self.now = now
+        later = self._later
+        while later and later[0][0] <= now:
+            at, i = heappop(later)
+            if at == self._wake[i]:
+                self._wake[i] = INF
+            self._dirty.add(i)
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._dirty:
+            for i in sorted(self._dirty):
+                self._touched(i)
+            self._dirty.clear()
 
     def close(self) -> None:
         """Stop following the replicas (the router was reset)."""
@@ -91,6 +154,13 @@ class LoadIndex:
         self._filed_empty[i] = False
         end = sim.gpu_end_s
         key = -INF if end == INF else end
+        if self.floor is not None and self.slack_s != INF:
+            key, due = self.floor(i, sim, self.now, self.now + self.slack_s)
+            key -= KEY_SLACK * (1.0 + abs(key))
+            at = due - self.slack_s
+            if at < self._wake[i]:
+                self._wake[i] = at
+                heappush(self._later, (at, i))
         self._key[i] = key
         insort(self._busy, (key, i))
 
@@ -104,6 +174,8 @@ class LoadIndex:
 
     def sent(self, i: int) -> None:
         """A request was sent to replica ``i``: it holds work now."""
+        if self.floor is not None:  # filed again at the next decision, the request in its queue by then
+            self._dirty.add(i)
         if self._key[i] is None:
             self._touched(i)
             if self._key[i] is None:  # not in its queue yet (the stage delivers it after the decision)
@@ -114,6 +186,7 @@ class LoadIndex:
     def empty_candidates(self) -> list[int]:
         """The lowest-index empty replica of each kind (each checked: one that changed unseen is re-filed,
         and the kinds are read again)."""
+        self._flush()
         while True:
             out, refiled = [], False
             for kind in list(self._empty):
@@ -136,9 +209,10 @@ class LoadIndex:
                 return out
 
     def by_end(self) -> list[tuple[float, int]]:
-        """The replicas not filed empty, ``(end when last seen, index)`` in that order (read it before the
-        next change)."""
+        """The replicas not filed empty, ``(key, index)`` in that order (the key: the end when last seen,
+        or with a ``floor`` that end with the work queued behind it; read it before the next change)."""
+        self._flush()
         return self._busy
 
 
-__all__ = ["LoadIndex", "is_empty"]
+__all__ = ["Floor", "LoadIndex", "is_empty"]

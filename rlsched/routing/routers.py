@@ -97,6 +97,32 @@ class QueueWork(JournalFollower):
         i2 = min(i1, max(i0, bisect_left(by_deadline, (now + self._sizes[-1], -1))))
         return sum(works[i2:i1]) + sum(compress(works[i0:i2], map(now.__le__, self._latest[i0:i2])))
 
+    LEAST_FINISH_READS = 64
+    """``least_finish`` reads at most this many requests (a deeper queue: its batch end alone)."""
+
+    def least_finish(self, end_s: float, t0: float, theta: float, savable_first: bool = True) -> tuple[float, float]:
+        """A lower bound of ``max(end_s, t) + due_first(d, t)`` (``due_before(d)``: not ``savable_first``) for
+        every ``t >= t0`` and ``d >= theta``: the work due by ``theta`` counts while it is savable (its latest
+        start not past), so the least is at ``t0`` or just as one of them is lost (``load_index``'s key of a
+        replica whose batch ends at ``end_s``, -INF: none runs); and the first deadline after ``theta``."""
+        base = end_s if end_s > t0 else t0
+        by_deadline = self._by_deadline
+        i1 = bisect_right(by_deadline, (theta, _LAST))
+        later = by_deadline[i1][0] if i1 < len(by_deadline) else INF
+        if not savable_first:
+            return base + sum(self._works[:i1]), later
+        if not i1 or i1 > self.LEAST_FINISH_READS:
+            return base, later
+        left = sorted((start, w) for start, w in zip(self._latest[:i1], self._works[:i1]) if start >= t0 and w > 0)
+        rest = sum(w for _, w in left)
+        least = base + rest
+        for start, w in left:  # just after ``start`` that one is lost
+            rest -= w
+            at = (end_s if end_s > start else start) + rest
+            if at < least:
+                least = at
+        return least, later
+
     def due_after(self, deadline_s: float) -> int:
         """How many waiting requests are due later than ``deadline_s`` (those a deadline-ordered
         replica policy runs after a request of that deadline: what it pushes back)."""
@@ -298,10 +324,18 @@ class RlschedRouter(_Followed):
         if index is None or index.replicas is not stage.replicas:
             if index is not None:
                 index.close()
-            index = self.index = LoadIndex(stage.replicas)
+            index = self.index = LoadIndex(stage.replicas, self._least_finish)
         best = self._scan(request, stage) if len(index.kinds) > MANY_KINDS else self._search(request, stage, index)
         index.sent(best)
         return best
+
+    def _least_finish(self, i: int, sim: ReplicaView, t0: float, theta: float) -> tuple[float, float]:
+        """``LoadIndex``'s floor: replica ``i``'s batch end with the work queued behind it that runs before any
+        request due no earlier than ``theta``, at its least from ``t0`` on (``QueueWork.least_finish``)."""
+        work = self.work[i]
+        work.sync(sim)
+        end = sim.gpu_end_s
+        return work.least_finish(-INF if end == INF else end, t0, theta, self.savable_first)
 
     def _score(self, i: int, sim: ReplicaView, request: Request, now: float,
                deadline: float) -> tuple[bool, bool, float, int]:
@@ -323,9 +357,11 @@ class RlschedRouter(_Followed):
 
     def _search(self, request: Request, stage: StageView, index: LoadIndex) -> int:
         """``_scan``'s choice, reading a few replicas (``load_index``): the first empty one of each kind,
-        then the others by when their batch ends, until even the least they could predict is worse."""
+        then the others by when their batch ends with the work queued behind it, until even the least they
+        could predict is worse."""
         now, deadline, sims = stage.now, request.arrival_s + request.slo_s, stage.replicas
         best: tuple[bool, bool, float, int] | None = None
+        index.refresh(now, deadline - now)
         for i in index.empty_candidates():
             score = self._score(i, sims[i], request, now, deadline)
             if best is None or score < best:
@@ -335,8 +371,8 @@ class RlschedRouter(_Followed):
             i = next(iter(members))
             rec, fit = self._shape(i, sims[i], request, request.key(sims[i].step_mode))
             own, fits = min(own, rec.work_s), fits or fit
-        for end, i in index.by_end():
-            least = (end if end > now else now) + own
+        for key, i in index.by_end():
+            least = (key if key > now else now) + own
             if best is not None:
                 bound = (not fits, least > deadline, least)
                 if bound > best[:3]:
