@@ -99,9 +99,9 @@ def save_labels(path: Path, parts: list[dict[str, np.ndarray]], meta: dict[str, 
     from rlsched.atomic import atomic_open
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {k: np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q")}
+    glob, cand, q = (np.concatenate([p[k] for p in parts]) for k in ("glob", "cand", "q"))
     with atomic_open(path, "wb", flag) as fh:
-        np.savez_compressed(fh, **arrays, meta=np.asarray(json.dumps(meta)))
+        np.savez_compressed(fh, glob=glob, cand=cand, q=q, meta=np.asarray(json.dumps(meta)))
     return path
 
 

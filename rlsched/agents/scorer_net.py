@@ -13,6 +13,7 @@ the pooled per-candidate activations and the queue features.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,8 @@ def policy_class(g_dim: int = GLOBAL_DIM, k: int = K, f_dim: int = F) -> Any:
         def _build(self, lr_schedule: Any) -> None:
             super()._build(lr_schedule)
             self.action_net = Logits()  # the scores are the logits: no dense layer mixing candidates
-            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+            make: Callable[..., torch.optim.Optimizer] = self.optimizer_class  # Adam & co. take lr
+            self.optimizer = make(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     return CandidateActorCritic
 
