@@ -12,8 +12,8 @@
 Workload seeds: labels and PPO below 900, validation 900-999, evaluation (``rlsched eval``) >= 1000.
 The recipe is deterministic for its ``seed`` (``rlsched.agents.reproducible``): the same config
 gives the same labels, weights and checkpoint content hash, however many workers ran it.
-The stages both learned recipes share live in ``rlsched.agents.recipe``; this module holds what
-the candidate policy adds: its config, label task, validation cell, PPO environment and export.
+``rlsched.agents.recipe.learn`` runs the stages every learned recipe shares; this module holds what
+the candidate policy adds: its config and ``PickTask`` (label task, validation cell, PPO environment, review, export).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@
 Workload seeds: labels and PPO below 900, validation 900-999, evaluation >= 1000.
 Deterministic for its ``seed``: the same config gives the same labels, weights and content
 hash, whichever number of workers ran it (each label task is one seeded episode).
-The stages both learned recipes share live in ``rlsched.agents.recipe``; this module holds what
-the router adds: its config, label task, validation cell, PPO environment and export.
+``rlsched.agents.recipe.learn`` runs the stages every learned recipe shares; this module holds what
+the router adds: its config and ``RouterTask`` (label task, validation cell, PPO environment, review, export).
 """
 
 from __future__ import annotations
