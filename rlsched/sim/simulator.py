@@ -476,8 +476,9 @@ class Simulator:
     def fork(self, future_s: float = 0.0) -> Simulator:
         """An independent copy of the present: waiting and running requests (their records
         copied), the GPU's current batch and the clock, plus the arrivals of the next
-        ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight). Callbacks,
-        the journal and the statistics start empty. For look-ahead: try a decision on the fork."""
+        ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight), and a copy of the
+        quotas' window. Callbacks, the journal and the statistics start empty. For look-ahead: try a
+        decision on the fork."""
         ahead = [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s] if future_s > 0 else []
         sim = Simulator(ahead, self.cost, self.config, self.horizon_s, self.truth, calibrate=False)
         copies = {rid: copy.copy(rec) for rid, rec in self.records.items() if rec.status in (WAITING, RUNNING)}
@@ -489,6 +490,9 @@ class Simulator:
         sim.predicted_end_s = self.predicted_end_s
         sim._idle_until_event = self._idle_until_event
         sim._batch_mem_gb, sim._batch_start_s = self._batch_mem_gb, self._batch_start_s
+        if self.quotas is not None:  # the window so far: a fork holds whom the original would
+            sim.quotas = copy.deepcopy(self.quotas)
+            sim._quota_view = QuotaView(sim, sim.quotas)
         return sim
 
     # ----------------------------------------------------------------- views

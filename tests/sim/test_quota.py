@@ -127,6 +127,10 @@ def test_held_classes_leave_the_policys_view_and_come_back_in_its_journal() -> N
     assert all(r.request.priority == "paid" for r in view.waiting.values())
     assert len(view.waiting) == sum(r.request.priority == "paid" for r in sim.waiting.values()) > 0
     assert all(i not in view.waiting for i, r in sim.waiting.items() if r.request.priority == "bulk")
+    fork = sim.fork()  # look-ahead's forks hold whom the original holds, on a window of their own
+    assert fork.quotas is not sim.quotas and fork.quotas is not None
+    assert fork.policy_view().held == {"bulk"}  # type: ignore[attr-defined]
+    assert fork.quotas.shares(sim.now) == sim.quotas.shares(sim.now)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("policy", "mode"), [("edf", "request"), ("sjf", "request"), ("priority", "request"),
