@@ -1,19 +1,15 @@
-"""Issue 48's done-when, the server half: four classes named by the user (``paid``, ``team``, ``free``, ``bulk``)
-from a folder outside the checkout, with absolute paths, through eval -> plan -> the plan's deploy line (``--cpu``)
+"""Issue 48's done-when: four classes named by the user (``paid``, ``team``, ``free``, ``bulk``) from a folder
+outside the checkout, with absolute paths, through tune -> eval -> plan -> the plan's deploy line (``--cpu``)
 -> ``rlsched serve-cpu`` -> ``rlsched loadgen`` replaying the scenario's window, and the per-class numbers of
 the simulator (``simulate`` on the same seed and window), the server (``rlsched_requests_finished_total``) and
-loadgen compared, each class under its own name in all three.
-
-``tune`` is the one step not run here: the e2e venv has no Optuna; the main venv runs tune -> eval -> plan ->
-deploy on the same scenario (tests/test_my_workload.py::test_four_classes_tune_to_deploy). Here the shipped
-tuned action (agents/tuned/default.json, copied to the user's folder) stands in for tune's output."""
+loadgen compared, each class under its own name in all three. (``tune`` runs at a test's budget: three
+trials on one seed, as tests/test_my_workload.py::test_four_classes_tune_to_deploy runs it in the main venv.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,13 +45,15 @@ def _rlsched(*args: str, cwd: Path) -> str:
 
 def _user_folder(home: Path) -> tuple[Path, Path]:
     """The user's scenario (no admission wait: what the deploy line writes, so the simulator runs the same
-    settings) and the tuned action, in ``home``."""
+    settings) in ``home``, and the action ``tune`` finds for it there."""
     scenario = yaml.safe_load((REPO / "tests" / "data" / "four-classes.yaml").read_text())
     scenario["serving"]["request_batch_max_wait_ms"] = 0
     (home / "tenants.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
-    (home / "tuned").mkdir()
-    shutil.copy(REPO / "agents" / "tuned" / "default.json", home / "tuned" / "tenants.json")
-    return home / "tenants.yaml", home / "tuned" / "tenants.json"
+    tuned = home / "tuned" / "tenants.json"
+    _rlsched("tune", "--scenario", str(home / "tenants.yaml"), "--trials", "3", "--seeds", "0", "--duration", "600",
+             "--out", str(tuned), cwd=home)
+    assert json.loads(tuned.read_text())  # the action the rest of the chain deploys
+    return home / "tenants.yaml", tuned
 
 
 def _deploy_line(home: Path, scenario: Path, policy: str) -> list[str]:
