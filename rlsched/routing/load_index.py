@@ -52,10 +52,11 @@ KEY_SLACK = 1e-9
 """Each key is lowered by this share of its size (and as many seconds): the router adds the same terms in
 another order, and a bound a rounding above an exact tie would drop the lower-index replica."""
 
-Floor = Callable[[int, ReplicaView, float, float], tuple[float, float]]
-"""``floor(i, replica, t0, theta)``: the least ``max(end, t) + due`` of replica ``i`` at any ``t >= t0`` for
-a request due no earlier than ``theta`` (module docstring), and the earliest deadline of the work waiting
-there that it left out (due after ``theta``; INF: none)."""
+Floor = Callable[[int, ReplicaView, float, float, float], tuple[float, float]]
+"""``floor(i, replica, end, t0, theta)``: the least ``max(end, t) + due`` of replica ``i`` (its running batch
+ending at ``end``, -INF: none runs) at any ``t >= t0`` for a request due no earlier than ``theta`` (module
+docstring), and the earliest deadline of the work waiting there that it left out (due after ``theta``;
+INF: none)."""
 
 
 class LoadIndex:
@@ -119,7 +120,7 @@ class LoadIndex:
 
     def _flush(self) -> None:
         if self._dirty:
-            for i in sorted(self._dirty):
+            for i in self._dirty:  # in any order: each lands where its key and index put it
                 self._touched(i)
             self._dirty.clear()
 
@@ -144,7 +145,8 @@ class LoadIndex:
 
     def _file(self, i: int) -> None:
         sim = self.replicas[i]
-        if is_empty(sim):
+        end = sim.gpu_end_s
+        if end == INF and not sim.waiting and not sim.running:  # is_empty
             self._filed_empty[i] = True
             kind = self._kind[i]
             if self._heaped[i] != kind:
@@ -152,10 +154,9 @@ class LoadIndex:
                 heappush(self._empty.setdefault(kind, []), i)
             return
         self._filed_empty[i] = False
-        end = sim.gpu_end_s
         key = -INF if end == INF else end
         if self.floor is not None and self.slack_s != INF:
-            key, due = self.floor(i, sim, self.now, self.now + self.slack_s)
+            key, due = self.floor(i, sim, key, self.now, self.now + self.slack_s)
             key -= KEY_SLACK * (1.0 + abs(key))
             at = due - self.slack_s
             if at < self._wake[i]:
@@ -176,6 +177,7 @@ class LoadIndex:
         """A request was sent to replica ``i``: it holds work now."""
         if self.floor is not None:  # filed again at the next decision, the request in its queue by then
             self._dirty.add(i)
+            return
         if self._key[i] is None:
             self._touched(i)
             if self._key[i] is None:  # not in its queue yet (the stage delivers it after the decision)

@@ -71,6 +71,10 @@ class QueueWork(JournalFollower):
         self._starts: list[float] = []
         """Every waiting request's latest start, sorted: none is lost while the first is not past."""
 
+    def sync(self, state: QueueView) -> None:
+        if state is not self._state or self._cursor != state.journal.end:  # read most often with nothing new
+            super().sync(state)
+
     def _rebuild(self, state: QueueView) -> None:
         self._clear()
         for rec in state.waiting.values():
@@ -329,13 +333,15 @@ class RlschedRouter(_Followed):
         index.sent(best)
         return best
 
-    def _least_finish(self, i: int, sim: ReplicaView, t0: float, theta: float) -> tuple[float, float]:
-        """``LoadIndex``'s floor: replica ``i``'s batch end with the work queued behind it that runs before any
-        request due no earlier than ``theta``, at its least from ``t0`` on (``QueueWork.least_finish``)."""
+    def _least_finish(self, i: int, sim: ReplicaView, end: float, t0: float, theta: float) -> tuple[float, float]:
+        """``LoadIndex``'s floor: replica ``i``'s batch end (``end``, -INF: none runs) with the work queued behind
+        it that runs before any request due no earlier than ``theta``, at its least from ``t0`` on
+        (``QueueWork.least_finish``)."""
+        if not sim.waiting:  # nothing queued (the common case below saturation)
+            return (end if end > t0 else t0), INF
         work = self.work[i]
         work.sync(sim)
-        end = sim.gpu_end_s
-        return work.least_finish(-INF if end == INF else end, t0, theta, self.savable_first)
+        return work.least_finish(end, t0, theta, self.savable_first)
 
     def _score(self, i: int, sim: ReplicaView, request: Request, now: float,
                deadline: float) -> tuple[bool, bool, float, int]:
@@ -351,7 +357,8 @@ class RlschedRouter(_Followed):
         whether it fits, the time until that replica is free of what runs (or may run unseen), the work due
         before it (``predict`` and ``_score`` both add them up)."""
         rec, fits = self._shape(i, sim, request, request.key(sim.step_mode))
-        busy = sim.gpu_end_s - now if sim.gpu_end_s != INF else 0.0
+        end = sim.gpu_end_s
+        busy = end - now if end != INF else 0.0
         busy += self._unseen(sim, deadline, now)
         return rec, fits, busy, self._due(self.work[i], deadline, now)
 

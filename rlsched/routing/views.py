@@ -302,10 +302,10 @@ class LedgerReplica:
         step's time each); a request-mode wave past its end is about to end (``now``)."""
         if not self.running:
             return INF
-        end = self._end_s
-        if end < self.now and self.step_mode and self._step_s > 0:
-            end += math.ceil((self.now - end) / self._step_s) * self._step_s
-        return max(end, self.now)
+        end, now = self._end_s, self.clock.now  # read at every decision and filing: no property, no max()
+        if end < now and self.step_mode and self._step_s > 0:
+            end += math.ceil((now - end) / self._step_s) * self._step_s
+        return now if now > end else end
 
     @property
     def memory_used_gb(self) -> float:
@@ -379,19 +379,23 @@ class LedgerReplica:
         self._seq, self._behind, self._heard_s, self.fallback = state.seq, -1, now, None
         if state.calibration is not None and state.calibration[0] != self.calibration_version:
             self._calibrate(*state.calibration)
-        listed = (*state.finished, *(rid for rid, _ in state.preempted), *(rid for rid, _ in state.running))
-        self.acknowledge(max((self._sent.get(iid, -1) for iid in map(iid_of, listed) if iid is not None), default=-1))
-        for rid in state.finished:
-            iid = iid_of(rid)
+        finished = [iid_of(rid) for rid in state.finished]  # each id mapped once
+        preempted = [(iid_of(rid), done) for rid, done in state.preempted] if state.preempted else []
+        listed = [(iid_of(rid), done) for rid, done in state.running]
+        sent = self._sent
+        self.acknowledge(max([sent.get(iid, -1) for iid in finished if iid is not None]
+                             + [sent.get(iid, -1) for iid, _ in preempted if iid is not None]
+                             + [sent.get(iid, -1) for iid, _ in listed if iid is not None], default=-1))
+        for iid in finished:
             if iid is not None:
                 self.remove(iid)
-        for rid, done in state.preempted:
-            rec = self._bound(iid_of(rid))
+        for iid, done in preempted:
+            rec = self._bound(iid)
             if rec is not None:
                 rec.steps_done = min(done, rec.request.num_inference_steps - 1)
         running = []
-        for rid, done in state.running:
-            rec = self._bound(iid_of(rid))
+        for iid, done in listed:
+            rec = self._bound(iid)
             if rec is None:
                 continue
             rec.steps_done = min(done, rec.request.num_inference_steps - 1)
@@ -670,7 +674,7 @@ class ViewRouter:
 
     def _change(self, slot: int, sim: Any) -> None:
         before = self._progress[slot]
-        if tuple(r.request.id for r in sim.running) == tuple(before) and not self._finished[slot]:
+        if not self._finished[slot] and [r.request.id for r in sim.running] == list(before):
             return  # the engine publishes when its running set changes
         running = {r.request.id for r in sim.running}
         preempted = [(rid, r.steps_done) for rid, r in before.items()
@@ -682,14 +686,18 @@ class ViewRouter:
         (``ReplicaState.read``; the wire dict's round trip skipped: a third of a fleet run's time): the next
         seq, its running batch and what is left of it, what finished since the last state, ``preempted``."""
         self._seq[slot] += 1
-        self._progress[slot] = {r.request.id: r for r in sim.running}
+        running = sim.running
+        self._progress[slot] = {r.request.id: r for r in running}
         # the engine publishes its profile's prediction of the running batch, not when it really ends
-        left = max(sim.predicted_end_s - sim.now, 0.0) if sim.running and sim.gpu_end_s != INF else 0.0
+        left = max(sim.predicted_end_s - sim.now, 0.0) if running and sim.gpu_end_s != INF else 0.0
+        finished = self._finished[slot]
         state = ReplicaState(self._seq[slot], min(left, bounds.MAX_STATE_REMAINING_S),
-                             tuple((str(r.request.id), r.steps_done) for r in sim.running),
-                             tuple(map(str, self._finished[slot])), tuple((str(i), done) for i, done in preempted),
+                             tuple([(str(r.request.id), r.steps_done) for r in running]),
+                             tuple(map(str, finished)) if finished else (),
+                             tuple([(str(i), done) for i, done in preempted]) if preempted else (),
                              calibration_of(sim.calibrator))
-        self._finished[slot] = []
+        if finished:
+            self._finished[slot] = []
         return state
 
     def route(self, request: Request, stage: StageView) -> int:
