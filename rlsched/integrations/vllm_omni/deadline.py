@@ -43,13 +43,14 @@ from typing import Any
 from rlsched.errors import RlschedError
 
 
-def runnable_s() -> float:
-    """Seconds of the calling thread's life that it was not waiting for a CPU: the wall clock less the
-    kernel's run-queue delay of the thread (Linux ``/proc/thread-self/schedstat``); the wall clock alone
-    where that file cannot be read."""
+def runnable_s(native_id: int | None = None) -> float:
+    """Seconds of a thread's life that it was not waiting for a CPU: the wall clock less the kernel's
+    run-queue delay of the thread (Linux ``/proc/thread-self/schedstat``; another thread of the process:
+    ``native_id``, ``threading.get_native_id``); the wall clock alone where that file cannot be read."""
     now = time.perf_counter()
+    path = "/proc/thread-self/schedstat" if native_id is None else f"/proc/self/task/{native_id}/schedstat"
     try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
+        with open(path, "rb") as f:
             return now - int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return now
@@ -167,7 +168,12 @@ class InlineRunner:
     that holds for Python code: from the deadline on, the watchdog raises ``DecisionTimeout`` in
     the caller's thread at every poll (``poll_s``, a quarter of the deadline; it needs the GIL, so
     up to the interpreter's switch interval later) until the call ends; a call that ends past its
-    deadline is a timeout however it ended. A call blocked in C (a sleep, I/O) holds the caller
+    deadline is a timeout however it ended. The deadline counts the caller's time less its waits for
+    a CPU (``runnable_s``), as ``DeadlineRunner``'s own time does: the decision runs on the caller's
+    thread, so while the host does not run that thread neither the decision nor the engine moves, and
+    interrupting it saves the engine nothing. A 0.3 ms decision whose engine thread waited 141 ms for
+    a CPU (``rlsched bench plugin`` at load 5.5 on 2 cores, issue 47) timed out on the wall clock,
+    and the policy was reset and backed off after it. A call blocked in C (a sleep, I/O) holds the caller
     until it returns — hence the worker thread for policies rlsched does not ship
     (``PluginConfig.decision_thread``). A decision must not take a lock and then run Python code
     that the interrupt could stop before it releases the lock (``logging`` does): the lock would
@@ -195,8 +201,9 @@ class InlineRunner:
         self.last_own_s = 0.0
         """The last completed call's CPU time on the calling thread (``time.thread_time``)."""
         self._lock = threading.Lock()
-        self._job: tuple[int, float] | None = None
-        """(thread id, due time) of the call in progress."""
+        self._job: tuple[int, float, int, float] | None = None
+        """(thread id, wall-clock due time, native thread id, ``runnable_s`` at the start) of the call in progress:
+        past the due time, it is late once the thread's runnable time since the start reaches the deadline."""
         self._fired = False
         self._stop = threading.Event()
         # the watchdog holds the runner weakly: a runner nobody keeps (a scheduler initialized again,
@@ -214,11 +221,12 @@ class InlineRunner:
         if job is not None and job[0] == ident:  # called from inside a decision: the outer deadline holds
             return fn(arg)
         due = time.monotonic() + self.deadline_s
+        start = runnable_s()
         late = False  # the watchdog fired, or the call ended past its deadline (however it ended)
         try:
             try:
                 with self._lock:
-                    self._job, self._fired = (ident, due), False
+                    self._job, self._fired = (ident, due, threading.get_native_id(), start), False
                 cpu = time.thread_time()
                 value = fn(arg)
                 self.last_own_s = time.thread_time() - cpu
@@ -231,7 +239,7 @@ class InlineRunner:
                         _deliver()  # one still pending is raised here, not in the caller's code
                 except DecisionTimeout:
                     late = True
-                late = late or time.monotonic() >= due
+                late = late or (time.monotonic() >= due and runnable_s() - start >= self.deadline_s)
         except (KeyboardInterrupt, SystemExit):
             if threading.current_thread() is threading.main_thread():
                 raise  # it may be the process's Ctrl-C or a signal handler's shutdown: it goes on
@@ -257,7 +265,7 @@ class InlineRunner:
         every poll, should the decision catch the interrupt and go on)."""
         with self._lock:
             job = self._job
-            if job is not None and time.monotonic() >= job[1]:
+            if job is not None and time.monotonic() >= job[1] and runnable_s(job[2]) - job[3] >= self.deadline_s:
                 if not self._fired:
                     self._fired = True
                     self.overruns += 1
