@@ -146,7 +146,8 @@ def derive_profile(arch: Architecture, gpu: GPU, eff: Efficiencies, stack: Stack
                          + eff.encode_fixed_s),
         "decode_s_per_mpx": _sig(arch.vae_decode_gflop_per_mpx * 1e9 / (peak * eff.eff_decode)),
         "weights_gb": _sig(arch.params * 2 / 1e9 * (1 + eff.overhead_share * MEMORY_MARGIN)),
-        "act_gb_per_ktok": _sig(eff.act_per_hidden * MEMORY_MARGIN * t.hidden * 2 * 1e3 / 1e9),
+        "act_gb_per_ktok": _sig(MEMORY_MARGIN * (live_per_token(arch, stack) + eff.act_per_hidden * t.hidden)
+                                * 2 * 1e3 / 1e9),
         "vae_gb_per_mpx": _sig(decode_peak),
         "flops": {"linear_gflop_per_token": _sig(arch.linear_gflop_per_token),
                   "attn_flop_per_token2": _sig(arch.attn_flop_per_token2)},
@@ -168,6 +169,19 @@ def derive_profile(arch: Architecture, gpu: GPU, eff: Efficiencies, stack: Stack
             "sources": [*arch.sources, f"GPU: {gpu.source}",
                         "efficiencies: envs/architectures/efficiencies.yaml, fitted on the shipped measurement sets"],
             "models": {arch.name: model}}
+
+
+def live_per_token(arch: Architecture, stack: Stack = Stack()) -> float:
+    """Elements a forward holds live per effective token (``rlsched.sim.cost`` counts every CFG pass's
+    tokens): one block's linear outputs per token (the parameters a token passes through per block over the
+    width: Q, K, V, the attention's projection, the MLP's hidden and its output), each held once — halved
+    where a pipeline that runs CFG runs its two passes as separate forwards (one pass's tokens live at a
+    time). Counted from the architecture, not fitted: the floor under a request's activation memory, so that
+    a batch's sum of per-request memory does not fall below what its members hold at once however little of
+    a measured peak the envelope fit attributes to activations."""
+    t = arch.transformer
+    per_token = t.linear_params_per_token / t.attn_layers / t.hidden
+    return per_token / 2 if arch.cfg_default and stack.cfg == "sequential" else per_token
 
 
 def _attention_note(gpu: GPU) -> str:
@@ -335,7 +349,7 @@ def _fit_memory(points: list[Point], eff: Efficiencies, archs: dict[str, Archite
         cost += np.array([per_o, per_f]) / p.row.value / per_pair[p.pair]
     a_ub = -np.array([[r[0], r[1]] for r in rows])
     b_ub = -np.array([r[2] for r in rows])
-    sol = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=[(0.02, 1.0), (1.0, 2000.0)], method="highs")
+    sol = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=[(0.02, 1.0), (0.01, 2000.0)], method="highs")
     if not sol.success:
         raise ConfigError("memory fit", f"no overhead and activation factor cover the peak rows ({sol.message})")
     share, factor = (_round(float(v) * 1.0001, 4) for v in sol.x)  # rounded up: still an envelope
