@@ -17,8 +17,11 @@ the shipped profiles' form (``rlsched.sim.cost``), per forward of the DiT:
 - ``encode_s`` = 2 · text-encoder parameters · prompt tokens / (peak · eff_encode) + ``encode_fixed_s``;
 - ``decode_s_per_mpx`` = the VAE decoder's convolution FLOPs per megapixel / (peak · eff_decode);
 - memory: every parameter in BF16, times 1 + ``overhead_share`` (allocator, workspaces) + activations
-  ``act_per_hidden`` · hidden · 2 B per effective token + the VAE decode peak (``vae_bytes_per_channel_px``
-  · decoder channels per output pixel; a video VAE decodes in temporal chunks: / ``VIDEO_DECODE_CHUNKS``);
+  (``live_per_token`` + ``act_per_hidden`` · hidden) · 2 B per effective token + the VAE decode peak
+  (``vae_bytes_per_channel_px`` · decoder channels per output pixel; a video VAE decodes in temporal chunks:
+  / ``VIDEO_DECODE_CHUNKS``). ``live_per_token`` (what a forward holds live, from the architecture) keeps a
+  batch's per-request memory from falling below what its members hold together, which batch-1 peaks alone
+  cannot tell from a fixed overhead;
 - sequence parallelism: the Ulysses all-to-alls (4 per block, hidden · 2 B per token each) and the ring's
   K/V passes over the GPU's link at ``eff_link``, ``sync_s_per_degree`` per extra GPU; CFG parallelism: the
   noise prediction's bytes over the same link.
@@ -28,7 +31,8 @@ The efficiencies (``Efficiencies``) are fitted on the shipped measurement sets
 ``estimate:``) of a model whose architecture ships, on a GPU the table knows, in relative (log) least
 squares with each GPU × model pair weighted equally and a weak pull towards the documented starting
 values (``START``) so that a pair left out never leaves a term unidentified. Memory is fitted as an upper
-envelope (no fitted point under-estimated) and then widened by ``MEMORY_MARGIN``: a prior must fail safe.
+envelope over the activation floor (no fitted point under-estimated) and then widened by
+``MEMORY_MARGIN``: a prior must fail safe.
 ``envs/architectures/efficiencies.yaml`` holds the fit on every set (``fit_efficiencies``; a test re-fits
 and compares); ``score_leave_one_out`` derives each pair with that pair's rows left out of the fit.
 """
@@ -53,7 +57,7 @@ VIDEO_DECODE_CHUNKS = 8
 """A video VAE decodes a clip a few latent frames at a time (causal chunks): its peak is about one this-th of
 a whole-clip decode's (an estimate)."""
 MEMORY_MARGIN = 1.1
-"""Factor on the fitted activation and overhead memory (the envelope of a handful of points)."""
+"""Factor on the activation (its floor included) and overhead memory (the envelope of a handful of points)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ class Efficiencies:
     """Memory beyond the weights that grows with them (allocator blocks, workspaces, copies), as a share of
     the weight bytes."""
     act_per_hidden: float = 20.0
+    """Activation memory per token beyond ``live_per_token``, in units of the width (× hidden × 2 B)."""
     vae_bytes_per_channel_px: float = 16.0
     eff_link: float = 0.2
     sync_s_per_degree: float = 0.008
