@@ -20,11 +20,12 @@ saturated fleet, where every batch end is near and what decides is the work queu
 still part the few replicas that may win from the many that cannot. Work sent to a replica after its key
 was filed only raises what it can predict: a key stays a bound until the replica changes again.
 
-The index follows each replica through its ``on_change`` and ``on_finish`` hooks (the simulator's after its
-running batch changed or a request ended, a rejected one included; the router's view after a state taken,
-a fall back, a request resolved) and the router's own sends (``sent``); a replica so touched is filed again
-at the next read (``refresh``), once however often it changed. A replica that changed unseen is caught
-where it matters: an empty candidate is checked before it is used, and every other is read in full.
+The index follows each replica through its ``on_change``, ``on_finish`` and ``on_calibrate`` hooks (the
+simulator's after its running batch changed, a request ended, a rejected one included, or its cost was
+calibrated; the router's view after a state taken, a fall back, a request resolved) and the router's own
+sends (``sent``); a replica so touched is filed again at the next read (``refresh``), once however often it
+changed. A replica that changed unseen is caught where it matters: an empty candidate is checked before it
+is used, and every other is read in full.
 """
 
 from __future__ import annotations
@@ -95,9 +96,18 @@ class LoadIndex:
             self.kinds.setdefault(self._kind[i], set()).add(i)
             self._file(i)
             hook = partial(self._mark, i)
-            for hooks in (sim.on_change, sim.on_finish) if floor is not None else (sim.on_change,):
+            for hooks in self._hook_lists(sim):
                 hooks.append(hook)
                 self._hooks.append((hooks, hook))
+
+    def _hook_lists(self, sim: ReplicaView) -> list[list]:
+        """Where replica ``sim`` tells of its changes: its running batch; with a ``floor`` also every request
+        that ended (a rejected one leaves the queue with no batch changed) and, in the simulator, a new
+        calibration (its queued work re-costed, in step mode at a step's end that changed nothing else)."""
+        if self.floor is None:
+            return [sim.on_change]
+        calibrated = getattr(sim, "on_calibrate", None)  # the simulator's own; a view hears it in a state
+        return [sim.on_change, sim.on_finish, *([calibrated] if calibrated is not None else [])]
 
     def _mark(self, i: int, _what: object = None) -> None:
         self._dirty.add(i)

@@ -12,8 +12,9 @@ import pytest
 from rlsched.policies import make_policy
 from rlsched.routing.routers import QueueWork, RlschedRouter
 from rlsched.routing.views import ViewRouter
-from rlsched.sim import Request
-from rlsched.sim.stage import Stage
+from rlsched.sim import Request, ServingConfig
+from rlsched.sim.stage import ReplicaSpec, Stage
+from rlsched.sim.truth import scaled
 from tests.sim.test_stage import COST, replicas
 
 STATIC = "static:agents/tuned/default.json"
@@ -64,6 +65,18 @@ def test_the_index_chooses_as_reading_every_replica_idle_to_saturated(seed: int,
     policies = [make_policy(str(rng.choice([STATIC, "fifo", "edf"]))) for _ in range(n)]
     stage.run(policies, router if view == "replica" else ViewRouter(router, view))
     assert router.decisions == 240
+
+
+@pytest.mark.parametrize("mode", ["request", "step"])
+def test_the_index_chooses_as_reading_every_replica_on_calibrating_replicas(mode: str) -> None:
+    """Each replica's GPU 30% slower than its profile says: it calibrates online and re-costs its queue (in step
+    mode at a step's end that changes nothing else); the keys follow."""
+    n = 10
+    specs = [ReplicaSpec(f"r{i}", COST, ServingConfig(mode, 4), scaled(COST, time_scale=1.3)) for i in range(n)]
+    router = Checked()
+    stage = Stage(fleet_workload(300, rate=0.18 * n * 1.5, seed=7), specs, seed=7)
+    stage.run([make_policy(STATIC) for _ in range(n)], router)
+    assert router.decisions == 300 and any(sim.calibrator.version for sim in stage.replicas)
 
 
 def test_a_saturated_fleet_is_decided_on_a_few_replicas() -> None:
