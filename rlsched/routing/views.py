@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from heapq import heappop, heappush
@@ -236,6 +236,8 @@ class LedgerReplica:
         self.on_finish: list[Hook] = []
         self._followed: dict[int, RequestRecord] = {}
         """Every bound, unfinished request (waiting or running)."""
+        self._shapes: dict[Hashable, tuple[CostModel, tuple[float, ...]]] = {}
+        """Shape -> the cost model and a record's cost figures at it (``_record``)."""
         self.unacknowledged: dict[int, RequestRecord] = {}
         """The bound requests no state taken reflects yet, in send order (``acknowledge``): sent to a replica
         seen free, the oldest may have started already (``RlschedRouter`` counts it ahead of a new request
@@ -334,7 +336,7 @@ class LedgerReplica:
 
     # ------------------------------------------------------------------ ledger
     def add(self, req: Request) -> RequestRecord:
-        rec = self.cost.record(req, req.arrival_s + req.slo_s)
+        rec = self._record(req)
         rec.key = req.key(self.step_mode)
         self._followed[req.id] = self.waiting[req.id] = self.unacknowledged[req.id] = rec
         self._sent[req.id] = self._sends
@@ -343,6 +345,22 @@ class LedgerReplica:
         self.journal.append(ENQUEUED, rec)
         self._arm()
         return rec
+
+    def _record(self, req: Request) -> RequestRecord:
+        """``cost.record(req, its deadline)``, the cost figures those of the last request of its shape at this
+        cost: they are a function of the shape (``Request.key`` with its steps) and the cost model alone,
+        unless a cache backend draws each request's own (then computed afresh)."""
+        cost, deadline = self.cost, req.arrival_s + req.slo_s
+        if cost.cache is not None:
+            return cost.record(req, deadline)
+        shape = req.key(False)
+        known = self._shapes.get(shape)
+        if known is None or known[0] is not cost:
+            rec = cost.record(req, deadline)
+            self._shapes[shape] = (cost, (rec.tokens, rec.quad, rec.encode_s, rec.decode_s, rec.work_s, rec.step_s,
+                                          rec.mem_gb))
+            return rec
+        return RequestRecord(req, *known[1], deadline)
 
     def _bound(self, iid: int | None) -> RequestRecord | None:
         """The followed record of a view id (None: a published id the ledger did not bind here)."""

@@ -110,3 +110,26 @@ def test_least_finish_is_a_lower_bound_of_every_later_prediction(seed: int) -> N
             for d in (theta, theta + float(rng.uniform(0, 20))):
                 due = work.due_first(d, t) if savable else work.due_before(d)
                 assert least <= max(end, t) + due + 1e-9, (t, d, savable)
+
+
+def test_the_ledger_records_a_request_as_its_cost_model_does() -> None:
+    """``LedgerReplica`` takes a shape's cost figures from the last request of that shape at the same cost model
+    (``_record``): every figure as ``cost.record`` gives it, at the shipped profile and at a calibrated one."""
+    from rlsched.routing.views import Ledger
+
+    fast = scaled(COST, time_scale=0.7)
+    ledger = Ledger(lambda slot: COST, ServingConfig("request", 4))
+    ledger.follow([0])
+    view = ledger.views[0]
+    rng = np.random.default_rng(3)
+    for rid in range(60):
+        view.cost = fast if 20 <= rid < 40 else COST  # a calibration, then back to the profile as shipped
+        size = int(rng.choice([512, 1024, 1328]))
+        req = Request(rid, float(rid), "qwen-image", "image", size, size, 1, int(rng.choice([20, 30])),
+                      bool(rng.random() < 0.5), "batch", float(rng.choice([5.0, 60.0])))
+        ledger.add(str(rid), 0, req)
+        got, want = view.waiting[rid], view.cost.record(req, req.arrival_s + req.slo_s)
+        assert [getattr(got, f) for f in FIGURES] == [getattr(want, f) for f in FIGURES]
+
+
+FIGURES = ("tokens", "quad", "encode_s", "decode_s", "work_s", "step_s", "mem_gb", "deadline_s")
