@@ -236,7 +236,7 @@ class LedgerReplica:
         self.on_finish: list[Hook] = []
         self._followed: dict[int, RequestRecord] = {}
         """Every bound, unfinished request (waiting or running)."""
-        self._shapes: dict[Hashable, tuple[CostModel, tuple[float, ...]]] = {}
+        self._shapes: dict[Hashable, tuple[CostModel, tuple[float, float, float, float, float, float, float]]] = {}
         """Shape -> the cost model and a record's cost figures at it (``_record``)."""
         self.unacknowledged: dict[int, RequestRecord] = {}
         """The bound requests no state taken reflects yet, in send order (``acknowledge``): sent to a replica
@@ -360,7 +360,8 @@ class LedgerReplica:
             self._shapes[shape] = (cost, (rec.tokens, rec.quad, rec.encode_s, rec.decode_s, rec.work_s, rec.step_s,
                                           rec.mem_gb))
             return rec
-        return RequestRecord(req, *known[1], deadline)
+        tokens, quad, encode, decode, work, step, mem = known[1]
+        return RequestRecord(req, tokens, quad, encode, decode, work, step, mem, deadline)
 
     def _bound(self, iid: int | None) -> RequestRecord | None:
         """The followed record of a view id (None: a published id the ledger did not bind here)."""
