@@ -27,7 +27,7 @@ help:
 	@echo "make results          - the one-GPU results table and plots (results/default; docs/results.md; ~6 min)"
 	@echo "make results-replicas - routers x replica policies on the multi-replica scenarios (results/replicas; ~34 min)"
 	@echo "make results-plan     - plan's layout choice on the pools, re-checked on evaluation seeds (~19 min)"
-	@echo "make results-fleet    - default as one pool of 64/256/1,024 replicas, every router (results/fleet; ~30 min)"
+	@echo "make results-fleet    - default as one pool of 64/256/1,024 replicas, every router (results/fleet; ~25 min)"
 	@echo "make docs-reference   - regenerate the scenario file reference in docs/workload.md from the schema (~1 s)"
 
 $(VENV)/.installed: pyproject.toml
