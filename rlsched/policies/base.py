@@ -16,27 +16,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 from rlsched.errors import ConfigError
 from rlsched.resources import portable
-from rlsched.sim.simulator import Decision
-from rlsched.sim.view import QueueView
-
-
-@runtime_checkable
-class SchedulingPolicy(Protocol):
-    """Owns the whole decision: admission, order, batch size, waiting, preemption.
-
-    ``decide`` is called at every decision point with a read-only ``QueueView`` (the
-    simulator, or the plugin's engine state); ``reset`` once before the first decision.
-    """
-
-    name: str
-
-    def reset(self, state: QueueView) -> None: ...
-
-    def decide(self, state: QueueView) -> Decision: ...
+from rlsched.sim.view import Decision as Decision  # the seam is declared in rlsched.sim.view; re-exported here
+from rlsched.sim.view import SchedulingPolicy as SchedulingPolicy
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,8 @@ from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spe
 from rlsched.routing.load_index import LoadIndex
 from rlsched.routing.views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.simulator import PolicyLike
 from rlsched.sim.stage import INF, Router, Stage
-from rlsched.sim.view import JournalFollower, QueueView, ReplicaView, StageView
+from rlsched.sim.view import JournalFollower, QueueView, ReplicaView, SchedulingPolicy, StageView
 
 
 class QueueWork(JournalFollower):
@@ -520,7 +519,7 @@ def make_router(spec: str, policy: str | None = None) -> Router:
     router = factory(parsed)
     if view == "replica" or not getattr(router, "reads_state", True):
         return router
-    return ViewRouter(router, view, delay_s)  # type: ignore[return-value]
+    return ViewRouter(router, view, delay_s)
 
 
 VIEW_OPTIONS = ("view", "delay_ms")
@@ -596,14 +595,14 @@ def is_late(router: str) -> bool:
     return router == "central" or parse_spec(router).name in CENTRAL_TEACHERS
 
 
-def central_policies(router: str, policy: str) -> Callable[[], PolicyLike]:
+def central_policies(router: str, policy: str) -> Callable[[], SchedulingPolicy]:
     """Late binding: what makes the central policy of each replica kind — ``policy`` itself (``@central``)
     or a central teacher over it; built once here, so a bad spec fails before a run."""
     if router == "central":
         make_policy(policy)
         return lambda: make_policy(policy)
     parsed = parse_spec(router)
-    teacher: Callable[[PolicySpec, str], PolicyLike] = _load(CENTRAL_TEACHERS[parsed.name])
+    teacher: Callable[[PolicySpec, str], SchedulingPolicy] = _load(CENTRAL_TEACHERS[parsed.name])
     teacher(parsed, policy)
     return lambda: teacher(parsed, policy)
 

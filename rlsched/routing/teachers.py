@@ -45,9 +45,9 @@ from rlsched.policies.candidates import candidate_batches, fits
 from rlsched.policies.projected import ProjectedPolicy
 from rlsched.routing.routers import LATE_REPLICA_POLICY
 from rlsched.sim.request import COMPLETED, FAILED_OOM, REJECTED, Request
-from rlsched.sim.simulator import Decision, PolicyLike, Simulator
+from rlsched.sim.simulator import Simulator
 from rlsched.sim.stage import Hold, Router, Stage, simulated
-from rlsched.sim.view import QueueView, StageView
+from rlsched.sim.view import Decision, QueueView, SchedulingPolicy, StageView
 
 DEFAULT_HORIZON_S = 300.0
 """How far each fork is run (and, for ``hindsight``, how far ahead it sees arrivals)."""
@@ -165,7 +165,7 @@ class LookaheadRouter:
             gain += sign * outcome_value(fork, end_s=end)
         return gain
 
-    def _fresh(self) -> PolicyLike:
+    def _fresh(self) -> SchedulingPolicy:
         """A new replica policy, as ``make_policy(self.policy)`` makes it (without re-reading its files)."""
         return fresh_policy(self._prototype)
 
@@ -249,11 +249,11 @@ class CentralLookahead:
         self.forks += 1
         return outcome_value(fork)
 
-    def _fresh(self) -> PolicyLike:
+    def _fresh(self) -> SchedulingPolicy:
         return fresh_policy(self._prototype)
 
 
-def fresh_policy(prototype: PolicyLike) -> PolicyLike:
+def fresh_policy(prototype: SchedulingPolicy) -> SchedulingPolicy:
     """A new policy made as ``prototype`` was (without re-reading its files)."""
     if type(prototype) is ProjectedPolicy:
         fresh = ProjectedPolicy(prototype.params, prototype.config)

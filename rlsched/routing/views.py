@@ -64,7 +64,7 @@ from rlsched.sim.cost import CostModel
 from rlsched.sim.online import HIGH, LOW, ROOM_HIGH, refresh
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
-from rlsched.sim.stage import simulated
+from rlsched.sim.stage import Router, simulated
 from rlsched.sim.truth import rescaled
 from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal, StageView
 
@@ -637,7 +637,7 @@ __all__ = ["CARRIER_KEY", "DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerS
            "ViewRouter", "replica_state"]
 
 
-class ViewRouter:
+class ViewRouter(Router):
     """A simulator router on what the deployed router sees (``view=engine`` or ``view=ledger``).
 
     Wraps any router: it decides on a ``Ledger`` of the requests it routed that have not finished — and,
@@ -646,11 +646,11 @@ class ViewRouter:
     finishes reach it after the same delay. ``view=ledger`` is the router in vLLM-Omni before replicas
     published anything: every routed, unfinished request waits at its full standalone time."""
 
-    def __init__(self, router: Any, view: str = DEFAULT_VIEW, delay_s: float = PUBLISH_DELAY_S) -> None:
+    def __init__(self, router: Router, view: str = DEFAULT_VIEW, delay_s: float = PUBLISH_DELAY_S) -> None:
         if view not in ("engine", "ledger"):
             raise ValueError(f"a ViewRouter routes on view=engine or view=ledger, not {view!r}")
         self.router, self.view, self.delay_s = router, view, delay_s
-        self.name = getattr(router, "name", "router")
+        self.name: str = getattr(router, "name", "router")
 
     def reset(self, view: StageView) -> None:
         stage = simulated(view, self.name)

@@ -22,8 +22,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from rlsched.errors import InvalidDecision, InvalidRequest
 from rlsched.sim.admission import admitted, split_oom
@@ -41,30 +40,13 @@ from rlsched.sim.request import (
 )
 from rlsched.sim.serving import ServingConfig
 from rlsched.sim.telemetry import SimTelemetry
-from rlsched.sim.view import DEQUEUED, ENQUEUED, Hook, Journal, batch_problem
+from rlsched.sim.view import DEQUEUED, ENQUEUED, Decision, Hook, Journal, SchedulingPolicy, batch_problem
 
 if TYPE_CHECKING:
     from rlsched.sim.view import QueueView
 
 _END, _ARRIVAL, _TIMER = 0, 1, 2
 INF = math.inf
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What a policy wants now.
-
-    ``batch`` — request ids to run. Request mode: waiting requests that start a wave.
-    Step mode: the whole batch for the next step (running ids left out are preempted).
-    An empty batch means wait: until ``wait_until`` if given, else until the next event.
-    ``reject`` — waiting request ids to drop now (load shedding), each finished as
-    ``rejected`` with ``reason``; applied before the batch.
-    """
-
-    batch: tuple[int, ...] = ()
-    wait_until: float | None = None
-    reject: tuple[int, ...] = ()
-    reason: str = ""
-
 
 WAIT = Decision()
 
@@ -79,13 +61,6 @@ _PROBLEMS = {
 
 def _request_id(rec: RequestRecord) -> int:
     return rec.request.id
-
-
-class PolicyLike(Protocol):
-    """What ``Simulator.run`` needs; ``rlsched.policies.SchedulingPolicy`` is the full protocol."""
-
-    def reset(self, state: QueueView) -> None: ...
-    def decide(self, state: QueueView) -> Decision: ...
 
 
 class Simulator:
@@ -523,7 +498,7 @@ class Simulator:
         quotas (``rlsched.sim.quota.QuotaView``, refreshed; one per simulator). Without quotas: itself."""
         return self if self._quota_view is None else self._quota_view.refresh()
 
-    def run(self, policy: PolicyLike) -> Simulator:
+    def run(self, policy: SchedulingPolicy) -> Simulator:
         """Run to the end (or the horizon) under ``policy``; returns self."""
         policy.reset(self.policy_view())
         while self.advance_to_next_decision():

@@ -42,8 +42,8 @@ from typing import Any, Protocol
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
-from rlsched.sim.simulator import Decision, PolicyLike, ServingConfig, Simulator
-from rlsched.sim.view import StageView
+from rlsched.sim.simulator import ServingConfig, Simulator
+from rlsched.sim.view import Decision, SchedulingPolicy, StageView
 
 INF = math.inf
 CENTRAL_LEAD_S = 0.05
@@ -164,8 +164,8 @@ class Stage:
                    calibrate)
 
     # ------------------------------------------------------------------ runs
-    def run(self, policies: Sequence[PolicyLike], router: Router | None = None,
-            central: Callable[[], PolicyLike] | None = None) -> Stage:
+    def run(self, policies: Sequence[SchedulingPolicy], router: Router | None = None,
+            central: Callable[[], SchedulingPolicy] | None = None) -> Stage:
         """Run to the end (or the horizon): early binding with ``router``, or late binding with
         policies made by ``central`` (one per replica kind) picking batches from one queue.
         Returns self."""
@@ -185,14 +185,14 @@ class Stage:
                 pass
         return self
 
-    def routing(self, policies: Sequence[PolicyLike]) -> Generator[Request, int, None]:
+    def routing(self, policies: Sequence[SchedulingPolicy]) -> Generator[Request, int, None]:
         """Early binding with the caller as the router (an environment, one decision a step): a
         generator that yields each arriving request at its arrival instant and is sent the index
         of its replica; ``run(policies, router)`` is this generator driven by ``router.route``.
         Exhausted when the run ends (the stage's own state is then that of a finished run)."""
         return self._loop(policies, None, None)
 
-    def _loop(self, policies: Sequence[PolicyLike], central: Callable[[], PolicyLike] | None,
+    def _loop(self, policies: Sequence[SchedulingPolicy], central: Callable[[], SchedulingPolicy] | None,
               router: Router | None) -> Generator[Request, int, None]:
         if len(policies) != len(self.replicas):
             raise ConfigError("policies", f"{len(policies)} policies for {len(self.replicas)} replicas")
@@ -200,7 +200,7 @@ class Stage:
             policy.reset(sim.policy_view())
         if central is None and self.hubs:
             raise ConfigError("stage", "a fork of a late-binding stage runs with a central policy, not routed")
-        hubs: list[PolicyLike] = []
+        hubs: list[SchedulingPolicy] = []
         if central is not None:
             hubs = self._open_central(central)
         elif router is not None:
@@ -348,7 +348,7 @@ class Stage:
         """The central queue (its first view); None under early binding."""
         return self.hubs[0] if self.hubs else None
 
-    def _open_central(self, make: Callable[[], PolicyLike]) -> list[PolicyLike]:
+    def _open_central(self, make: Callable[[], SchedulingPolicy]) -> list[SchedulingPolicy]:
         if not self.hubs:  # a fork has its parent's views already
             kinds: dict[tuple[int, ServingConfig], int] = {}
             for spec in self.specs:
@@ -384,7 +384,7 @@ class Stage:
             view.receive(req, self.now)
         return len(self.replicas)
 
-    def _dispatch(self, policies: list[PolicyLike], start: int = 0, decided: Decision | None = None) -> list[int]:
+    def _dispatch(self, policies: list[SchedulingPolicy], start: int = 0, decided: Decision | None = None) -> list[int]:
         """Hand the central policies' batches to idle replicas with nothing queued, lowest first
         (each decided in that replica's kind's view); returns the simulators touched (the
         replicas served, and the central views). A fork goes on from replica ``start``, whose

@@ -1,4 +1,5 @@
-"""What a scheduling policy sees: the ``QueueView`` protocol and its change ``Journal``.
+"""What a scheduling policy sees and answers: the ``QueueView`` protocol and its change ``Journal``, the
+``SchedulingPolicy`` protocol and its ``Decision`` (and a router's ``ReplicaView`` and ``StageView``).
 
 Two states implement ``QueueView``: the ``Simulator`` and the vLLM-Omni plugin's
 ``PluginState``. Policies type against the protocol and never ask which one they were
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rlsched.sim.request import RequestRecord
 
@@ -56,18 +58,19 @@ class Journal:
     pile up in the older generations.
     """
 
-    __slots__ = ("_entries", "_end")
+    __slots__ = ("_entries", "_end", "_keep")
 
     def __init__(self, keep: int = 1 << 16) -> None:
         if keep < 1:
             raise ValueError(f"a journal keeps at least 1 entry, not {keep}")
         self._entries: deque[Entry] = deque(maxlen=keep)
         self._end = 0
+        self._keep = keep
 
     @property
     def keep(self) -> int:
         """Most entries kept."""
-        return self._entries.maxlen  # type: ignore[return-value]
+        return self._keep
 
     def append(self, op: int, rec: RequestRecord) -> None:
         self._entries.append((op, rec))
@@ -161,6 +164,38 @@ class QueueView(Protocol):
         """A reader of this state's GPU telemetry (simulated, or the engine's NVML samples);
         None when there is none. Call once per policy (at ``reset``), read at every decision."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants now.
+
+    ``batch`` — request ids to run. Request mode: waiting requests that start a wave.
+    Step mode: the whole batch for the next step (running ids left out are preempted).
+    An empty batch means wait: until ``wait_until`` if given, else until the next event.
+    ``reject`` — waiting request ids to drop now (load shedding), each finished as
+    ``rejected`` with ``reason``; applied before the batch.
+    """
+
+    batch: tuple[int, ...] = ()
+    wait_until: float | None = None
+    reject: tuple[int, ...] = ()
+    reason: str = ""
+
+
+@runtime_checkable
+class SchedulingPolicy(Protocol):
+    """Owns the whole decision: admission, order, batch size, waiting, preemption.
+
+    ``decide`` is called at every decision point with a read-only ``QueueView`` (the
+    simulator, or the plugin's engine state); ``reset`` once before the first decision.
+    """
+
+    name: str
+
+    def reset(self, state: QueueView) -> None: ...
+
+    def decide(self, state: QueueView) -> Decision: ...
 
 
 class ReplicaView(QueueView, Protocol):
@@ -261,5 +296,5 @@ def batch_problem(state: QueueView, ids: Sequence[int]) -> str | None:
     return None
 
 
-__all__ = ["DEQUEUED", "ENQUEUED", "Entry", "Hook", "Journal", "JournalFollower", "QueueView", "ReplicaView",
-           "StageView", "batch_problem"]
+__all__ = ["DEQUEUED", "ENQUEUED", "Decision", "Entry", "Hook", "Journal", "JournalFollower", "QueueView",
+           "ReplicaView", "SchedulingPolicy", "StageView", "batch_problem"]
