@@ -22,8 +22,8 @@ coming back.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence, ValuesView
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rlsched.sim.classes import DEFAULT_QUOTA_WINDOW_S, QUOTA, QUOTA_WINDOW_S
 from rlsched.sim.request import RequestRecord
@@ -172,6 +172,9 @@ class QuotaView(JournalFollower):
         return getattr(self.state, name)
 
 
+T = TypeVar("T")
+
+
 class _Visible(Mapping[int, RequestRecord]):
     """The state's ``waiting`` less the held classes', in the state's order."""
 
@@ -186,7 +189,13 @@ class _Visible(Mapping[int, RequestRecord]):
             raise KeyError(rid)
         return rec
 
-    def get(self, rid: int, default: Any = None) -> Any:  # type: ignore[override]
+    @overload
+    def get(self, rid: int, /) -> RequestRecord | None: ...
+
+    @overload
+    def get(self, rid: int, default: T, /) -> RequestRecord | T: ...
+
+    def get(self, rid: int, default: Any = None) -> Any:
         rec = self._view.state.waiting.get(rid)
         return default if rec is None or rec.request.priority in self._view.held else rec
 
@@ -201,16 +210,17 @@ class _Visible(Mapping[int, RequestRecord]):
         held = self._view.held
         return (rec.request.id for rec in self._view.state.waiting.values() if rec.request.priority not in held)
 
-    def values(self) -> Any:  # type: ignore[override]
+    def values(self) -> _Values:
         return _Values(self)
 
 
-class _Values:
-    """``_Visible.values()``: an iterable of the visible records with a length."""
+class _Values(ValuesView[RequestRecord]):
+    """``_Visible.values()``: a dict's view of the visible records."""
 
     __slots__ = ("_of",)
 
     def __init__(self, of: _Visible) -> None:
+        super().__init__(of)
         self._of = of
 
     def __iter__(self) -> Iterator[RequestRecord]:

@@ -22,6 +22,9 @@ CLASS_INDEX = {c: i for i, c in enumerate(PRIORITY_CLASSES)}
 MODALITY_INDEX = {m: i for i, m in enumerate(MODALITIES)}
 
 Key = tuple[str, int, int, int, int, bool]
+EngineKey = tuple[str, int, int, int, int, bool, int]
+"""A record's key in the engine (``PluginState``): ``Key`` and the id of vLLM's own batching key, so that equal
+keys mean vLLM would batch the two requests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ class RequestRecord:
     preemptions: int = 0
     reject_reason: str = ""
     """Why the request was rejected (``rejected`` status only)."""
-    key: Key = field(default=("", 0, 0, 0, 0, False))
+    key: Key | EngineKey = field(default=("", 0, 0, 0, 0, False))
 
     def __post_init__(self) -> None:
         # Records of one shape have equal cost figures: they share one tuple's float objects

@@ -46,8 +46,7 @@ def install() -> bool:
         apply(config, kwargs)
         return config
 
-    create_typed_default_diffusion._rlsched_replicas = True  # type: ignore[attr-defined]
-    create_typed_default_diffusion.__wrapped__ = build  # type: ignore[attr-defined]
+    vars(create_typed_default_diffusion).update(_rlsched_replicas=True, __wrapped__=build)  # its attributes
     StageConfigFactory.create_typed_default_diffusion = classmethod(create_typed_default_diffusion)
     return True
 

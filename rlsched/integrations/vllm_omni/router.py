@@ -88,8 +88,7 @@ def _install() -> bool:
         pools = original(self, stage_plans, initialized_clients_by_stage)
         return [_routed(pool, plan, getattr(self, "_model", "")) for pool, plan in zip(pools, stage_plans)]
 
-    _assemble_stage_pools._rlsched_router = True  # type: ignore[attr-defined]
-    _assemble_stage_pools.__wrapped__ = original  # type: ignore[attr-defined]
+    vars(_assemble_stage_pools).update(_rlsched_router=True, __wrapped__=original)  # the function's attributes
     runtime._assemble_stage_pools = _assemble_stage_pools
     try:  # late binding fails a request it cannot send through the orchestrator; without it, it parks none
         _hook_orchestrator()
@@ -116,8 +115,7 @@ def _hook_orchestrator() -> None:
             if callable(attach):
                 attach(self)
 
-    __init__._rlsched_router = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    vars(__init__).update(_rlsched_router=True, __wrapped__=init)
     base.__init__ = __init__
 
 

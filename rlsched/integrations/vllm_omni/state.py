@@ -37,9 +37,9 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, ValuesView
 from numbers import Real
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from rlsched import bounds
 from rlsched.bounds import Bound
@@ -208,6 +208,9 @@ def _freeze(x: Any) -> Any:
         return repr(x)
 
 
+T = TypeVar("T")
+
+
 class WaitingQueue(Mapping[int, RequestRecord]):
     """Waiting records by id in vLLM-Omni's queue order: preempted requests first (each new
     preemption ahead of older ones, as ``preempt_request`` re-queues at the head), then
@@ -225,7 +228,13 @@ class WaitingQueue(Mapping[int, RequestRecord]):
         rec = self._head.get(iid)
         return rec if rec is not None else self._tail[iid]
 
-    def get(self, iid: int, default: Any = None) -> Any:  # type: ignore[override]
+    @overload
+    def get(self, iid: int, /) -> RequestRecord | None: ...
+
+    @overload
+    def get(self, iid: int, default: T, /) -> RequestRecord | T: ...
+
+    def get(self, iid: int, default: Any = None) -> Any:
         rec = self._head.get(iid)
         return rec if rec is not None else self._tail.get(iid, default)
 
@@ -238,7 +247,7 @@ class WaitingQueue(Mapping[int, RequestRecord]):
     def __iter__(self) -> Iterator[int]:
         return itertools.chain(self._head, self._tail)
 
-    def values(self) -> _Values:  # type: ignore[override]
+    def values(self) -> _Values:
         return _Values(self)
 
     def append(self, rec: RequestRecord) -> None:
@@ -259,12 +268,13 @@ class WaitingQueue(Mapping[int, RequestRecord]):
         return rec
 
 
-class _Values:
-    """``WaitingQueue.values()``: iterable (in queue order) and sized, like a dict's view."""
+class _Values(ValuesView[RequestRecord]):
+    """``WaitingQueue.values()``: a dict's view of the values, iterated in queue order."""
 
     __slots__ = ("_queue",)
 
     def __init__(self, queue: WaitingQueue) -> None:
+        super().__init__(queue)
         self._queue = queue
 
     def __iter__(self) -> Iterator[RequestRecord]:
@@ -374,7 +384,7 @@ class PluginState:
             bad = ["request"]
             rec = self._record(iid, now, fields)
         # the simulator's key, extended by the interned vLLM key: equal keys <=> vLLM would batch them
-        rec.key = rec.request.key(self.step_mode) + (self._intern(key),)  # type: ignore[assignment]
+        rec.key = rec.request.key(self.step_mode) + (self._intern(key),)
         with self._lock:
             self._ids[name], self._names[iid], self.records[iid] = iid, name, rec
             self._enqueue(rec)
