@@ -47,10 +47,11 @@ def test_an_exception_type_can_name_its_own_reason() -> None:
     assert g.call(lambda _: [][1], None) == ("exception", None)
 
 
-def test_slow_decisions_in_a_row_back_off_1_2_4_calls_and_a_fast_one_ends_the_streak() -> None:
+def test_a_lone_overrun_is_used_then_overruns_in_a_row_back_off_and_a_fast_one_ends_the_streak() -> None:
     g, _ = guard(budget_s=-1.0)  # every call is over budget
     reasons = [g.call(lambda x: x, 0)[0] for _ in range(10)]
-    assert reasons == ["slow", "backoff", "slow", "backoff", "backoff", "slow"] + ["backoff"] * 4
+    assert reasons == [None, "slow", "backoff", "backoff", "slow"] + ["backoff"] * 4 + ["slow"]
+    assert g.lone_overruns == 1
     g.budget_s = 60.0
     g.backoff_left = 0
     assert g.call(lambda x: x, 1) == (None, 1) and g.overruns_in_a_row == 0
@@ -157,14 +158,16 @@ def test_a_decision_whose_thread_waits_is_not_slow_one_that_computes_past_the_bu
     g = GuardedDecision(InlineRunner(10.0), 0.005, reset=lambda: None, observe=seen.append)
     assert g.call(lambda x: time.sleep(0.02) or x, 1) == (None, 1)
     assert seen[-1] < 0.005  # the histogram shows what the budget was checked against
-    assert g.call(_computes(0.01), 2) == ("slow", None)
+    assert g.call(_computes(0.01), 2) == (None, 2) and g.lone_overruns == 1  # a lone overrun: used
     assert seen[-1] >= 0.01
+    assert g.call(_computes(0.01), 3) == ("slow", None)  # the second in a row: discarded
 
 
 def test_on_a_worker_a_decision_that_sleeps_is_slow() -> None:
     """A policy rlsched does not ship runs on a worker (``DeadlineRunner``): it may sleep or block, and that
     counts; only the worker's waits for a CPU (``runnable_s``) and the two thread hand-offs do not."""
     g, _ = guard(DeadlineRunner(10.0), budget_s=0.005)
+    assert g.call(lambda x: time.sleep(0.02) or x, 1) == (None, 1) and g.lone_overruns == 1
     assert g.call(lambda x: time.sleep(0.02) or x, 1)[0] == "slow"
     g.backoff_left = 0
     assert g.call(_computes(0.0), 3) == (None, 3)
