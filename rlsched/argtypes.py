@@ -28,7 +28,7 @@ def flag(bound: Bound) -> Callable[[str], Any]:
         return value
 
     parse.__name__ = "int" if bound.integer or bound.values else "float"
-    parse.bound = bound  # type: ignore[attr-defined]
+    vars(parse)["bound"] = bound  # a function attribute (mypy types none on a def)
     return parse
 
 
@@ -41,7 +41,7 @@ def flag_list(bound: Bound) -> Callable[[str], list[Any]]:
         return [one(part) for part in text.split(",")]
 
     parse.__name__ = f"{one.__name__} list"
-    parse.bound = bound  # type: ignore[attr-defined]
+    vars(parse)["bound"] = bound  # a function attribute (mypy types none on a def)
     return parse
 
 

@@ -18,11 +18,14 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlsched import bounds
 from rlsched.argtypes import flag
 from rlsched.errors import ConfigError, MissingExtra
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -70,7 +73,8 @@ def _on_processes(fn: Callable[[T], R], tasks: Sequence[T], workers: int) -> Ite
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(workers, initializer=_worker_signals)
-    todo, flight = iter(tasks), deque()  # type: ignore[var-annotated]
+    todo = iter(tasks)
+    flight: deque[Future[R]] = deque()
     try:
         for task in itertools.islice(todo, 2 * workers):
             flight.append(pool.submit(fn, task))

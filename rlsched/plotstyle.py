@@ -21,13 +21,15 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+LineStyle = str | tuple[int, tuple[int, ...]]
+"""A matplotlib line style: a name (``"--"``) or an (offset, (on, off, ...)) dash pattern."""
+
 
 @dataclass(frozen=True)
 class Style:
     color: str
     marker: str
-    linestyle: str | tuple = "-"
-    """A matplotlib line style: a name or an (offset, dashes) pattern."""
+    linestyle: LineStyle = "-"
     linewidth: float = 1.4
     zorder: int = 2
 
@@ -81,15 +83,15 @@ def name_of(spec: str) -> str:
     return spec.split("@", 1)[0].split(":", 1)[0].split(";", 1)[0].strip()
 
 
-ROUTERS: dict[str, tuple[str, str]] = {
+ROUTERS: dict[str, tuple[str, LineStyle]] = {
     "round-robin": ("x", "--"),
     "random": ("+", "-."),
     "least-queue": ("o", ":"),
     "least-work": ("s", "-"),
-    "affinity": ("^", (0, (5, 1, 1, 1))),  # type: ignore[dict-item]
+    "affinity": ("^", (0, (5, 1, 1, 1))),
     "rlsched": ("D", "-"),
-    "central": ("*", (0, (1, 1))),  # type: ignore[dict-item]
-    "router": ("h", (0, (3, 1))),  # type: ignore[dict-item]  # the learned router
+    "central": ("*", (0, (1, 1))),
+    "router": ("h", (0, (3, 1))),  # the learned router
 }
 """``POLICY@ROUTER``: the policy keeps its colour, the router sets marker and line style
 (vLLM-Omni's round-robin dashed, as ``fifo`` is; late binding densely dotted)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rlsched import bounds
@@ -174,7 +175,7 @@ class _bar:
     def __init__(self, total: int, quiet: bool) -> None:
         self.total, self.quiet = total, quiet
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Callable[[], None]:
         if self.quiet:
             return lambda: None
         self._progress = progress_bar(transient=True)

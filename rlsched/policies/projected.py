@@ -366,8 +366,9 @@ class ProjectedPolicy:
         # changes while the candidates' stamp holds: no waiting request has made progress)
         made_of = (self._candidates[0], state, state.now, self.params) \
             if running is None and recs is self._candidates[1][0] else None
-        if made_of is not None and self._items_of[0] == made_of:
-            return self._items_of[1]  # type: ignore[return-value]
+        made, cached = self._items_of
+        if made_of is not None and made == made_of and cached is not None:  # cached: set with made, never None
+            return cached
         items = self._build_items(state, recs, running)
         if made_of is not None:
             self._items_of = (made_of, items)

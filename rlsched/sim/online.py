@@ -389,8 +389,8 @@ def _solve(s: list[list[float]], b: list[float], prior: float) -> tuple[float, f
          [s[2][0] - p, s[2][1], s[2][2] + p]]
     rhs = [b[0] + z, b[1], b[2]]
     det = _det3(a)
-    return tuple(_clip(_det3([row[:i] + [r] + row[i + 1:] for row, r in zip(a, rhs)]) / det)  # type: ignore[return-value]
-                 for i in range(3))
+    t1, t2, t3 = [_clip(_det3([row[:i] + [r] + row[i + 1:] for row, r in zip(a, rhs)]) / det) for i in range(3)]
+    return t1, t2, t3
 
 
 def _det3(m: list[list[float]]) -> float:

@@ -130,7 +130,9 @@ def _field_docs(model: type[BaseModel]) -> dict[str, str]:
     for cls in reversed(model.__mro__):
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls.__module__.startswith("pydantic"):
             continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+        node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(node, ast.ClassDef)  # a class's source is its class statement
+        body = node.body
         for stmt, after in zip(body, body[1:]):
             if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(after, ast.Expr)
                     and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):

@@ -286,10 +286,10 @@ class Simulator:
         if not self.memory_check or not ids:
             return ids
         running = {r.request.id: r for r in self.running}
-        recs = [self.waiting.get(i) or running.get(i) for i in ids]
-        if any(r is None for r in recs):
+        recs = [rec for i in ids if (rec := self.waiting.get(i) or running.get(i)) is not None]
+        if len(recs) < len(ids):
             return ids
-        return ids[:admitted(recs, self.cost, self._oom_alone)]  # type: ignore[arg-type]
+        return ids[:admitted(recs, self.cost, self._oom_alone)]
 
     def _memory_checked(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         cut = self.admitted_batch(ids)
