@@ -115,6 +115,8 @@ def table(result: dict[str, Any]) -> str:
         native = r["policy"] == "vllm-omni"
         if r["fallbacks_disturbed"]:
             fb += f"; {r['fallbacks_disturbed']} in disturbed calls"
+        if r.get("over_budget_used"):
+            fb += f"; {r['over_budget_used']} past the budget, used"
         label = r["policy"] + (" (native)" if native else f" [{r['decision_thread']}]" if several else "")
         lines.append((r["mode"], label, f"{r['queue']:,}",
                       f"{r['p50_us']:,.1f}", f"{r['p99_us']:,.1f}", f"{r['cpu_p99_us']:,.1f}",
@@ -171,7 +173,8 @@ def measure(policies: Sequence[str] = POLICIES, queues: Sequence[int] = QUEUES, 
     each cell. Each row: ``p50_us``, ``p99_us``, ``cpu_p50_us``, ``cpu_p99_us`` (the process's CPU
     time in the call, all threads), ``calls``, ``fallbacks``, ``fallback_reasons``, ``decisions``,
     ``fallbacks_per_1k`` (per 1,000 timed calls), ``versions`` (calibration versions made during the timed
-    calls), ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
+    calls), ``over_budget_used`` (decisions past the budget used all the same: a lone overrun, or the first
+    after a reset), ``warmup_fallback_reasons``, ``admitted_per_call`` (mean requests a call admitted), the machine
     probe's ``disturbed``, ``fallbacks_disturbed``,
     ``p99_undisturbed_us`` and ``probe_p50_us``, the collector's ``gc_calls`` (calls a collection ran
     in), ``gc_p50_us`` (its median time in those calls) and ``p99_no_gc_us`` (p99 of the other calls),
@@ -252,7 +255,7 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
         return cells[0]
     out: dict[str, Any] = {k: np.concatenate([c[k] for c in cells])
                            for k in ("us", "cpu_us", "disturbed", "fell_back", "probe_us", "admitted", "gc_us", "work")}
-    for k in ("fallbacks", "decisions", "versions"):
+    for k in ("fallbacks", "decisions", "versions", "over_budget_used"):
         out[k] = sum(c[k] for c in cells)
     for k in ("fallback_reasons", "warmup_fallback_reasons"):
         total: Counter[str] = Counter()

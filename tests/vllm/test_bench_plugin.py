@@ -54,6 +54,7 @@ def test_numbers_are_finite_and_fallbacks_counted(result: dict) -> None:
         if r["gc_calls"] < CALLS:
             assert 0 < r["p99_no_gc_us"] and math.isfinite(r["p99_no_gc_us"]), r
         assert r["work_p50"] > 0 and math.isfinite(r["work_p50"]), r
+        assert isinstance(r["over_budget_used"], int) and 0 <= r["over_budget_used"] <= CALLS, r
         if r["policy"] == NATIVE:
             assert r["fallbacks"] == 0 and r["decisions"] == 0 and r["overhead_p50_us"] == 0
             if r["mode"] == "request":  # sizes alternate along the queue: FIFO's head run is one request
@@ -219,3 +220,14 @@ def _cell(policy: str, calibrate: bool) -> dict:
         return overhead.time_cell(sched, 256, False, 100, 3)
     finally:
         overhead.close(sched)
+
+
+def test_decisions_used_past_the_budget_are_counted_apart_from_fallbacks() -> None:
+    """A lone overrun and the first call after a reset are used (guard.py): the bench says how many, so 0
+    fallbacks cannot hide them."""
+    from types import SimpleNamespace
+
+    from rlsched.integrations.vllm_omni.harness.overhead import _over_budget_used
+
+    assert _over_budget_used(SimpleNamespace()) == 0  # vLLM-Omni's own scheduler: no guard
+    assert _over_budget_used(SimpleNamespace(_guard=SimpleNamespace(lone_overruns=2, rebuilds_over_budget=1))) == 3

@@ -287,7 +287,8 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     ``disturbed`` (per call), ``fell_back`` (per call), ``probe_us``, ``admitted`` (requests each
     call admitted: a policy whose batches grow with the queue does more work per call there),
     ``gc_us`` (µs the garbage collector ran inside each call), ``versions`` (new calibration versions during
-    the timed calls: ``DriftingGpu``) and ``work`` (function calls in each of
+    the timed calls: ``DriftingGpu``), ``over_budget_used`` (decisions past the budget the guard used: a lone
+    overrun, or the first after a reset) and ``work`` (function calls in each of
     ``WORK_CALLS`` untimed calls after them; NaN where the decision runs on a worker thread)."""
     feeder, runner, collections = Feeder(), StepRunner(), Collections()
     us, cpu, admitted, gc_us = np.empty(calls), np.empty(calls), np.zeros(calls), np.zeros(calls)
@@ -305,7 +306,7 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
             feeder.refill(sched, queue)
             _complete(sched, sched.schedule(), step, runner)
         fb0, reasons0, dec0 = _counts(sched)
-        v0 = versions(sched)
+        v0, over0 = versions(sched), _over_budget_used(sched)
         for i in range(calls):
             feeder.refill(sched, queue)
             before = int(getattr(sched, "fallbacks", 0))
@@ -325,12 +326,21 @@ def time_cell(sched: Any, queue: int, step: bool, calls: int, warmup: int) -> di
     slow = probes > PROBE_SLOWDOWN * float(np.median(probes))
     fb, reasons, dec = _counts(sched)  # before the counted calls: profiled, they run slower than served
     new_versions = versions(sched) - v0
+    over_budget_used = _over_budget_used(sched) - over0
     work = _count_work(sched, queue, step, runner, feeder, WORK_CALLS)
     reasons.subtract(reasons0)
     return {"us": us, "cpu_us": cpu, "fallbacks": fb - fb0, "fallback_reasons": _positive(reasons),
             "decisions": dec - dec0, "warmup_fallback_reasons": _positive(reasons0), "versions": new_versions,
+            "over_budget_used": over_budget_used,
             "disturbed": slow[:-1] | slow[1:], "fell_back": fell_back, "probe_us": probes,
             "admitted": admitted, "gc_us": gc_us, "work": work}
+
+
+def _over_budget_used(sched: Any) -> int:
+    """Decisions past the budget that the guard used all the same (a lone overrun, or the first call after a
+    reset: ``guard.py``): not fallbacks, but the calls that would have been before issue 47's guard rules."""
+    guard = getattr(sched, "_guard", None)
+    return 0 if guard is None else guard.lone_overruns + guard.rebuilds_over_budget
 
 
 def _count_work(sched: Any, queue: int, step: bool, runner: StepRunner, feeder: Feeder, calls: int) -> np.ndarray:
