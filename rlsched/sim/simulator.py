@@ -397,7 +397,8 @@ class Simulator:
         self.busy_s += elapsed
         self.mem_gb_s += elapsed * (self._batch_mem_gb - self._weights_gb)  # activations; weights always resident
         self.gpu_end_s = self.predicted_end_s = INF
-        still, done = [], []
+        still: list[RequestRecord] = []
+        done: list[RequestRecord] = []
         for rec in self.running:
             rec.steps_done = rec.request.num_inference_steps if not self.step_mode else rec.steps_done + 1
             (done if rec.steps_done >= rec.request.num_inference_steps else still).append(rec)
