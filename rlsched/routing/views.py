@@ -123,9 +123,8 @@ class ReplicaState:
             raise StateError(f"state: a mapping expected, not {type(raw).__name__}")
         if raw.get("v") != STATE_VERSION:
             raise StateError(f"state.v: version {STATE_VERSION} expected, not {raw.get('v')!r}")
-        seq, remaining = raw.get("seq"), raw.get("remaining_s")
-        _bounded(seq, bounds.STATE_SEQ, "state.seq")
-        _bounded(remaining, bounds.STATE_REMAINING_S, "state.remaining_s")
+        seq = int(_bounded(raw.get("seq"), bounds.STATE_SEQ, "state.seq"))  # int(an int): the same number
+        remaining = _bounded(raw.get("remaining_s"), bounds.STATE_REMAINING_S, "state.remaining_s")
         running = tuple(_pairs(raw.get("running", ()), "state.running"))
         finished = tuple(_ids(raw.get("finished", ()), "state.finished"))
         preempted = tuple(_pairs(raw.get("preempted", ()), "state.preempted"))
@@ -143,8 +142,7 @@ def _calibration(raw: Any) -> Calibration:
     """``{"version": V, "scales": {MODEL: [time, quadratic, memory(, fixed)]}}`` checked (``state.cal``)."""
     if not isinstance(raw, Mapping):
         raise StateError(f"state.cal: a mapping expected, not {type(raw).__name__}")
-    version, scales = raw.get("version"), raw.get("scales", {})
-    _bounded(version, bounds.STATE_SEQ, "state.cal.version")
+    version, scales = int(_bounded(raw.get("version"), bounds.STATE_SEQ, "state.cal.version")), raw.get("scales", {})
     if not isinstance(scales, Mapping) or len(scales) > MAX_CALIBRATED_MODELS:
         raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
     out = []
@@ -184,11 +182,13 @@ def _pairs(value: Any, where: str) -> Iterable[tuple[str, int]]:
         yield rid, done
 
 
-def _bounded(value: Any, bound: bounds.Bound, where: str) -> None:
-    """``value`` is a number of ``bound``'s kind (an int for an integer bound, never a bool) in its range."""
+def _bounded(value: Any, bound: bounds.Bound, where: str) -> float:
+    """``value``, checked to be a number of ``bound``'s kind (an int for an integer bound, never a bool) in its
+    range."""
     kind = int if bound.integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or not bound.holds(value):
         raise StateError(f"{where}: {bound.describe()} expected, not {value!r:.80}")
+    return value
 
 
 def replica_state(seq: int, remaining_s: float, running: Iterable[tuple[Any, int]], finished: Iterable[Any] = (),
