@@ -64,7 +64,7 @@ class Fifo:
     @staticmethod
     def _join(state: QueueView, cap: int) -> tuple[int, ...]:
         key, room = state.running[0].key, cap - len(state.running)
-        out = []
+        out: list[int] = []
         for rec in state.waiting.values():
             if len(out) >= room or rec.key != key:
                 break
@@ -216,7 +216,8 @@ class Drr:
         self._deficit = {k: self._deficit.get(k, 0.0) for k in self._order}
 
     def _try(self, key: tuple, recs: list[RequestRecord], cap: int) -> tuple[int, ...]:
-        spent, out = 0.0, []
+        spent = 0.0
+        out: list[int] = []
         for rec in recs[:cap]:
             cost = rec.remaining_s
             if spent + cost > self._deficit[key] or (out and spent + cost > self.budget_s):
