@@ -9,7 +9,6 @@ from rlsched.argtypes import flag
 from rlsched.bench import MODULES, TEXT, VLLM_TIER, check_tier, load
 from rlsched.commands.args import command, print_json
 
-
 _VLLM = ", ".join(VLLM_TIER)
 
 
