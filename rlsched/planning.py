@@ -30,7 +30,8 @@ from rlsched.errors import ConfigError
 from rlsched.evaluation.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.parallel import run_tasks
 from rlsched.policies.base import portable_spec
-from rlsched.routing.routers import check_spec, run_spec, split_pair
+from rlsched.routing.routers import check_spec, run_spec
+from rlsched.routing.spec import StageSpec
 from rlsched.sim import load_scenario
 from rlsched.sim.classes import report_names
 from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile, portable_profile
@@ -90,7 +91,7 @@ class PlanTask:
     scenario: str
     profile: str
     layout: Layout
-    spec: str
+    spec: StageSpec
     seed: int
     rate_scale: float
     """× the scenario's own rate: the load × the nominal rate per GPU × the GPUs (or × ``--rate``)."""
@@ -114,7 +115,7 @@ def profile_of(sc: Any) -> str:
     return (sc.replicas[0].profile if sc.replicas else "") or sc.profile
 
 
-def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
+def plan(scenario: str, gpus: int | None, spec: StageSpec | str, seeds: Sequence[int], loads: Sequence[float],
          profile: str | None = None, workers: int = 1, ray: str | None = None,
          progress: Callable[[], None] | None = None, check_seeds: Sequence[int] = (),
          cfg_degrees: Sequence[int] = CFG_DEGREES, routers: Sequence[str] = (),
@@ -131,9 +132,9 @@ def plan(scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads
     return sized.finish(sized.simulate_layouts(workers, ray, progress), routers, check_seeds)
 
 
-def plan_for_rate(scenario: str, gpu_counts: Sequence[int], rate_rps: float, spec: str, seeds: Sequence[int],
-                  loads: Sequence[float], target: float, profile: str | None = None, workers: int = 1,
-                  ray: str | None = None, progress: Callable[[], None] | None = None,
+def plan_for_rate(scenario: str, gpu_counts: Sequence[int], rate_rps: float, spec: StageSpec | str,
+                  seeds: Sequence[int], loads: Sequence[float], target: float, profile: str | None = None,
+                  workers: int = 1, ray: str | None = None, progress: Callable[[], None] | None = None,
                   check_seeds: Sequence[int] = (), cfg_degrees: Sequence[int] = CFG_DEGREES,
                   routers: Sequence[str] = (), duration_s: float | None = None) -> dict[str, Any]:
     """"2 or 4 GPUs for *my* traffic?": every layout of every count in ``gpu_counts`` serves the same
@@ -176,12 +177,12 @@ class _Sized:
     scenario: str
     sc: Any
     gpus: int
-    spec: str
+    spec: StageSpec
     seeds: Sequence[int]
     loads: Sequence[float]
     profile: str
     cfg_degrees: Sequence[int]
-    specs: list[str]
+    specs: list[StageSpec]
     scale: float
     """The rate scale of load 1 (× the scenario's own rate)."""
     rate_rps: float | None = None
@@ -189,7 +190,7 @@ class _Sized:
     """Each run's arrival window (None: the scenario's)."""
 
     @classmethod
-    def check(cls, scenario: str, gpus: int | None, spec: str, seeds: Sequence[int], loads: Sequence[float],
+    def check(cls, scenario: str, gpus: int | None, spec: StageSpec | str, seeds: Sequence[int], loads: Sequence[float],
               profile: str | None, check_seeds: Sequence[int], cfg_degrees: Sequence[int], routers: Sequence[str],
               rate_rps: float | None = None, duration_s: float | None = None) -> _Sized:
         bad = [s for s in seeds if not 0 <= s < TRAINING_SEED_LIMIT]
@@ -212,17 +213,17 @@ class _Sized:
         else:
             scale = rate_rps / own_rate(sc, seeds, profile)
         check_loads(sc, scenario, profile, gpus, loads, seeds, scale, rate_rps, duration_s)
-        policy, _ = split_pair(spec)  # a typo fails here, not after the first layout
-        specs = [f"{policy}@{r}" for r in routers]
+        stage = StageSpec.of(spec)  # a typo fails here, not after the first layout
+        specs = [StageSpec.parse(stage.behind(r)) for r in routers]
         for s in specs:
             check_spec(s)
-        return cls(scenario, sc, gpus, spec, seeds, loads, profile, cfg_degrees, specs, scale, rate_rps, duration_s)
+        return cls(scenario, sc, gpus, stage, seeds, loads, profile, cfg_degrees, specs, scale, rate_rps, duration_s)
 
     def simulate_layouts(self, workers: int, ray: str | None, progress: Callable[[], None] | None) -> _Grid:
         options = layouts(self.gpus, load_profile(self.profile), self.cfg_degrees)
 
         def simulate(seed_list: Sequence[int], lays: Sequence[Layout] = options,
-                     pairs: Sequence[str] = (self.spec,)) -> np.ndarray:
+                     pairs: Sequence[StageSpec] = (self.spec,)) -> np.ndarray:
             tasks = [PlanTask(self.scenario, self.profile, lay, p, s, x * self.scale, self.duration_s)
                      for lay in lays for p in pairs for x in self.loads for s in seed_list]
             values: list[float] = []
@@ -249,7 +250,7 @@ class _Sized:
         options, rows, best, simulate = grid.options, grid.rows, grid.best, grid.simulate
         profile, gpus, serving = self.profile, self.gpus, self.sc.serving
         worst = min(rows, key=lambda r: r["mean"])
-        out = {"scenario": self.scenario, "profile": profile, "gpus": gpus, "policy": self.spec,
+        out = {"scenario": self.scenario, "profile": profile, "gpus": gpus, "policy": self.spec.text,
                "seeds": list(self.seeds), "loads": list(self.loads),
                "duration_s": self.sc.duration_s if self.duration_s is None else self.duration_s, "rows": rows,
                "recommended": rows[best]["layout"],
@@ -260,8 +261,7 @@ class _Sized:
         if self.specs:
             _compare_routers(out, routers, lambda seed_list: simulate(seed_list, [options[best]], self.specs),
                              self.seeds, check_seeds, self.loads)
-            policy, _ = split_pair(self.spec)
-            out["deploy_command"] = deploy_command(options[best], gpus, f"{policy}@{out['recommended_router']}",
+            out["deploy_command"] = deploy_command(options[best], gpus, self.spec.behind(out["recommended_router"]),
                                                    profile, serving, classes=self.classes)
         if check_seeds:
             check = simulate(check_seeds)
@@ -353,14 +353,15 @@ def stage_yaml(layout: Layout, gpus: int, profile: Any) -> str:
         ""])
 
 
-def deploy_command(layout: Layout, gpus: int, spec: str, profile: str, serving: Any,
+def deploy_command(layout: Layout, gpus: int, spec: StageSpec | str, profile: str, serving: Any,
                    out: str = "deploy.yaml", classes: str = "") -> str:
     """The ``rlsched deploy`` line that serves ``layout`` under ``spec`` (``POLICY@ROUTER``) with the
     simulated serving settings (``max_num_seqs``, step mode); ``central`` (late binding) too
     (docs/deploy.md). The admission wait is left to the policy (deploy's
     default 0): vLLM-Omni holds every wave for it, while the simulator lets only ``fifo`` wait.
     ``classes``: the scenario file whose own classes the server reads (``--classes``), if it has any."""
-    policy, router = split_pair(spec)
+    stage = StageSpec.of(spec)
+    policy, router = stage.policy, stage.router
     argv = ["rlsched", "deploy", "--replicas", str(layout.replicas),
             "--devices", ",".join(str(i) for i in range(gpus)), "--sp", str(layout.degree),
             *(["--cfg-parallel", str(layout.cfg)] if layout.cfg > 1 else []), "--policy", portable_spec(policy),

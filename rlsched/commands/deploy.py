@@ -23,7 +23,7 @@ from rlsched.integrations.vllm_omni.routing import EXTRAS_KEY as ROUTER_KEY
 from rlsched.policies import make_policy
 from rlsched.policies.base import portable_spec
 from rlsched.profiling.derive import AUTO
-from rlsched.routing.routers import split_pair
+from rlsched.routing.spec import StageSpec
 from rlsched.sim.cost import CostModel, portable_profile
 from rlsched.sim.request import PRIORITY_CLASSES
 from rlsched.sim.scenario import load_scenario
@@ -281,7 +281,8 @@ def _split_router(policy: str, router: str | None) -> tuple[str, str | None]:
     """``--policy POLICY@ROUTER`` or ``--policy POLICY --router ROUTER`` -> (policy, router or None)."""
     if "@" not in policy:
         return policy, router
-    policy, routed = split_pair(policy)
+    stage = StageSpec.parse(policy)
+    policy, routed = stage.policy, stage.router
     if router and router != routed:
         raise ConfigError("--router", f"{router!r} and --policy's @{routed} disagree")
     return policy, routed

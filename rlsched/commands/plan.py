@@ -8,12 +8,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsched import bounds
 from rlsched.argtypes import flag, flag_list, int_list
 from rlsched.commands.args import check_out_dir, command, existing_outputs, print_json, write_atomic
 from rlsched.errors import CheckpointError, ConfigError
 from rlsched.parallel import add_parallel_args, progress_bar
+
+if TYPE_CHECKING:
+    from rlsched.routing.spec import StageSpec
 
 PLAN_FILES = ("plan.json", "stage.yaml", "deploy.sh", "plan.png")
 """What ``rlsched plan`` writes into --out (each checked before the first layout is simulated)."""
@@ -65,6 +69,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlsched.planning import layouts, plan, plan_for_rate, profile_of
+    from rlsched.routing.spec import StageSpec
     from rlsched.sim import load_scenario
     from rlsched.sim.cost import load_profile
 
@@ -81,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     counts = _gpu_counts(args.gpus, args.rate, sc.gpus)
     cfg_degrees = int_list(args.cfg_degrees, "--cfg-degrees", bounds.CFG_PARALLEL)
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
-    deployable(args.policy, routers)
+    spec = StageSpec.parse(args.policy)
+    deployable(spec, routers)
     cost = load_profile(profile)
     total = (sum(len(layouts(g, cost, cfg_degrees)) for g in counts) * len(seeds)
              + (max(len(layouts(g, cost, cfg_degrees)) for g in counts) * len(check)
@@ -92,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
               "this plan replaces them", file=sys.stderr)
     with _bar(total, args.json) as advance:
         if args.rate is None:
-            result = plan(args.scenario, counts[0], args.policy, seeds, loads, profile, args.workers, args.ray,
+            result = plan(args.scenario, counts[0], spec, seeds, loads, profile, args.workers, args.ray,
                           advance, check, cfg_degrees, routers, args.duration)
         else:
-            result = plan_for_rate(args.scenario, counts, args.rate, args.policy, seeds, loads, args.target, profile,
+            result = plan_for_rate(args.scenario, counts, args.rate, spec, seeds, loads, args.target, profile,
                                    args.workers, args.ray, advance, check, cfg_degrees, routers, args.duration)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "plan.json", json.dumps(result, indent=1), "--out")  # each file whole or not at all
@@ -188,16 +194,15 @@ class _bar:
             self._progress.stop()
 
 
-def deployable(spec: str, routers: list[str]) -> None:
+def deployable(spec: StageSpec, routers: list[str]) -> None:
     """Every router the deploy line may name (``--routers``, else ``--policy``'s own) is one ``rlsched
     deploy`` serves: its ``extras.rlsched_router`` builds (``RouterConfig``, deploy's own rule). Neither a
     simulator view (``view=replica``, ``view=ledger``, ``delay_ms=``) nor a teacher that simulates the
     replicas (``lookahead``, ``hindsight``) runs in vLLM-Omni: plan recommended them and wrote a line
     deploy refused."""
     from rlsched.integrations.vllm_omni.config import CENTRAL, RouterConfig
-    from rlsched.routing.routers import split_pair
 
-    policy, own = split_pair(spec)
+    policy, own = spec.policy, spec.router
     for router in routers or [own]:
         try:
             RouterConfig(router=router, policy=policy if router == CENTRAL else "")

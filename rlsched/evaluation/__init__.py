@@ -26,7 +26,6 @@ from rlsched.evaluation.runs import (
     RECORD_FIELDS,
     Grid,
     RunSpec,
-    StageSpec,
     check_grid,
     prepare,
     prepare_stage,
@@ -38,6 +37,7 @@ from rlsched.evaluation.runs import (
 )
 from rlsched.evaluation.seeds import EVAL_SEED_BASE, EVAL_SEEDS, TRAIN_SEEDS, VALIDATION_SEED_BASE, VALIDATION_SEEDS
 from rlsched.evaluation.stats import SUMMARY_KEYS, Cell, aggregate, ci95_half_width, flat
+from rlsched.routing.spec import StageSpec
 
 __all__ = ["BASELINE_STAGED", "EVAL_SEEDS", "EVAL_SEED_BASE", "HEADLINE_KINDS", "PLAIN_HEURISTICS", "PLAIN_ROUTERS",
            "RECORD_FIELDS", "REPORT_FILES", "SUMMARY_KEYS", "TRAIN_SEEDS", "VALIDATION_SEEDS", "VALIDATION_SEED_BASE",

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.atomic import write_atomic
-from rlsched.evaluation.runs import Grid, StageSpec
+from rlsched.evaluation.runs import Grid
 from rlsched.evaluation.stats import Cell, aggregate, ci95_half_width, flat
 from rlsched.policies.base import POLICY_KINDS
-from rlsched.routing.routers import ROUTER_KINDS
+from rlsched.routing.spec import ROUTER_KINDS, StageSpec
 from rlsched.sim.classes import mapping_note
 from rlsched.sim.metrics import json_safe
 from rlsched.sim.request import PRIORITY_CLASSES

@@ -1,7 +1,8 @@
 """Runs: one policy (``POLICY[@ROUTER]``) on a seeded scenario workload, and the grid of them.
 
 ``simulate`` is what ``rlsched simulate`` runs; ``run_grid`` is ``rlsched eval``'s runner (its
-report is ``rlsched.evaluation.report``). A stage spec is parsed once into a ``StageSpec``.
+report is ``rlsched.evaluation.report``). A stage spec is parsed once into a ``StageSpec``
+(``rlsched.routing.spec``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,79 +19,13 @@ from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError, RlschedError
 from rlsched.parallel import progress_bar, run_tasks
 from rlsched.policies import make_policy
-from rlsched.policies.base import PolicySpec, calibrates, parse_spec, policy_kind
-from rlsched.routing.routers import ROUTER_KINDS, check_spec, is_late, router_kind, split_pair, split_view
+from rlsched.policies.base import calibrates
+from rlsched.routing.routers import check_spec
+from rlsched.routing.spec import StageSpec
 from rlsched.sim import Scenario, Simulator, load_scenario
 from rlsched.sim.classes import report_names
 from rlsched.sim.metrics import summarize
 from rlsched.sim.truth import BELIEFS, decided_on
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """A ``POLICY[@ROUTER]`` spec parsed once (``split_pair``; each part by ``parse_spec``): the
-    replica policy and its router. A bare policy is routed ``round-robin``, as vLLM-Omni does;
-    ``@central`` is late binding (the policy picks for every replica from one queue)."""
-
-    text: str
-    """The spec as written (what a report's rows are keyed by)."""
-    policy: str
-    """The replica policy's spec."""
-    router: str
-    """The router's spec (``round-robin`` when ``text`` names none)."""
-    routed: bool
-    """``text`` names its router (``POLICY@ROUTER``)."""
-
-    @classmethod
-    def parse(cls, text: str) -> StageSpec:
-        policy, router = split_pair(text)
-        return cls(text, policy, router, policy != text)
-
-    @property
-    def late(self) -> bool:
-        """Late binding (``@central``, or its teacher ``@central-lookahead``)."""
-        return self.routed and is_late(self.router)
-
-    @property
-    def policy_spec(self) -> PolicySpec:
-        return parse_spec(self.policy)
-
-    @property
-    def policy_kind(self) -> str:
-        """The replica policy's kind (``rlsched.policies.base.POLICY_KINDS``)."""
-        return policy_kind(self.policy_spec.name)
-
-    @property
-    def router_kind(self) -> str:
-        """The router's kind (``rlsched.routing.routers.ROUTER_KINDS``; ``central``)."""
-        return router_kind(parse_spec(self.router).name)
-
-    @property
-    def view(self) -> str | None:
-        """The router's ``view`` option as written (None: its default)."""
-        return None if self.late else split_view(parse_spec(self.router))[1].get("view")
-
-    @property
-    def is_ceiling(self) -> bool:
-        """A router on the replicas' true state (``;view=replica``, or a teacher, which decides on
-        forks of it): a ceiling no deployed router reaches."""
-        return self.routed and (self.view == "replica" or self.router_kind == "teacher")
-
-    @property
-    def on_default_view(self) -> str:
-        """``POLICY@ROUTER;view=V`` -> ``POLICY@ROUTER`` (the router on its default view)."""
-        return f"{self.policy}@{split_view(parse_spec(self.router))[0]}" if self.routed else self.text
-
-    @property
-    def plain(self) -> bool:
-        """A plain heuristic behind a plain router, both as bare names: what a user could switch on
-        without rlsched (``POLICY_KINDS`` / ``ROUTER_KINDS`` ``heuristic``)."""
-        return (self.routed and policy_kind(self.policy) == "heuristic"
-                and ROUTER_KINDS.get(self.router) == "heuristic")
-
-    def behind(self, router: str) -> str:
-        """The same replica policy behind ``router``."""
-        return f"{self.policy}@{router}"
 
 
 @dataclass(frozen=True)
@@ -120,11 +56,16 @@ class RunSpec:
         if self.belief not in BELIEFS:
             raise ConfigError("--belief", f"{self.belief!r}: one of {', '.join(BELIEFS)}")
 
+    @cached_property
+    def stage(self) -> StageSpec:
+        """``policy`` parsed (once, at first use)."""
+        return StageSpec.parse(self.policy)
+
     @property
     def staged(self) -> bool:
         """Run as a multi-replica stage: more than one replica, more than one GPU each, or a
         ``POLICY@ROUTER`` spec."""
-        return self.replicas > 1 or self.sp_degree > 1 or StageSpec.parse(self.policy).routed
+        return self.replicas > 1 or self.sp_degree > 1 or self.stage.routed
 
 
 def prepare(spec: RunSpec, scenario: Scenario | None = None) -> Simulator:
@@ -166,7 +107,7 @@ def prepare_stage(spec: RunSpec, sc: Scenario) -> Any:
     cost = sc.cost()
     scale = spec.rate_scale * (1 if sc.replicas else spec.replicas)
     reqs = sc.requests(spec.seed, scale, spec.duration_s, spec.trace, cost=cost)
-    calibrate = calibrates(split_pair(spec.policy)[0])
+    calibrate = calibrates(spec.stage.policy)
     if sc.replicas:
         return Stage(reqs, sc.replica_specs(cost, spec.belief), seed=spec.seed, calibrate=calibrate)
     truth = sc.true_cost(cost)
@@ -194,7 +135,7 @@ def _simulate_stage(spec: RunSpec, sc: Scenario) -> tuple[Any, dict[str, Any]]:
     from rlsched.routing.routers import run_spec
     from rlsched.sim.metrics import summarize_stage
 
-    stage = run_spec(prepare_stage(spec, sc), spec.policy)
+    stage = run_spec(prepare_stage(spec, sc), spec.stage)
     layout = {"gpus": sc.gpus} if sc.replicas else {"gpus": spec.replicas * spec.sp_degree,
                                                      "sp_degree": spec.sp_degree}
     return stage, {"policy": spec.policy, "scenario": spec.scenario, "seed": spec.seed,
@@ -278,7 +219,7 @@ def check_grid(scenarios: list[str], policies: list[str]) -> None:
                 continue
             built.add(spec)
             try:
-                check_spec(spec)
+                check_spec(StageSpec.parse(spec))
             except RlschedError as exc:
                 where = f" (scenario {Path(sc).stem!r})" if spec != pol else ""
                 problems.append(f"{spec!r}{where}: {exc}")

@@ -39,6 +39,18 @@ import numpy as np
 from rlsched.errors import ConfigError
 from rlsched.policies.base import PolicySpec, make_policy, no_options, parse_spec, without_arguments
 from rlsched.routing.load_index import LoadIndex
+from rlsched.routing.spec import (
+    CENTRAL_TEACHERS,
+    ROUTER_KINDS,
+    ROUTERS,
+    TEACHERS,
+    VIEW_OPTIONS,
+    StageSpec,
+    is_late,
+    router_kind,
+    split_pair,
+    split_view,
+)
 from rlsched.routing.views import DEFAULT_VIEW, PUBLISH_DELAY_S, VIEWS, ViewRouter
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import INF, Router, Stage
@@ -428,58 +440,6 @@ class Prediction:
     """That replica's GPU holds the request alone (memory at its layout)."""
 
 
-ROUTERS: dict[str, str] = {
-    "round-robin": "rlsched.routing.routers:round_robin",
-    "random": "rlsched.routing.routers:random_router",
-    "least-queue": "rlsched.routing.routers:least_queue",
-    "least-work": "rlsched.routing.routers:least_work",
-    "affinity": "rlsched.routing.routers:affinity",
-    "rlsched": "rlsched.routing.routers:rlsched_router",
-    "router": "rlsched.learned.router:learned_router",
-}
-"""Router name -> ``"module:factory"`` (``f(PolicySpec) -> Router``), lazily imported."""
-
-TEACHERS: dict[str, str] = {
-    "lookahead": "rlsched.routing.teachers:lookahead",
-    "hindsight": "rlsched.routing.teachers:hindsight",
-}
-"""Routers that simulate the stage's replica policy on forks (``POLICY@lookahead``): name ->
-``"module:factory"`` (``f(PolicySpec, policy spec) -> Router``), lazily imported. Offline only."""
-
-CENTRAL_TEACHERS: dict[str, str] = {
-    "central-lookahead": "rlsched.routing.teachers:central_lookahead",
-    "central-hindsight": "rlsched.routing.teachers:central_hindsight",
-    "central-replay": "rlsched.routing.teachers:central_replay",
-}
-"""Central policies that simulate the stage on forks (late binding's teachers, ``POLICY@central-lookahead``,
-``@central-replay`` and ``@central-hindsight``): name -> ``"module:factory"`` (``f(PolicySpec, policy spec)
--> central policy``), lazily imported. Offline only."""
-
-ROUTER_KINDS: dict[str, str] = {
-    "round-robin": "heuristic",
-    "random": "heuristic",
-    "least-queue": "heuristic",
-    "least-work": "heuristic",
-    "affinity": "heuristic",
-    "rlsched": "predictive",
-    "router": "learned",
-    "lookahead": "teacher",
-    "hindsight": "teacher",
-    "central-lookahead": "teacher",
-    "central-hindsight": "teacher",
-    "central-replay": "teacher",
-}
-"""Each router's kind, which reports ask instead of matching names: ``heuristic`` (vLLM-Omni's and the
-plain routers a user could switch on), ``predictive`` (rlsched's, on the cost model), ``learned``,
-``teacher`` (simulates forks of the true state: a ceiling, offline only)."""
-
-
-def router_kind(name: str) -> str:
-    """The kind of the router named ``name`` (``ROUTER_KINDS``); ``central`` (late binding) is
-    ``central``, a router registered without a kind ``heuristic``."""
-    return "central" if name == "central" else ROUTER_KINDS.get(name, "heuristic")
-
-
 round_robin = without_arguments(RoundRobin, "router")
 least_queue = without_arguments(LeastQueue, "router")
 least_work = without_arguments(LeastWork, "router")
@@ -522,17 +482,6 @@ def make_router(spec: str, policy: str | None = None) -> Router:
     return ViewRouter(router, view, delay_s)
 
 
-VIEW_OPTIONS = ("view", "delay_ms")
-"""The router options that choose its information (``make_router``), not the router."""
-
-
-def split_view(spec: PolicySpec) -> tuple[PolicySpec, dict[str, str]]:
-    """``spec`` without its view options (``VIEW_OPTIONS``), and those options as given (unchecked)."""
-    options = dict(spec.options)
-    given = {k: options.pop(k) for k in VIEW_OPTIONS if k in options}
-    return PolicySpec(spec.name, spec.arg, options), given
-
-
 def _view_options(spec: PolicySpec) -> tuple[PolicySpec, str, float]:
     """``spec`` without its ``view`` and ``delay_ms`` options, and their values (checked)."""
     bare, given = split_view(spec)
@@ -560,39 +509,9 @@ def _load(target: str) -> Callable:
     return getattr(importlib.import_module(module), attr)
 
 
-def split_pair(spec: str) -> tuple[str, str]:
-    """``POLICY@ROUTER`` -> (policy spec, router spec); a bare policy routes ``round-robin``, as
-    vLLM-Omni does. ``@`` because policy arguments are paths, which may hold an ``@`` themselves: what
-    follows the last ``@`` is a router only when it is not a path (``static:runs/v@2/t.json`` is a bare
-    policy; its ``@2/t.json`` was read as a router and the file as ``runs/v``)."""
-    policy, at, router = spec.rpartition("@")
-    if not at or _a_path(router):
-        return spec, "round-robin"
-    if not policy or not router:
-        raise ConfigError("policy", f"{spec!r}: expected POLICY@ROUTER")
-    name = parse_spec(router).name
-    if name not in (*ROUTERS, *TEACHERS, *CENTRAL_TEACHERS, "central"):
-        hint = f"; a policy whose path holds '@' is given with its router: {spec}@round-robin" if ":" in policy else ""
-        raise ConfigError("router", f"unknown router {router!r} in {spec!r} (known: "
-                                    f"{', '.join(sorted([*ROUTERS, *TEACHERS]))}, or central for late binding){hint}")
-    return policy, router
-
-
-def _a_path(text: str) -> bool:
-    """``text`` (what follows a spec's last ``@``) names a file, not a router: its name (before ``:`` and
-    ``;``) has a folder separator or a suffix. Router names are words (``least-work``, ``router:DIR``)."""
-    name = text.split(";")[0].split(":")[0]
-    return "/" in name or "\\" in name or "." in name
-
-
 LATE_REPLICA_POLICY = "fifo"
 """Late binding: what each replica runs of the batches the central queue hands it (``run_spec``, the teachers'
 forks)."""
-
-
-def is_late(router: str) -> bool:
-    """``router`` binds late (one central queue): ``central``, or a central teacher (``CENTRAL_TEACHERS``)."""
-    return router == "central" or parse_spec(router).name in CENTRAL_TEACHERS
 
 
 def central_policies(router: str, policy: str) -> Callable[[], SchedulingPolicy]:
@@ -607,23 +526,24 @@ def central_policies(router: str, policy: str) -> Callable[[], SchedulingPolicy]
     return lambda: teacher(parsed, policy)
 
 
-def check_spec(spec: str) -> None:
+def check_spec(spec: StageSpec | str) -> None:
     """Build ``POLICY[@ROUTER]``'s parts once (reads any file they name), so a typo or a missing
     checkpoint fails before a grid runs."""
-    policy, router = split_pair(spec)
-    if is_late(router):
-        central_policies(router, policy)
+    stage = StageSpec.of(spec)
+    if is_late(stage.router):
+        central_policies(stage.router, stage.policy)
     else:
-        make_policy(policy)
-        make_router(router, policy)
+        make_policy(stage.policy)
+        make_router(stage.router, stage.policy)
 
 
-def run_spec(stage: Stage, spec: str) -> Stage:
+def run_spec(stage: Stage, spec: StageSpec | str) -> Stage:
     """Run ``POLICY@ROUTER`` on ``stage``: that policy on every replica behind that router, or —
     ``@central``, late binding — that policy picking batches from one queue for replicas that run
     what they are handed (``fifo``; ``@central-lookahead``: late binding's teacher over that policy).
     Returns the finished stage."""
-    policy, router = split_pair(spec)
+    parsed = StageSpec.of(spec)
+    policy, router = parsed.policy, parsed.router
     if is_late(router):
         return stage.run([make_policy(LATE_REPLICA_POLICY) for _ in stage.replicas],
                          central=central_policies(router, policy))
