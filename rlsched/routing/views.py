@@ -54,12 +54,13 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from heapq import heappop, heappush
 from typing import Any
 
 from rlsched import bounds
+from rlsched.routing.publication import Diff, PublicationDiff
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import HIGH, LOW, ROOM_HIGH, refresh
 from rlsched.sim.request import Request, RequestRecord
@@ -637,6 +638,13 @@ __all__ = ["CARRIER_KEY", "DEFAULT_VIEW", "FALLBACK_REASONS", "Ledger", "LedgerS
            "ViewRouter", "replica_state"]
 
 
+def _unfinished(rec: Any) -> int | None:
+    """A simulator record that left the running batch: its steps done when unfinished (preempted), else None."""
+    if rec is None:
+        return None
+    return rec.steps_done if rec.steps_done < rec.request.num_inference_steps else None
+
+
 class ViewRouter(Router):
     """A simulator router on what the deployed router sees (``view=engine`` or ``view=ledger``).
 
@@ -661,7 +669,8 @@ class ViewRouter(Router):
         self._heard: deque[tuple[float, int, Any]] = deque()
         """(when the router hears it, slot, a state dict or a finished request's id), in time order."""
         self._seq = [0] * len(sims)
-        self._finished: list[list[int]] = [[] for _ in sims]
+        self._diffs: list[PublicationDiff[int]] = [PublicationDiff() for _ in sims]
+        """Per replica, when to publish and what (``rlsched.routing.publication``, the plugin's rule too)."""
         self._progress: list[dict[int, RequestRecord]] = [{} for _ in sims]
         """Per replica, the running batch last published, id -> record (to tell who left it unfinished)."""
         for slot, sim in enumerate(sims):
@@ -678,8 +687,10 @@ class ViewRouter(Router):
         for rec in present:
             self.ledger.add(str(rec.request.id), slot, rec.request)
         if self.view == "engine" and present:
-            progress = [(r.request.id, r.steps_done) for r in sim.waiting.values() if r.steps_done]
-            self.ledger.take(slot, self._state(slot, sim, progress), sim.now)
+            progress = tuple([(r.request.id, r.steps_done) for r in sim.waiting.values() if r.steps_done])
+            diff = self._diffs[slot].take([r.request.id for r in sim.running], lambda _: None, force=True)
+            assert diff is not None  # forced
+            self.ledger.take(slot, self._state(slot, sim, replace(diff, preempted=progress)), sim.now)
         self.ledger.views[slot].acknowledge(INF)  # the fork's replica holds them all
 
     @property
@@ -689,35 +700,27 @@ class ViewRouter(Router):
     def _finish(self, slot: int, rec: RequestRecord) -> None:
         self._heard.append((rec.finish_s + self.delay_s, slot, str(rec.request.id)))
         if self.view == "engine":
-            self._finished[slot].append(rec.request.id)
+            self._diffs[slot].finish(rec.request.id)
 
     def _change(self, slot: int, sim: Any) -> None:
         before = self._progress[slot]
-        if not self._finished[slot] and [r.request.id for r in sim.running] == list(before):
-            return  # the engine publishes when its running set changes
-        running = {r.request.id for r in sim.running}
-        preempted = [(rid, r.steps_done) for rid, r in before.items()
-                     if rid not in running and r.steps_done < r.request.num_inference_steps]
-        self._heard.append((sim.now + self.delay_s, slot, self._state(slot, sim, preempted)))
+        diff = self._diffs[slot].take([r.request.id for r in sim.running], lambda rid: _unfinished(before[rid]))
+        if diff is not None:  # the engine publishes when its running set changes, or something finished
+            self._heard.append((sim.now + self.delay_s, slot, self._state(slot, sim, diff)))
 
-    def _state(self, slot: int, sim: Any, preempted: list[tuple[int, int]]) -> ReplicaState:
+    def _state(self, slot: int, sim: Any, diff: Diff[int]) -> ReplicaState:
         """Replica ``slot``'s state now, as the engine builds it (``replica_state``) and the router reads it
         (``ReplicaState.read``; the wire dict's round trip skipped: a third of a fleet run's time): the next
-        seq, its running batch and what is left of it, what finished since the last state, ``preempted``."""
+        seq, its running batch and what is left of it, what finished and was preempted since (``diff``)."""
         self._seq[slot] += 1
         running = sim.running
         self._progress[slot] = {r.request.id: r for r in running}
         # the engine publishes its profile's prediction of the running batch, not when it really ends
         left = max(sim.predicted_end_s - sim.now, 0.0) if running and sim.gpu_end_s != INF else 0.0
-        finished = self._finished[slot]
-        state = ReplicaState(self._seq[slot], min(left, bounds.MAX_STATE_REMAINING_S),
-                             tuple([(str(r.request.id), r.steps_done) for r in running]),
-                             tuple(map(str, finished)) if finished else (),
-                             tuple([(str(i), done) for i, done in preempted]) if preempted else (),
-                             calibration_of(sim.calibrator))
-        if finished:
-            self._finished[slot] = []
-        return state
+        return ReplicaState(self._seq[slot], min(left, bounds.MAX_STATE_REMAINING_S),
+                            tuple([(str(r.request.id), r.steps_done) for r in running]),
+                            tuple(map(str, diff.finished)), tuple([(str(i), done) for i, done in diff.preempted]),
+                            calibration_of(sim.calibrator))
 
     def route(self, request: Request, stage: StageView) -> int:
         now, heard, ledger = stage.now, self._heard, self.ledger

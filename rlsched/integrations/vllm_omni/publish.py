@@ -17,10 +17,11 @@ No vLLM import: the main test tier tests this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlsched.routing.publication import PublicationDiff
 from rlsched.routing.views import CARRIER_KEY, MAX_LISTED, Calibration, replica_state
 
 
@@ -75,4 +76,66 @@ class StatePublisher:
         return msg
 
 
-__all__ = ["CARRIER_KEY", "Published", "StatePublisher"]
+class Publication:
+    """The scheduler's side of ``publish_state``: when to take a new state and what it lists (the publication
+    diff, ``rlsched.routing.publication``: the simulator's rule), the finished ids already listed, and the
+    carrier state of the last ``schedule()``. ``states`` is vLLM-Omni's id -> request state (``is_finished``)."""
+
+    def __init__(self, publisher: StatePublisher, clock: Callable[[], float]) -> None:
+        self.publisher, self._clock = publisher, clock
+        self.diff: PublicationDiff[str] = PublicationDiff()
+        self._listed: set[str] = set()
+        """Finished ids some state listed, until the engine pops them (so no later state lists them again)."""
+        self._unlisted: list[str] = []
+        """Ids popped before any state listed them as finished: the next state does."""
+        self._carrier: Published | None = None
+
+    def popped(self, request_id: str, ended: bool) -> None:
+        """The engine popped ``request_id`` (``ended``: it had a state, outside warm-up): listed once."""
+        if request_id in self._listed:
+            self._listed.discard(request_id)
+        elif ended:  # ended unseen (e.g. while paused): say so next
+            self._unlisted.append(request_id)
+
+    def take_carrier(self) -> Published | None:
+        """The state built by the last ``schedule()`` if that call changed the running set (once)."""
+        state, self._carrier = self._carrier, None
+        return state
+
+    def publish(self, finished: Iterable[str], at_schedule: bool, states: Mapping[str, Any], running: tuple[str, ...],
+                steps_done: Callable[[str], int], predicted_s: Callable[[tuple[str, ...], list[int]], float],
+                calibration: Calibration | None) -> None:
+        """A new state when the running set changed, requests finished or left the batch unfinished since the
+        last one: O(batch + finished), never O(queue)."""
+        listed, pub = self._listed, self.diff
+        unlisted, self._unlisted = self._unlisted, []
+        for rid in unlisted:
+            pub.finish(rid)
+        for rid in finished:
+            if rid not in listed and rid in states:
+                listed.add(rid)
+                pub.finish(rid)
+
+        def left(rid: str) -> int | None:
+            state = states.get(rid)
+            if state is not None and not state.is_finished():
+                return steps_done(rid)
+            if state is not None and rid not in listed:  # finished, not yet reported (an abort)
+                listed.add(rid)
+                pub.finish(rid)
+            return None
+
+        diff = pub.take(running, left)
+        if diff is None:
+            return
+        steps = [steps_done(rid) for rid in diff.running]
+        now = self._clock()
+        end = now + predicted_s(diff.running, steps) if diff.running else now
+        built = self.publisher.update(zip(diff.running, steps), end, diff.finished, diff.preempted, calibration)
+        if at_schedule and diff.changed:
+            self._carrier = built
+        if len(listed) > 1 << 16:  # ids the engine never popped (a bug upstream): bounded memory
+            listed.clear()
+
+
+__all__ = ["CARRIER_KEY", "Publication", "Published", "StatePublisher"]

@@ -13,7 +13,7 @@ rewrite its loop. Each call:
    fits the GPU by the calibrated cost; O(batch)) for that call, counted in ``fallbacks``. A
    policy's batch that does not fit is cut to its longest prefix that does (``memory``). Every
    batch, from the policy or a fallback, passes that check, which is what keeps a request an
-   out-of-memory batch sent back (``_out_of_memory``) out of a batch the raised belief refuses.
+   out-of-memory batch sent back (``oom.OutOfMemory``) out of a batch the raised belief refuses.
    A request the plugin has no record for (``untracked``), or a plugin bug
    (``internal_error``), admits the head of the queue alone. ``decide`` and the check
    (which reads at most ``max_num_seqs + 1`` ids of the batch) run within
@@ -54,7 +54,6 @@ admission wait (``request_batch_max_wait_ms``), which runs before ``schedule()``
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import itertools
 import logging
@@ -66,23 +65,25 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from vllm_omni.diffusion.sched import DiffusionRequestStatus, RequestScheduler, StepScheduler
-from vllm_omni.diffusion.sched.interface import CachedRequestData, DiffusionSchedulerOutput
+from vllm_omni.diffusion.sched.interface import DiffusionSchedulerOutput
 
 from rlsched.errors import PolicyOutputError
+from rlsched.integrations.vllm_omni.batch_clock import BatchClock
 from rlsched.integrations.vllm_omni.config import PluginConfig
 from rlsched.integrations.vllm_omni.deadline import InlineRunner
+from rlsched.integrations.vllm_omni.decider import Decider
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.logs import join_vllm_logging
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics, finish_outcome, model_name_of, serve
+from rlsched.integrations.vllm_omni.oom import OutOfMemory
 from rlsched.integrations.vllm_omni.order import QueueOrder
 from rlsched.integrations.vllm_omni.profiles import stage_profile
-from rlsched.integrations.vllm_omni.publish import Published, StatePublisher
+from rlsched.integrations.vllm_omni.publish import Publication, Published, StatePublisher
 from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PluginState, open_telemetry
 from rlsched.policies import SchedulingPolicy, make_policy
 from rlsched.policies.base import calibrates
 from rlsched.routing.views import calibration_of
-from rlsched.sim.admission import admitted, fifo_that_fits, split_oom
 from rlsched.sim.cost import CostModel
 from rlsched.sim.online import CostCalibrator
 from rlsched.sim.quota import Quotas, QuotaView
@@ -150,28 +151,22 @@ class _PolicyScheduling:
         """The classes' quotas (``extras.rlsched.classes.NAME.quota``; ``rlsched.sim.quota``, the simulator's
         rule): told every batch that starts; None when no class has one."""
         self._quota_view: QuotaView | None = None
-        self.fallbacks = 0
-        """schedule() calls that fell back to FIFO (see ``fallback_reasons``)."""
-        self.fallback_reasons: Counter[str] = Counter()
-        self.waits_overridden = 0
-        self.decisions = 0
         self.preemptions = 0
         self.admission_mismatches = 0
         """Calls where vLLM-Omni's batch differed from the policy's choice (an upstream change)."""
         self._warming_up = False
         self._order = QueueOrder()
         """Where each id sits in ``_waiting`` (kept at every insertion; ``_arrange`` reads it)."""
-        self.publisher: StatePublisher | None = None
-        """The replica's state for the router (``publish_state``); None when not published."""
-        self._reset_publishing()
-        self._batch_start: tuple[Any, float] | None = None
-        """The last ``schedule()``'s output and the plugin clock when it returned (``_time_batch``)."""
-        self._calibration_seen = 0
-        """The calibration version last logged and exported (``_calibrated``)."""
-        self._oom_retried: set[str] = set()
-        """Requests an out-of-memory batch sent back to the queue (``_out_of_memory``)."""
-        self._oom_alone: set[str] = set()
-        """Requests a second out-of-memory batch sent back: each starts alone (``admission.split_oom``)."""
+        self.publication: Publication | None = None
+        """The replica's state for the router (``publish_state``; ``publish.Publication``); None when not published."""
+        self.batch_clock = BatchClock(self.step_mode, lambda: self.rl_state,
+                                      lambda: getattr(self, "_request_progress", None), self._clock, self.metrics)
+        """Each batch's predicted and observed time, and the calibration it feeds (``batch_clock.BatchClock``)."""
+        self._oom = OutOfMemory(self.step_mode)
+        """What out-of-memory batches sent back (``oom.OutOfMemory``)."""
+        self.decider = Decider(self.step_mode, self.metrics, self._oom.alone_ids)
+        """The policy's batch or a fallback's, and their counts (``decider.Decider``)."""
+        self._fallback = self.decider.fallback
 
     # ----------------------------------------------------------- lifecycle
     def initialize(self, od_config: Any, **kwargs: Any) -> None:
@@ -187,7 +182,8 @@ class _PolicyScheduling:
         cost = self._cost_arg or stage_profile(settings, getattr(od_config, "model", None))
         self.metrics = self.metrics.for_model(model_name_of(od_config))  # every sample labelled with the model
         self.metrics.serve_classes(list(settings.class_table))  # a deployment's own classes: no shipped gauges
-        self._decisions_metric = self.metrics.decisions.labels(policy=getattr(self.policy, "name", "policy"))
+        self.decider.open(self.metrics, getattr(self.policy, "name", "policy"))
+        self.batch_clock.clock, self.batch_clock.metrics = self._clock, self.metrics
         self._depth_due, self._depth_was_empty = -math.inf, True
         old = getattr(self, "_guard", None)
         if old is not None:  # initialized again: the previous runner's thread ends
@@ -201,27 +197,13 @@ class _PolicyScheduling:
                                     calibrator, RECOST_SLICE)
         self._open_quotas()
         self.policy.reset(self._policy_view())
-        self.publisher = StatePublisher(self._clock) if settings.publish_state else None
-        self._reset_publishing()
+        self.publication = Publication(StatePublisher(self._clock), self._clock) if settings.publish_state else None
         port = None
         if settings.metrics_port:
             port = serve(settings.metrics_port, self.metrics.registry, settings.metrics_ports)
             if port is not None:
                 self.metrics.replica.labels(devices=replica_devices() or "", port=str(port)).set(1)
-        self._log_start(settings, port)
-
-    def _log_start(self, settings: PluginConfig, port: int | None) -> None:
-        """One line in the server's log per engine: what schedules it and how it is bounded."""
-        join_vllm_logging()
-        sha = getattr(self.policy, "checkpoint_sha256", None)
-        _log.info("rlsched engine (%s mode, devices %s): policy %s%s, profile %s, decisions within %g ms (budget) / "
-                  "%g ms (deadline) on the %s thread, replica state %s, metrics %s",
-                  "step" if self.step_mode else "request", replica_devices() or "-", getattr(self.policy, "name", "?"),
-                  f" (checkpoint sha256 {sha[:12]})" if sha else "", self.rl_state.shipped.name,
-                  settings.decision_budget_ms, settings.decision_deadline_ms,
-                  "engine" if isinstance(self._guard.runner, InlineRunner) else "worker",
-                  "published" if settings.publish_state else "not published",
-                  f"on port {port}" if port is not None else "off")
+        _log_start(self, settings, port)
 
     def _serving_config(self) -> ServingConfig:
         wait_ms = float(getattr(self.od_config, "request_batch_max_wait_ms", 0.0) or 0.0)  # type: ignore[attr-defined]
@@ -244,19 +226,6 @@ class _PolicyScheduling:
         if view is None:
             return cast(PluginState, self.rl_state)
         return cast(PluginState, view.refresh() if refresh else view)
-
-    def _quota_started(self, out: DiffusionSchedulerOutput) -> None:
-        """Tell the quotas the batch ``out`` starts (a wave, or in step mode one step): its requests and the
-        cost model's time for it, as the simulator tells them at ``apply``."""
-        st = self.rl_state
-        if self.quotas is None or st is None or not out.num_scheduled_reqs or self._warming_up:
-            return
-        try:
-            ids = tuple(out.scheduled_request_ids)
-            recs, done = self._batch_records(ids, [self._steps_done(rid) for rid in ids])
-            self.quotas.started(recs, self._predicted(recs, done), st.now)
-        except Exception:  # never raise into the engine; a batch uncounted lets the class run a little more
-            _log.debug("rlsched: quota accounting failed", exc_info=True)
 
     def add_request(self, request: Any) -> str:
         rid: str = super().add_request(request)  # type: ignore[misc]
@@ -282,13 +251,9 @@ class _PolicyScheduling:
     def pop_request_state(self, request_id: str) -> Any:
         state = super().pop_request_state(request_id)  # type: ignore[misc]
         self._order.forget(request_id)
-        self._oom_retried.discard(request_id)
-        self._oom_alone.discard(request_id)
-        if self.publisher is not None:
-            if request_id in self._pub_listed:
-                self._pub_listed.discard(request_id)
-            elif state is not None and not self._warming_up:  # ended unseen (e.g. while paused): say so next
-                self._pub_unlisted.append(request_id)
+        self._oom.forget(request_id)
+        if self.publication is not None:
+            self.publication.popped(request_id, state is not None and not self._warming_up)
         st = self.rl_state
         if st is None or state is None:
             return state
@@ -315,174 +280,55 @@ class _PolicyScheduling:
         except Exception:
             self._fallback("internal_error")
         try:
-            self._calibrated(st)  # a version the decision's telemetry read made (the device's memory)
+            self.batch_clock.calibrated(st)  # a version the decision's telemetry read made (the device's memory)
         except Exception:  # metrics and logs are advisory
             pass
         if out.num_scheduled_reqs and not self._warming_up:
             self.metrics.batch_size.observe(out.num_scheduled_reqs)
         # after admission, not before: the gauge must not keep counting requests that just started
         self._update_queue_depth(force=bool(out.scheduled_new_reqs))
-        if self.publisher is not None:
-            self._publish(out.finished_req_ids, at_schedule=True)
-        self._quota_started(out)
-        self._start_timing(out)  # last: as close to the executor's start as the plugin reads the clock
+        self._publish(out.finished_req_ids, at_schedule=True)
+        self.batch_clock.start(out, not self._warming_up, self.quotas)  # last: the batch starts
         return out
 
     def update_from_output(self, sched_output: Any, output: Any) -> set[str]:
-        oom = self._out_of_memory(sched_output, output)
+        oom = self._oom.handle(sched_output, output, self.rl_state, lambda ids: self.batch_clock.batch(ids)[0],
+                              self._requeue, self.metrics)
         if oom is None:
-            self._time_batch(sched_output)  # before vLLM-Omni's update: the steps done are still the batch's
+            self.batch_clock.observe(sched_output)  # before vLLM-Omni's update: the steps done are still the batch's
         else:  # the batch did not run: nothing to time; what is retried is not vLLM-Omni's to finish
-            self._batch_start = None
+            self.batch_clock.cancel()
             sched_output = oom
         try:
-            self._calibrated(self.rl_state)  # a version this batch's time or OOM made
+            self.batch_clock.calibrated(self.rl_state)  # a version this batch's time or OOM made
         except Exception:  # metrics and logs are advisory
             pass
-        self._recost_some()
+        self.batch_clock.recost_some()
         finished: set[str] = super().update_from_output(sched_output, output)  # type: ignore[misc]
-        if self.publisher is not None:
-            self._publish(finished, at_schedule=False)
+        self._publish(finished, at_schedule=False)
         return finished
 
     # ---------------------------------------------------------- publishing
-    def _reset_publishing(self) -> None:
-        self._pub_running: tuple[str, ...] = ()
-        """The running ids of the last state built."""
-        self._pub_listed: set[str] = set()
-        """Finished ids some state listed, until the engine pops them (so no later state lists them again)."""
-        self._pub_unlisted: list[str] = []
-        """Ids popped before any state listed them as finished: the next state does."""
-        self._carrier: Published | None = None
+    @property
+    def publisher(self) -> StatePublisher | None:
+        """The replica's latest published state (``RLDiffusionEngine`` reads it); None when not published."""
+        return self.publication.publisher if self.publication is not None else None
 
     def take_carrier(self) -> Published | None:
         """The state built by the last ``schedule()`` if that call changed the running set (once; the
         engine sends it on a carrier output), else None."""
-        state, self._carrier = self._carrier, None
-        return state
+        return self.publication.take_carrier() if self.publication is not None else None
 
     def _publish(self, finished: Iterable[str], at_schedule: bool) -> None:
-        """A new state when the running set changed, requests finished or left the batch unfinished
-        since the last one: O(batch + finished), never O(queue); never raises into the engine."""
-        if self._warming_up or self.publisher is None:
+        """A new state if there is news (``publish.Publication``); never raises into the engine."""
+        if self._warming_up or self.publication is None:
             return
         try:
-            states, listed = self._request_states, self._pub_listed  # type: ignore[attr-defined]
-            done, self._pub_unlisted = self._pub_unlisted, []
-            for rid in finished:
-                if rid not in listed and rid in states:
-                    listed.add(rid)
-                    done.append(rid)
-            running, prev = tuple(self._running), self._pub_running
-            now_running = set(running)
-            preempted = []
-            for rid in prev:
-                if rid in now_running:
-                    continue
-                state = states.get(rid)
-                if state is not None and not state.is_finished():
-                    preempted.append((rid, self._steps_done(rid)))
-                elif state is not None and rid not in listed:  # finished, not yet reported (an abort)
-                    listed.add(rid)
-                    done.append(rid)
-            changed = now_running != set(prev)
-            if not (changed or done or preempted):
-                return
-            self._pub_running = running
-            steps = [self._steps_done(rid) for rid in running]
-            now = self._clock()
-            end = now + self._predicted_s(running, steps) if running else now
-            calibration = calibration_of(getattr(self.rl_state, "calibrator", None))
-            built = self.publisher.update(zip(running, steps), end, done, preempted, calibration)
-            if at_schedule and changed:
-                self._carrier = built
-            if len(listed) > 1 << 16:  # ids the engine never popped (a bug upstream): bounded memory
-                listed.clear()
+            self.publication.publish(finished, at_schedule, self._request_states,  # type: ignore[attr-defined]
+                                     tuple(self._running), self._steps_done, self._predicted_s,
+                                     calibration_of(getattr(self.rl_state, "calibrator", None)))
         except Exception:  # publishing is advisory: the router falls back to its ledger
             pass
-
-    def _start_timing(self, out: DiffusionSchedulerOutput) -> None:
-        """Note when the batch ``out`` starts (``_time_batch`` observes it at its ``update_from_output``)."""
-        self._batch_start = None
-        if out.num_scheduled_reqs and not self._warming_up:
-            try:
-                self._batch_start = (out, self._clock())
-            except Exception:  # metrics are advisory
-                pass
-
-    def _time_batch(self, sched_output: Any) -> None:
-        """The batch ``sched_output`` ran (request mode: a wave; step mode: one step): its seconds on the
-        plugin clock since the ``schedule()`` that started it, against the cost model's prediction, and
-        the memory headroom telemetry last read. O(batch) once per batch; never raises into the engine."""
-        started, self._batch_start = self._batch_start, None
-        if started is None or started[0] is not sched_output:
-            return
-        try:
-            observed = self._clock() - started[1]
-            ids = tuple(sched_output.scheduled_request_ids)
-            recs, done = self._batch_records(ids, [self._steps_done(rid) for rid in ids])
-            st = self.rl_state
-            self.metrics.record_batch(self._predicted(recs, done), observed)
-            if st is not None:
-                self.metrics.set_headroom(st.telemetry)
-                st.observe_batch(recs, done, observed)
-        except Exception:  # metrics and calibration are advisory: the engine runs on
-            _log.debug("rlsched: batch timing failed", exc_info=True)
-
-    def _out_of_memory(self, sched_output: Any, output: Any) -> Any:
-        """The engine ran out of memory on this batch (its execution-error path gives each request the
-        exception's text): None when it did not. Else the memory calibration learns from it
-        (``CostCalibrator.observe_oom``) and, in request mode with calibration on, its requests go back to the
-        head of the queue as new requests (a wave keeps nothing of a request after an error) unless the batch
-        was one request's alone; one sent back before goes alone next time (``admission.split_oom``, the
-        simulator's rule), and every batch is cut to what the raised belief says fits (``_memory_checked``).
-        Returns the batch without them, for vLLM-Omni to fail the rest (step mode: all of them — the worker
-        keeps a request's denoise state and refuses a second new-request payload for it). Counted
-        (``rlsched_oom_requests_total``); never raises into the engine."""
-        try:
-            ids = [rid for rid in sched_output.scheduled_request_ids if _is_oom(output.get_request_output(rid))]
-            if not ids:
-                return None
-            st = self.rl_state
-            retry: list[str] = []
-            if st is not None:
-                recs, _ = self._batch_records(tuple(ids), [self._steps_done(rid) for rid in ids])
-                st.observe_oom(recs)
-                if st.calibrator is not None and len(recs) == len(ids):
-                    retry = self._send_back(st, recs)
-            self.metrics.oom_requests.labels(outcome="retried").inc(len(retry))
-            self.metrics.oom_requests.labels(outcome="failed").inc(len(ids) - len(retry))
-            _log.warning("rlsched: the engine ran out of memory on a batch of %d: %d queued again, %d failed",
-                         len(ids), len(retry), len(ids) - len(retry))
-            if not retry:
-                return sched_output
-            again = set(retry)
-            return dataclasses.replace(
-                sched_output,
-                scheduled_new_reqs=[nr for nr in sched_output.scheduled_new_reqs if nr.request_id not in again],
-                scheduled_cached_reqs=CachedRequestData(request_ids=[
-                    rid for rid in sched_output.scheduled_cached_reqs.request_ids if rid not in again]))
-        except Exception:  # vLLM-Omni fails the batch as it would without the plugin
-            _log.debug("rlsched: out-of-memory handling failed", exc_info=True)
-            return None
-
-    def _send_back(self, st: PluginState, recs: list[RequestRecord]) -> list[str]:
-        """The requests of an out-of-memory batch ``split_oom`` sends back, at the head of the queue in the
-        batch's order; returns their names (one vLLM-Omni keeps running fails with the batch)."""
-        names = {r.request.id: st.name(r.request.id) for r in recs}
-        retried = {iid for iid, name in names.items() if name in self._oom_retried}
-        kept_alone = {iid for iid, name in names.items() if name in self._oom_alone}
-        split = split_oom(recs, retried, self.step_mode, kept_alone)
-        alone = {names[r.request.id] for r in split.alone}
-        # reversed: each goes to the head, so the batch keeps its order there
-        retry = [n for n in (names[r.request.id] for r in reversed(split.retry)) if self._requeue(n)]
-        retry.reverse()
-        for rid in retry:  # the view's head in the batch's order, as vLLM-Omni's
-            st.note_preempted(rid)
-            self._oom_retried.add(rid)
-            if rid in alone:
-                self._oom_alone.add(rid)
-        return retry
 
     def _requeue(self, request_id: str) -> bool:
         """``request_id`` (running) back at the head of the queue as a request not yet started: vLLM-Omni's
@@ -494,68 +340,18 @@ class _PolicyScheduling:
         self.get_request_state(request_id).status = DiffusionRequestStatus.WAITING  # type: ignore[attr-defined]
         return True
 
-    def _recost_some(self) -> None:
-        """Between decisions, after each batch: one slice of what a new calibration version left to re-cost
-        (``PluginState.recost_some``: ``RECOST_SLICE`` records' time figures; their memory is current already)."""
-        st = self.rl_state
-        if st is None:
-            return
-        try:
-            st.recost_some()
-        except Exception:  # a record re-costed later is decided on at its old time: never fail the engine
-            _log.debug("rlsched: re-costing failed", exc_info=True)
-
-    def _calibrated(self, st: PluginState | None) -> None:
-        """A new calibration version: logged, exported (the served model's scales); once each. Looked at
-        after each batch and each ``schedule()`` (whose telemetry read may bring the device's memory)."""
-        cal = st.calibrator if st is not None else None
-        if st is None or cal is None or cal.version == self._calibration_seen:
-            return
-        self._calibration_seen = cal.version
-        model = st.settings.model or next(iter(st.shipped.models))
-        scales = cal.scales().get(model, (1.0, 1.0, 1.0))
-        self.metrics.set_calibration(cal.version, scales)
-        _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f%s",
-                  st.shipped.name, cal.version, model, *scales[:3],
-                  f", fixed x{scales[3]:.3f}" if len(scales) > 3 else "")
-
     def _steps_done(self, request_id: str) -> int:
-        """Denoise steps done (step mode: vLLM-Omni's progress; a request-mode wave starts at 0)."""
-        progress = getattr(self, "_request_progress", None)
-        p = progress.get(request_id) if progress is not None else None
-        return int(p.current_step) if p is not None else 0
+        return self.batch_clock.steps_done(request_id)
 
     def _predicted_s(self, running: tuple[str, ...], steps: list[int]) -> float:
-        """The cost model's time for the running batch (step mode: its next step), as the simulator and
-        ``CostProfileExecutor`` predict it."""
-        return self._predicted(*self._batch_records(running, steps))
+        return self.batch_clock.predicted(*self.batch_clock.records(running, steps))
 
     def _batch_records(self, running: tuple[str, ...], steps: list[int]) -> tuple[list[RequestRecord], list[int]]:
-        """The records of the requests ``running`` names that this plugin follows, with their steps done."""
-        st = self.rl_state
-        recs: list[RequestRecord] = []
-        done: list[int] = []
-        if st is None:
-            return recs, done
-        for rid, d in zip(running, steps):
-            iid = st.int_id(rid)
-            rec = st.records.get(iid) if iid is not None else None
-            if rec is not None:
-                recs.append(rec)
-                done.append(d)
-        return recs, done
-
-    def _predicted(self, recs: list[RequestRecord], done: list[int]) -> float:
-        st = self.rl_state
-        if st is None or not recs:
-            return 0.0
-        cfg = st.config
-        return st.cost.batch_duration(recs, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx,
-                                      done)
+        return self.batch_clock.records(running, steps)
 
     def _plan(self, st: PluginState) -> tuple[int, ...] | None:
         """The batch to run (ids; empty: admit nothing new, or the head alone when nothing runs), or None to let
-        vLLM-Omni schedule (nothing to admit). Whatever decided it, the memory check cut it (``_memory_checked``)."""
+        vLLM-Omni schedule (nothing to admit). Whatever decided it, the memory check cut it (``Decider``)."""
         if not self._waiting:
             return None
         if self._running and not self.step_mode:
@@ -566,74 +362,14 @@ class _PolicyScheduling:
         if st.sync(self._waiting, self._running, progress):
             self._fallback("untracked")
             return ()  # a request the plugin has no cost for may be at the head: it goes alone
-        st = self._policy_view()  # a serving rule: the fallbacks below decide without the held classes too
-        refused = self._guard.refusal()  # busy, backoff: no decision is counted
-        if refused is not None:
-            self._fallback(refused)
-            return self._fifo_that_fits(st)
-        self.decisions += 1
-        self._decisions_metric.inc()
-        reason, checked = self._guard.call(self._decide, st)
-        if reason is None:
-            reason, ids = checked
-        if reason is not None:
-            self._fallback(reason)
-            return self._fifo_that_fits(st)
-        if self._starts_a_misfit(st, ids):
-            self._fallback("cannot_fit")
-            return self._first_that_fits(st)
-        if not ids and not self._running:
-            self.waits_overridden += 1
-            self.metrics.wait_overrides.inc()
-            return self._first_that_fits(st)
-        return self._memory_checked(st, ids)
-
-    def _alone(self, st: PluginState) -> set[int]:
-        """The ids of the requests that must start alone (``_oom_alone``: a handful at most)."""
-        return {iid for iid in map(st.int_id, self._oom_alone) if iid is not None}
-
-    def _fifo_that_fits(self, st: PluginState) -> tuple[int, ...]:
-        """What every fallback runs: vLLM-Omni's FIFO with the memory check, on the calibrated cost
-        (``admission.fifo_that_fits``; O(batch))."""
-        running = st.running if self.step_mode else ()
-        return fifo_that_fits(st.waiting.values(), running, st.cost, self.max_num_running_reqs, self._alone(st))
-
-    def _memory_checked(self, st: PluginState, ids: tuple[int, ...]) -> tuple[int, ...]:
-        """The policy's batch cut to its longest prefix that fits the GPU by the calibrated cost, its first
-        request alone if need be (``admission.admitted``); a cut counts as a fallback (``memory``)."""
-        if not ids:
-            return ids
-        waiting = st.waiting
-        running = {r.request.id: r for r in st.running} if self.step_mode else {}
-        recs = [waiting.get(i) or running[i] for i in ids]
-        n = admitted(recs, st.cost, self._alone(st))
-        if n == len(ids):
-            return ids
-        self._fallback("memory")
-        return ids[:n]
+        # a serving rule: the fallbacks decide without the held classes too
+        return self.decider.plan(self._policy_view(), self._guard, self._decide, self.max_num_running_reqs,
+                                 bool(self._running))
 
     def _reset_policy(self) -> None:
         """After a decision that raised or was interrupted: a fresh policy over the same queue."""
         if self.rl_state is not None:
             self.policy.reset(self._policy_view(refresh=False))  # the view as the failed decision left it
-
-    @staticmethod
-    def _starts_a_misfit(st: PluginState, ids: tuple[int, ...]) -> bool:
-        """The batch starts a waiting request no GPU of the profile can hold while another waiting request
-        fits (the engine cannot reject it: it runs only when nothing else can)."""
-        waiting = st.waiting
-        if not any(i in waiting and not st.cost.fits([waiting[i]]) for i in ids):
-            return False
-        return any(st.cost.fits([rec]) for rec in waiting.values())
-
-    def _first_that_fits(self, st: PluginState) -> tuple[int, ...]:
-        """The engine cannot idle on a "wait" while nothing runs: admit as FIFO would (with the memory check),
-        but from the first waiting request the GPU can hold at all (a request no GPU of the profile can hold
-        must not start ahead of ones that fit); from the head when it fits or none does."""
-        for n, rec in enumerate(st.waiting.values()):
-            if st.cost.fits([rec]):
-                return self._fifo_that_fits(st) if n == 0 else (rec.request.id,)
-        return self._fifo_that_fits(st)
 
     def _decide(self, st: PluginState) -> tuple[str | None, tuple[int, ...]]:
         """On the decision thread: the policy's decision, checked (a slow or endless ``batch``
@@ -647,11 +383,8 @@ class _PolicyScheduling:
         empty = not self._waiting
         if force or now >= self._depth_due or (empty and not self._depth_was_empty):
             self._depth_due, self._depth_was_empty = now + QUEUE_DEPTH_INTERVAL_S, empty
-            self.metrics.set_queue_depth(self._waiting_by_class())
-
-    def _waiting_by_class(self) -> Counter[str]:
-        st = self.rl_state
-        return st.waiting_by_class if st is not None else Counter()
+            st = self.rl_state
+            self.metrics.set_queue_depth(st.waiting_by_class if st is not None else Counter())
 
     def begin_warmup(self) -> None:
         """The engine's start-up warm-up request follows: keep it out of the metrics."""
@@ -672,11 +405,22 @@ class _PolicyScheduling:
         self.policy.reset(self._policy_view())
         self._update_queue_depth(force=True)
 
-    def _fallback(self, reason: str) -> None:
-        """Count a call that FIFO schedules instead of the policy."""
-        self.fallbacks += 1
-        self.fallback_reasons[reason] += 1
-        self.metrics.fallbacks.labels(reason=reason).inc()
+    @property
+    def fallbacks(self) -> int:
+        """schedule() calls that fell back to FIFO (see ``fallback_reasons``)."""
+        return self.decider.fallbacks
+
+    @property
+    def fallback_reasons(self) -> Counter[str]:
+        return self.decider.fallback_reasons
+
+    @property
+    def waits_overridden(self) -> int:
+        return self.decider.waits_overridden
+
+    @property
+    def decisions(self) -> int:
+        return self.decider.decisions
 
     def _run(self, st: PluginState, ids: tuple[int, ...]) -> DiffusionSchedulerOutput:
         try:
@@ -716,12 +460,18 @@ class _PolicyScheduling:
         return max(1, len(self._running) + len(new))
 
 
-def _is_oom(req_output: Any) -> bool:
-    """An engine output carrying an out-of-memory error (``torch.OutOfMemoryError``'s text, "CUDA out of
-    memory. Tried to allocate ...", as vLLM-Omni's ``DiffusionOutput.from_exception`` keeps it)."""
-    result = getattr(req_output, "result", None)
-    error = getattr(result, "error", None)
-    return isinstance(error, str) and "out of memory" in error.lower()
+def _log_start(sched: _PolicyScheduling, settings: PluginConfig, port: int | None) -> None:
+    """One line in the server's log per engine: what schedules it and how it is bounded."""
+    join_vllm_logging()
+    sha = getattr(sched.policy, "checkpoint_sha256", None)
+    _log.info("rlsched engine (%s mode, devices %s): policy %s%s, profile %s, decisions within %g ms (budget) / "
+              "%g ms (deadline) on the %s thread, replica state %s, metrics %s",
+              "step" if sched.step_mode else "request", replica_devices() or "-", getattr(sched.policy, "name", "?"),
+              f" (checkpoint sha256 {sha[:12]})" if sha else "", sched.rl_state.shipped.name,
+              settings.decision_budget_ms, settings.decision_deadline_ms,
+              "engine" if isinstance(sched._guard.runner, InlineRunner) else "worker",
+              "published" if settings.publish_state else "not published",
+              f"on port {port}" if port is not None else "off")
 
 
 _REASONS = {PolicyOutputError: "nan"}
