@@ -27,11 +27,11 @@ import numpy as np
 
 from rlsched.atomic import atomic_open
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.parallel import run_tasks
 from rlsched.policies.base import portable_spec
 from rlsched.routing.routers import check_spec, run_spec
 from rlsched.routing.spec import StageSpec
+from rlsched.run.seeds import EVAL_SEED_BASE, TRAIN_SEEDS
 from rlsched.sim import load_scenario
 from rlsched.sim.classes import report_names
 from rlsched.sim.cost import CFG_DEGREES, SPLayout, load_profile, portable_profile

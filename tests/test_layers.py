@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlsched", "errors", "resources", "bounds", "argtypes", "plotstyle", "atomic"),
     ("sim", "projection"),
     ("telemetry", "profiling", "parallel", "loadgen", "policies", "routing"),
-    ("learned", "evaluation", "planning"),
+    ("learned", "run", "evaluation", "planning"),
     ("envs", "integrations", "gymnasium_plugin"),
     ("agents",),
     ("bench",),
@@ -108,6 +108,13 @@ def test_every_package_has_a_layer() -> None:
 
 def test_no_import_climbs_a_layer() -> None:
     assert climbing_arrows() == []
+
+
+def test_agents_and_envs_run_without_the_evaluation_package() -> None:
+    # one run (rlsched.run) is what training, tuning and the envs need; the grid and its report are not
+    found = [f"{mod} -> {t}" for mod, path in sorted(modules().items()) if package(mod) in ("agents", "envs")
+             for t in sorted(imports(path, top_level_only=False)) if package(t) == "evaluation"]
+    assert found == []
 
 
 def test_no_import_circles() -> None:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import ConfigError
-from rlsched.evaluation import VALIDATION_SEED_BASE, RunSpec, prepare
 from rlsched.learned.observation import GLOBAL_DIM
 from rlsched.learned.pick import F, K, PickPolicy
 from rlsched.learned.scorer import Scorer
 from rlsched.policies.candidates import fits
 from rlsched.policies.lookahead import rollout_value
 from rlsched.policies.static import load_static
+from rlsched.run import VALIDATION_SEED_BASE, RunSpec, prepare
 
 LABEL_HORIZON_S = 600.0
 """Default hindsight horizon of the labels: arrivals of the next 10 minutes."""

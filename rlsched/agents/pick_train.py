@@ -95,9 +95,9 @@ def _label(cfg: PickConfig, run: Path, name: str, episodes: int, seed0: int, sco
 
 
 def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
-    from rlsched.evaluation import RunSpec, prepare
     from rlsched.learned.pick import PickPolicy
     from rlsched.policies.static import load_static
+    from rlsched.run import RunSpec, prepare
     from rlsched.sim.metrics import summarize
 
     scenario, static, seed, load, duration, scorer = task

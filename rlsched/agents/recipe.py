@@ -36,7 +36,7 @@ from rlsched.agents.config import check_inputs, load_range, rate_scales, read_pr
 from rlsched.agents.paths import preset_paths_beside
 from rlsched.atomic import atomic_open, write_atomic
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import TRAIN_SEEDS, VALIDATION_SEEDS
+from rlsched.run.seeds import TRAIN_SEEDS, VALIDATION_SEEDS
 from rlsched.sim.schema import Strict
 
 M = TypeVar("M", bound=BaseModel)
@@ -407,7 +407,7 @@ def summarize_differences(diffs: dict[str, np.ndarray], groups: dict[str, np.nda
                           bands: Sequence[np.ndarray]) -> dict[str, dict[str, float]]:
     """Mean and 95 % interval of each stage's paired difference, its mean over each of ``groups``
     (name -> cell mask) and its worst mean over ``bands`` (cell masks) as ``worst_cell``."""
-    from rlsched.evaluation import ci95_half_width
+    from rlsched.run.interval import ci95_half_width
 
     out: dict[str, dict[str, float]] = {}
     for name, d in diffs.items():
@@ -425,7 +425,7 @@ def choose_stage(order: list[str], diffs: dict[str, np.ndarray]) -> tuple[str, l
     Validation differences between stages are mostly inside their intervals (a tenth of a point
     on ±0.3), so ``max`` of the means let noise pick the stage: a rerun with another network
     initialisation chose PPO where the shipped report said imitation@1."""
-    from rlsched.evaluation import ci95_half_width
+    from rlsched.run.interval import ci95_half_width
 
     kept, steps = order[0], []
     for name in order[1:]:

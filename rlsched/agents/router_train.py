@@ -124,7 +124,7 @@ class RouteLabelTask:
     """A ``Scorer`` (DAgger: the learned router routes) or None (rlsched's router does)."""
 
     def __post_init__(self) -> None:
-        from rlsched.evaluation.seeds import VALIDATION_SEED_BASE
+        from rlsched.run.seeds import VALIDATION_SEED_BASE
 
         if not 0 <= self.seed < VALIDATION_SEED_BASE:
             raise ConfigError("router.labels.seeds", f"labels use training seeds [0, {VALIDATION_SEED_BASE}), "
@@ -137,10 +137,10 @@ def label_route_episode(task: RouteLabelTask) -> dict[str, np.ndarray]:
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from rlsched.evaluation import RunSpec, prepare_stage
     from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
     from rlsched.policies import make_policy
     from rlsched.routing.teachers import LookaheadRouter, is_idle
+    from rlsched.run import RunSpec, prepare_stage
     from rlsched.sim import load_scenario
 
     sc = load_scenario(task.pool)
@@ -220,10 +220,10 @@ def _label(cfg: LearnedRouterConfig, run: Path, name: str, episodes: int, seed0:
 
 # ------------------------------------------------------------------ validation
 def _validate_one(task: tuple[str, str, int, float, float, Any]) -> float:
-    from rlsched.evaluation import RunSpec, prepare_stage
     from rlsched.learned.router import LearnedRouter
     from rlsched.policies import make_policy
     from rlsched.routing.routers import RlschedRouter
+    from rlsched.run import RunSpec, prepare_stage
     from rlsched.sim import load_scenario
     from rlsched.sim.metrics import summarize_stage
 

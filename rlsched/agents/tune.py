@@ -39,7 +39,6 @@ import numpy as np
 
 from rlsched.atomic import check_output, stream_open
 from rlsched.errors import ConfigError, MissingExtra
-from rlsched.evaluation import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare, prepare_stage
 from rlsched.parallel import run_tasks
 from rlsched.policies.projected import (
     ACTION_DIM,
@@ -49,6 +48,7 @@ from rlsched.policies.projected import (
     decode_action,
     encode_params,
 )
+from rlsched.run import EVAL_SEED_BASE, VALIDATION_SEED_BASE, RunSpec, prepare, prepare_stage
 from rlsched.sim import Scenario, load_scenario
 from rlsched.sim.metrics import summarize
 

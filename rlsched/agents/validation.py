@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlsched.agents.config import AgentConfig
-from rlsched.evaluation import RunSpec, prepare
 from rlsched.policies import make_policy
+from rlsched.run import RunSpec, prepare
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import summarize
 

@@ -15,8 +15,8 @@ from rlsched.argtypes import flag, seed_arg
 from rlsched.commands.args import check_out_file, command, print_json, renamed
 from rlsched.commands.tables import markdown_table, metrics_table, show
 from rlsched.errors import TraceRowsSkipped
-from rlsched.evaluation import RunSpec, simulate, write_records
 from rlsched.policies import policy_names
+from rlsched.run import RunSpec, simulate, write_records
 from rlsched.sim import Scenario, load_scenario
 from rlsched.sim.classes import print_note
 from rlsched.sim.truth import Truth

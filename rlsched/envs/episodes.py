@@ -10,7 +10,7 @@ import numpy as np
 
 from rlsched.envs.checks import workload_seed
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import TRAIN_SEEDS
+from rlsched.run.seeds import TRAIN_SEEDS
 from rlsched.sim import Request, Scenario, load_scenario
 from rlsched.sim.cost import CostModel
 from rlsched.sim.serving import MODES

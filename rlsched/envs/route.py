@@ -38,12 +38,12 @@ from rlsched.envs.checks import discrete_action, non_negative
 from rlsched.envs.episodes import EpisodeOptions
 from rlsched.envs.reward import PairedCredit
 from rlsched.errors import ConfigError
-from rlsched.evaluation.seeds import TRAIN_SEEDS
 from rlsched.learned.router import MAX_REPLICAS, RF, RG, RouteFeatures
 from rlsched.policies import make_policy
 from rlsched.policies.static import load_static
 from rlsched.resources import data_dir
 from rlsched.routing.routers import RlschedRouter
+from rlsched.run.seeds import TRAIN_SEEDS
 from rlsched.sim import load_scenario
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.stage import Stage

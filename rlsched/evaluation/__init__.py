@@ -1,9 +1,9 @@
 """Run policies on seeded scenario workloads and collect their metrics side by side.
 
-``runs``: one run (``RunSpec``, ``simulate``; a ``POLICY@ROUTER`` parsed once as a ``StageSpec``)
-and the grid runner (``run_grid``); ``stats``: cells over seeds; ``report``: the headline, paired
-tables, labels, results.md and results.json; ``plots``: the figures; ``seeds``: the training,
-validation and evaluation seed ranges.
+``runs``: the grid runner (``run_grid``); ``stats``: cells over seeds; ``report``: the headline, paired
+tables, labels, results.md and results.json; ``plots``: the figures. One run (``RunSpec``, ``simulate``)
+and the seed ranges are ``rlsched.run``, the stage spec ``rlsched.routing.spec.StageSpec``: re-exported
+here for scripts and tests.
 """
 
 from rlsched.evaluation.report import (
@@ -35,9 +35,9 @@ from rlsched.evaluation.runs import (
     spec_for,
     write_records,
 )
-from rlsched.evaluation.seeds import EVAL_SEED_BASE, EVAL_SEEDS, TRAIN_SEEDS, VALIDATION_SEED_BASE, VALIDATION_SEEDS
 from rlsched.evaluation.stats import SUMMARY_KEYS, Cell, aggregate, ci95_half_width, flat
 from rlsched.routing.spec import StageSpec
+from rlsched.run.seeds import EVAL_SEED_BASE, EVAL_SEEDS, TRAIN_SEEDS, VALIDATION_SEED_BASE, VALIDATION_SEEDS
 
 __all__ = ["BASELINE_STAGED", "EVAL_SEEDS", "EVAL_SEED_BASE", "HEADLINE_KINDS", "PLAIN_HEURISTICS", "PLAIN_ROUTERS",
            "RECORD_FIELDS", "REPORT_FILES", "SUMMARY_KEYS", "TRAIN_SEEDS", "VALIDATION_SEEDS", "VALIDATION_SEED_BASE",

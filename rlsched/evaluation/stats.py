@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rlsched.run.interval import ci95_half_width
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -56,19 +58,3 @@ def aggregate(rows: list[dict[str, Any]]) -> list[Cell]:
             ci[key] = ci95_half_width(vals)
         cells.append(Cell(sc, pol, rs, len(group), mean, ci))
     return cells
-
-
-def ci95_half_width(values: Any) -> float:
-    """Half-width of the two-sided 95 % t-interval of the mean of ``values`` (NaN below 2)."""
-    n = len(values)
-    if n < 2:
-        return math.nan
-    import numpy as np
-
-    return _t95(n) * float(np.std(values, ddof=1)) / math.sqrt(n)
-
-
-def _t95(n: int) -> float:
-    """Two-sided 95 % Student-t quantile for n samples (n−1 dof)."""
-    table = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
-    return table.get(n, 1.96 + 2.5 / max(n - 1, 1))
