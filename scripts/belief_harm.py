@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from rlsched.atomic import write_atomic
-from rlsched.evaluation import RunSpec, ci95_half_width, simulate
 from rlsched.parallel import run_tasks
+from rlsched.run import RunSpec, ci95_half_width, simulate
 from rlsched.sim import load_scenario
 from rlsched.sim.cache_backend import PRESETS
 from rlsched.sim.truth import Truth

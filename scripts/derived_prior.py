@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from rlsched.atomic import write_atomic
-from rlsched.evaluation import RunSpec, ci95_half_width, simulate
 from rlsched.parallel import run_tasks
 from rlsched.profiling.architecture import read_architecture
 from rlsched.profiling.derive import Stack, derive_profile, fit_efficiencies, render_derived, shipped_points
 from rlsched.profiling.gpus import find_gpu
+from rlsched.run import RunSpec, ci95_half_width, simulate
 from rlsched.sim import load_scenario
 from rlsched.sim.truth import Truth
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rlsched.evaluation import RunSpec, ci95_half_width, prepare
 from rlsched.parallel import run_tasks
 from rlsched.plotstyle import style_of, styles_for
 from rlsched.policies import make_policy
 from rlsched.policies.lookahead import LookaheadPolicy
 from rlsched.policies.static import load_static
+from rlsched.run import RunSpec, ci95_half_width, prepare
 from rlsched.sim.metrics import summarize
 
 

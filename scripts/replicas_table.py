@@ -17,9 +17,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rlsched.evaluation import StageSpec
 from rlsched.learned.router import DEFAULT_CHECKPOINT
 from rlsched.policies.base import parse_spec
+from rlsched.routing.spec import StageSpec
 
 SCENARIOS = ("qwen-image-8gpu", "qwen-image-hetero", "video-8gpu", "azure-8gpu")
 

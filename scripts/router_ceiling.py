@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from rlsched.atomic import write_atomic
-from rlsched.evaluation import BASELINE_STAGED, RunSpec, ci95_half_width, prepare_stage
+from rlsched.evaluation import BASELINE_STAGED
 from rlsched.parallel import run_tasks
 from rlsched.plotstyle import TABLE, style_of
 from rlsched.policies import make_policy
 from rlsched.routing.routers import LATE_REPLICA_POLICY, central_policies, check_spec, is_late, make_router, split_pair
+from rlsched.run import RunSpec, ci95_half_width, prepare_stage
 from rlsched.sim import load_scenario
 from rlsched.sim.metrics import json_safe, summarize_stage
 
