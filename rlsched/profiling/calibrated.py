@@ -29,7 +29,7 @@ from rlsched.sim.yamlio import read_yaml
 LOG_LINE = re.compile(r"rlsched: cost profile (?P<profile>\S+) calibrated, version (?P<version>\d+): (?P<model>\S+) "
                       r"time x(?P<time>[0-9.]+), attention x(?P<attention>[0-9.]+), memory x(?P<memory>[0-9.]+)"
                       r"(?:, fixed x(?P<fixed>[0-9.]+))?")
-"""The plugin's log line for a calibration version (``RLRequestScheduler._calibrated``)."""
+"""The plugin's log line for a calibration version (``BatchClock.calibrated``, rlsched/integrations/vllm_omni/batch_clock.py)."""
 Scales = dict[str, tuple[float, ...]]
 """Per model ``(time, attention, memory, fixed)``."""
 NUMBER = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
