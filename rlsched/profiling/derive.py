@@ -7,9 +7,9 @@ the shipped profiles' form (``rlsched.sim.cost``), per forward of the DiT:
   (peak · eff_attention) + ``elementwise_bytes`` · hidden · 2 B · layers / (bandwidth · eff_bandwidth)) · 1e6
   (the last: what is not a GEMM, memory-bound);
 - ``c_s_per_gtok2`` = attention FLOPs per token² / attention throughput · 1e9, where the attention throughput
-  (here and above) is min(peak · eff_attention, the GPU generation's published FlashAttention-2 ceiling,
-  ``rlsched.profiling.gpus.ATTENTION_CEILINGS``): an H100's kernels reach a third of its datasheet, an H20's
-  or an A800's most of theirs;
+  (here and above) is min(peak · eff_attention, the GPU generation's published attention-kernel ceiling,
+  ``rlsched.profiling.gpus.ATTENTION_CEILINGS``: FlashAttention-2's on Ampere and Hopper, cuDNN's on
+  Blackwell): an H100's kernels reach a third of its datasheet, an H20's or an A800's most of theirs;
 - ``a_s`` = the prompt tokens' own FLOPs / (peak · eff_linear) + ``launch_s_per_layer`` · layers (the fixed
   cost of a forward that does not shrink with the image: kernel launches, norms, the host);
 - ``floor_s`` = the DiT's weight bytes / (bandwidth · eff_bandwidth) (a forward reads every weight once);
@@ -195,7 +195,7 @@ def _attention_note(gpu: GPU) -> str:
     ceiling = ATTENTION_CEILINGS.get(gpu.generation)
     if ceiling is None:
         return "FLOP count at a fitted efficiency of the datasheet peak (no published kernel ceiling)"
-    return (f"FLOP count at a fitted efficiency of the datasheet peak, at most {gpu.generation}'s FlashAttention-2 "
+    return (f"FLOP count at a fitted efficiency of the datasheet peak, at most {gpu.generation}'s {ceiling.kernel} "
             f"ceiling of {ceiling.tflops:g} ± {ceiling.uncertainty:g} TFLOPS ({ceiling.source})")
 
 

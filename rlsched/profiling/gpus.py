@@ -55,6 +55,8 @@ class KernelCeiling:
     uncertainty: float
     """± TFLOP/s: how far the figure could be off for a DiT stack's kernels."""
     source: str
+    kernel: str = "FlashAttention-2"
+    """The kernel the figure is of: the one the shipped and public stacks run on that generation."""
 
 
 GENERATIONS = ("Ampere", "Ada", "Hopper", "Blackwell", "CDNA3")
@@ -66,10 +68,28 @@ ATTENTION_CEILINGS: dict[str, KernelCeiling] = {
                             "H100 SXM5 reach up to 335 TFLOPS; FlashAttention-3 paper (Shah et al. 2024, "
                             "arXiv:2407.08608, abstract): FlashAttention-2 reaches 35 % of the H100 (346 TFLOPS). A "
                             "stack on FlashAttention-3 (up to 740 TFLOPS) runs faster than this"),
+    "Blackwell": KernelCeiling(1600, 200, "FlashAttention-4 paper (Zadouri et al. 2026, arXiv:2603.05451, "
+                               "abstract): forward attention reaches up to 1613 TFLOPS on a B200 (BF16, 71 %), up to "
+                               "1.3x cuDNN 9.13; Dao-AILab/flash-attention PR #2605 (B200, BF16, head dim 128, "
+                               "non-causal): cuDNN 1428 TFLOPS at 1k tokens, FlashAttention-4 1553-1749 at 4k-16k. "
+                               "The stacks run cuDNN's SDPA there (vLLM-Omni PR #3079 routes Blackwell diffusion "
+                               "attention to it; SGLang PR #33655 prefers it over FlashAttention-4 on every diffusion "
+                               "shape it measured); the ± spans cuDNN at 1k tokens to FlashAttention-4 at 16k. A "
+                               "stack on FlashAttention-2 (flash-attn 2.x) reaches ~360 TFLOPS on a B200 "
+                               "(meta-pytorch/tritonbench PR #171: 352-362 at head dim 128, 2k-8k tokens): its "
+                               "attention runs 4x slower than this", "cuDNN SDPA"),
 }
-"""Attention kernel ceilings by generation (the stacks in the shipped and public sets run FlashAttention-2 or
-PyTorch's SDPA, whose flash backend is FlashAttention-2). Ada, Blackwell and CDNA3 have no published
-FlashAttention-2 forward figure for a datacenter part: not capped (datasheet × fitted efficiency)."""
+"""Attention kernel ceilings by generation, each of the kernel the shipped and public stacks run there
+(FlashAttention-2 or PyTorch SDPA's flash backend on Ampere and Hopper, cuDNN's SDPA on Blackwell).
+
+Ada and CDNA3 are not capped (datasheet × fitted efficiency). Ada: FlashAttention-2's forward reaches 169
+TFLOPS on an RTX 4090 (head dim 128, 2k tokens, FP32 accumulate; apache/tvm ``tl_doc/flash_perf.md``), all
+of the FP32-accumulate peak the table gives it (165.2; GeForce Ada's FP16-accumulate rate, 330, is twice
+that and not what FlashAttention uses), so no cap below the datasheet holds there; no forward figure is
+published for a datacenter Ada part (L40S, L40, L20, L4, RTX 6000 Ada: full-rate FP32 accumulate), and the
+4090's does not transfer to one. CDNA3: the MI300X's kernels (CK FlashAttention-2, AITER, AOTriton) are
+published only relative to each other (AITER 1.18-1.62x Triton; a HIP kernel 1.18x AITER v3), not in
+absolute TFLOPS at a DiT's shape."""
 
 
 GPUS: tuple[GPU, ...] = (
