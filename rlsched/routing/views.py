@@ -134,13 +134,15 @@ class ReplicaState:
 
 
 Calibration = tuple[int, tuple[tuple[Any, ...], ...]]
-"""(version, per model ``(name, time, quadratic, memory[, fixed])``: ``rlsched.sim.online.CostCalibrator.scales``)."""
+"""(version, per model ``(name, time, quadratic, memory[, fixed, encode, decode, comm])``:
+``rlsched.sim.online.CostCalibrator.scales``)."""
 CALIBRATION_KEY = "cal"
 MAX_CALIBRATED_MODELS = 64
 
 
 def _calibration(raw: Any) -> Calibration:
-    """``{"version": V, "scales": {MODEL: [time, quadratic, memory(, fixed)]}}`` checked (``state.cal``)."""
+    """``{"version": V, "scales": {MODEL: [time, quadratic, memory(, fixed, encode, decode, comm)]}}`` checked
+    (``state.cal``; a replica of an older release sends 3 or 4)."""
     if not isinstance(raw, Mapping):
         raise StateError(f"state.cal: a mapping expected, not {type(raw).__name__}")
     version, scales = int(_bounded(raw.get("version"), bounds.STATE_SEQ, "state.cal.version")), raw.get("scales", {})
@@ -148,10 +150,11 @@ def _calibration(raw: Any) -> Calibration:
         raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
     out = []
     for model, values in scales.items():
-        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or len(values) not in (3, 4) or not all(
+        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or not 3 <= len(values) <= 7 or not all(
                 not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= high
-                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, SCALE_HIGH))):
-            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory(, fixed)], each at least "
+                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, *(SCALE_HIGH,) * 4))):
+            raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory(, fixed, encode, decode, comm)], "
+                             f"each at least "
                              f"{SCALE_LOW:g} and at most {SCALE_HIGH:g} ({MEMORY_HIGH:g} for memory), expected, not "
                              f"{model!r:.80}: {values!r:.80}")
         out.append((model, *map(float, values)))

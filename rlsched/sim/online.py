@@ -53,7 +53,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlsched.sim.cost import CostModel
+from rlsched.sim.layout import LayoutCost
 from rlsched.sim.request import RUNNING, WAITING, RequestRecord
 from rlsched.sim.truth import MEMORY_TERMS, rescaled
 from rlsched.sim.view import ENQUEUED, Journal
@@ -83,6 +86,14 @@ OOM_MARGIN = 0.05
 batch of the same size believed to fit exactly, and fail again."""
 
 
+TERMS = ("linear", "attention", "fixed", "encode", "decode", "comm")
+"""The parts of a batch's time that the fit scales, θ₁…θ₆ (``CostCalibrator.parts``); θ₂… are tied to θ₁ by the
+prior, θ₁ to 1 (``ANCHOR``)."""
+FORMS = ("fixed", "encode", "decode", "comm")
+"""The terms published as a ratio to θ₁ only when off 1 by more than ``FORM_TOLERANCE`` (``scales``), in
+``rlsched.sim.truth.rescaled``'s order after ``(time, quadratic, memory)``."""
+
+
 @dataclass
 class _ModelFit:
     """The evidence on one model: ``S θ = b`` of the weighted least squares."""
@@ -90,11 +101,11 @@ class _ModelFit:
     seen: int = 0
     counted: int = 0
     """Batches in the fit (``seen`` less the warm-up and the unreadable)."""
-    s: list[list[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
-    """Σ w·x̃x̃ᵀ, x̃ = (L, A, F) / (L + A + F)."""
-    b: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    theta: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    """(θ₁, θ₂, θ₃) in the current version (relative to the shipped profile)."""
+    s: np.ndarray = field(default_factory=lambda: np.zeros((len(TERMS), len(TERMS))))
+    """Σ w·x̃x̃ᵀ, x̃ = (L, A, F, E, D, C) / (L + A + F + E + D + C)."""
+    b: np.ndarray = field(default_factory=lambda: np.zeros(len(TERMS)))
+    theta: tuple[float, ...] = (1.0,) * len(TERMS)
+    """(θ₁ … θ₆) in the current version (relative to the shipped profile; ``TERMS``)."""
     moved_at: int = 0
     """Batches seen when its scales last moved (0: never)."""
     moves: list[tuple[int, float, float]] = field(default_factory=list)
@@ -113,35 +124,45 @@ class CostCalibrator:
         self.cost = cost
         """The calibrated profile of the current ``version`` (the shipped one at version 0)."""
         self.version = 0
-        self.published: tuple[int, tuple[tuple[str, float, float, float], ...]] | None = None
+        self.published: tuple[int, tuple[tuple[Any, ...], ...]] | None = None
         """What a replica publishes of this version (``routing.views.calibration_of``): the version and per
-        model ``(name, time, quadratic, memory)``, sorted; None before the first move."""
+        model ``(name, time, quadratic, memory[, fixed, encode, decode, comm])``, sorted; None before the first
+        move."""
         self.warmup, self.min_batches, self.prior, self.forget = warmup, min_batches, prior, forget
         self.room = 1.0
         """The profile's room for activations over the device's (``observe_capacity``; 1: as believed)."""
         self._fits: dict[str, _ModelFit] = {}
+        self._applied: dict[str, tuple[float, ...]] = {}
+        """Per model, the scales of ``TERMS`` that ``cost`` applies over the shipped profile (a form term
+        within ``FORM_TOLERANCE`` applies θ₁, not its own θ); absent: all 1."""
+        self._tie = _ties(prior)
         self._derived(cost)
 
     # ------------------------------------------------------------------ reading a batch
     def _derived(self, cost: CostModel) -> None:
-        # the same cost without its attention term, without its fixed step terms, and with no profile time at
-        # all (the overheads alone)
+        # the same cost without its attention term, without its fixed step terms, and (on several GPUs) without
+        # its SP/CFG communication; the overheads, encode and decode are read off the batch's records
         self._no_attention = rescaled(cost, {m: (1.0, 0.0, 1.0) for m in cost.models}, "no-attention")
         self._no_fixed = rescaled(cost, {m: (1.0, 1.0, 1.0, 0.0) for m in cost.models}, "no-fixed")
-        self._overheads = rescaled(cost, {m: (0.0, 1.0, 1.0) for m in cost.models}, "overheads")
+        self._no_comm = (rescaled(cost, {m: (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0) for m in cost.models}, "no-comm")
+                         if isinstance(cost, LayoutCost) and cost.layout.gpus > 1 else None)
 
     def parts(self, batch: Sequence[RequestRecord], step_mode: bool, overhead_ms: float, overhead_ms_per_mpx: float,
-              steps_done: Sequence[int]) -> tuple[float, float, float, float]:
-        """``(O, L, A, F)`` of ``batch`` (records at the current version) relative to the shipped profile:
-        its predicted duration now is ``O + θ₁·L + θ₂·A + θ₃·F``."""
+              steps_done: Sequence[int]) -> tuple[float, ...]:
+        """``(O, L, A, F, E, D, C)`` of ``batch`` (records at the current version) relative to the shipped
+        profile: its predicted duration now is ``O + θ₁·L + θ₂·A + θ₃·F + θ₄·E + θ₅·D + θ₆·C`` (``TERMS``).
+        ``O`` is the engine's overheads, ``E`` and ``D`` the members' encode and decode in this batch (at the
+        first and the last step in step mode), ``C`` the SP/CFG communication, ``A`` the attention and ``F``
+        the fixed step terms' share, ``L`` the rest (the linear step terms)."""
         args = (step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
         full = self.cost.batch_duration(batch, *args)
-        linear = self._no_attention.batch_duration(batch, *args)
-        overhead = self._overheads.batch_duration(batch, *args)
+        overhead, encode, decode = _ends(batch, step_mode, overhead_ms, overhead_ms_per_mpx, steps_done)
+        attention = max(full - self._no_attention.batch_duration(batch, *args), 0.0)
         fixed = max(full - self._no_fixed.batch_duration(batch, *args), 0.0)
-        attention = max(full - linear, 0.0)
-        t1, t2, t3 = self._fit(batch[0].request.model).theta
-        return overhead, max(full - overhead - attention - fixed, 0.0) / t1, attention / t2, fixed / t3
+        comm = 0.0 if self._no_comm is None else max(full - self._no_comm.batch_duration(batch, *args), 0.0)
+        linear = max(full - overhead - attention - fixed - encode - decode - comm, 0.0)
+        applied = self._applied.get(batch[0].request.model, _ONES)
+        return overhead, *(v / t for v, t in zip((linear, attention, fixed, encode, decode, comm), applied))
 
     # ------------------------------------------------------------------ evidence
     def _fit(self, model: str) -> _ModelFit:
@@ -151,26 +172,26 @@ class CostCalibrator:
         return fit
 
     def observe(self, model: str, parts: tuple[float, ...], seconds: float) -> bool:
-        """A batch of ``model`` whose ``parts`` (``parts``' ``(O, L, A, F)``) took ``seconds``; True when the
-        calibrated cost moved."""
-        overhead, *x3 = parts
-        total = sum(x3)
+        """A batch of ``model`` whose ``parts`` (``parts``' ``(O, L, A, F, E, D, C)``) took ``seconds``; True
+        when the calibrated cost moved."""
+        overhead, *terms = parts
+        total = sum(terms)
         fit = self._fit(model)
         fit.seen += 1
         if fit.seen <= self.warmup or not total > 0 or not math.isfinite(seconds) or seconds < 0:
             return False
-        x, y = [v / total for v in x3], (seconds - overhead) / total
+        x, y = np.array(terms) / total, (seconds - overhead) / total
         w = 1.0
         fit.counted += 1
         if fit.counted > self.min_batches:
-            residual = abs(y - sum(t * v for t, v in zip(fit.theta, x)))
+            residual = abs(y - sum(t * v for t, v in zip(fit.theta, terms)) / total)
             w = 1.0 if residual <= HUBER else HUBER / residual
         r = self.forget
-        fit.s = [[r * fit.s[i][j] + w * x[i] * x[j] for j in range(3)] for i in range(3)]
-        fit.b = [r * fit.b[i] + w * x[i] * y for i in range(3)]
+        fit.s = r * fit.s + w * np.outer(x, x)
+        fit.b = r * fit.b + (w * y) * x
         if fit.counted < self.min_batches:
             return False
-        return self._move(model, fit, _solve(fit.s, fit.b, self.prior), fit.memory)
+        return self._move(model, fit, _solve(fit.s, fit.b, self._tie, self.prior * ANCHOR), fit.memory)
 
     def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
         """``batch`` (records at the current version) failed out of memory; True when the calibrated cost
@@ -206,10 +227,10 @@ class CostCalibrator:
         return True
 
     # ------------------------------------------------------------------ versions
-    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, float, float], memory: float) -> bool:
+    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, ...], memory: float) -> bool:
         old = (*fit.theta, fit.memory)
         new = (*theta, memory)
-        if all(abs(n / o - 1) <= limit for n, o, limit in zip(new, old, (MOVE, MOVE, MOVE_FORM, MOVE))):
+        if all(abs(n / o - 1) <= limit for n, o, limit in zip(new, old, _LIMITS)):
             return False
         fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
         fit.moves.append((fit.seen, *theta[:2]))
@@ -221,19 +242,22 @@ class CostCalibrator:
         scales = self.scales()
         self.cost = rescaled(self.base, scales, f"calibrated-v{self.version}")
         self.published = self.version, tuple((m, *s) for m, s in sorted(scales.items()))
+        self._applied = {m: _applied(s) for m, s in scales.items()}
         self._derived(self.cost)
 
     def scales(self) -> dict[str, tuple[float, ...]]:
-        """Per model ``(time, quadratic, memory[, fixed])`` scales of the current version over the shipped
-        profile (``rlsched.sim.truth.rescaled``'s terms: time scales every time coefficient, quadratic the
-        attention term once more, fixed the step's floor and per-forward terms once more — given only when it
-        is not 1; memory holds the device's ``room``)."""
+        """Per model ``(time, quadratic, memory[, fixed, encode, decode, comm])`` scales of the current version
+        over the shipped profile (``rlsched.sim.truth.rescaled``'s terms: time scales every time coefficient,
+        quadratic the attention term once more, and each of ``FORMS`` its part once more — 1 when within
+        ``FORM_TOLERANCE`` of θ₁, and left off the end when it and those after it are 1, so a fit of the
+        profile's form publishes the three scales it always did; memory holds the device's ``room``)."""
         out: dict[str, tuple[float, ...]] = {}
         for m in self.base.models:
             f = self._fits.get(m) or _ModelFit()
-            fixed = f.theta[2] / f.theta[0]
-            form = (fixed,) if abs(fixed - 1.0) > FORM_TOLERANCE else ()
-            s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room, *form)
+            forms = [t / f.theta[0] if abs(t / f.theta[0] - 1.0) > FORM_TOLERANCE else 1.0 for t in f.theta[2:]]
+            while forms and forms[-1] == 1.0:
+                forms.pop()
+            s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room, *forms)
             if s != (1.0, 1.0, 1.0):
                 out[m] = s
         return out
@@ -242,8 +266,8 @@ class CostCalibrator:
         """Version, the device's memory ``room``, per-model scales (memory: the one decisions use, ``room``
         included) and evidence (batches seen), for logs and results."""
         return {"version": self.version, "room": self.room, "models": {
-            m: {"time": f.theta[0], "attention": f.theta[1], "fixed": f.theta[2], "memory": f.memory * self.room,
-                "batches": f.seen,
+            m: {"time": f.theta[0], "attention": f.theta[1], **dict(zip(FORMS, f.theta[2:])),
+                "memory": f.memory * self.room, "batches": f.seen,
                 "last_moved_at_batch": f.moved_at, "moves": list(f.moves)}
             for m, f in self._fits.items()}}
 
@@ -373,33 +397,65 @@ def _memory(m: Any) -> tuple[float, ...] | None:
     return None if m is None else tuple(getattr(m, k) for k in MEMORY_TERMS)
 
 
-def _solve(s: list[list[float]], b: list[float], prior: float) -> tuple[float, float, float]:
-    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + (θ₂ − θ₁)² + (θ₃ − θ₁)²), each θ clipped to
-    [LOW, HIGH].
-
-    The prior pulls the time scale to the profile's and the attention and fixed scales to the time scale:
-    where the batches seen do not tell the terms apart (one shape, or every step on the floor), a GPU that
-    is uniformly slower stays uniformly slower rather than half-way back to the profile's form. Three
-    unknowns: Cramer's rule (no linear-algebra import in the simulator's inner loop). The fixed scale's tie
-    weighs what the attention scale's does: stronger (tried up to 50 times) slowed a GPU of another form (an A100
-    under an H200 profile: fixed ×0.26 of time) for hundreds of batches, its attention held at the bound."""
-    z, p = prior * ANCHOR, prior
-    a = [[s[0][0] + z + p + p, s[0][1] - p, s[0][2] - p],  # the ties of θ₂ and θ₃, term by term
-         [s[1][0] - p, s[1][1] + p, s[1][2]],
-         [s[2][0] - p, s[2][1], s[2][2] + p]]
-    rhs = [b[0] + z, b[1], b[2]]
-    det = _det3(a)
-    t1, t2, t3 = [_clip(_det3([row[:i] + [r] + row[i + 1:] for row, r in zip(a, rhs)]) / det) for i in range(3)]
-    return t1, t2, t3
+def _ties(prior: float) -> np.ndarray:
+    """The ridge prior's matrix: ``prior``·(``ANCHOR``·(θ₁ − 1)² + Σⱼ (θⱼ − θ₁)²) is θᵀPθ − 2·``prior``·``ANCHOR``·θ₁
+    + const."""
+    n = len(TERMS)
+    tie = np.zeros((n, n))
+    for j in range(1, n):
+        tie[0, 0] += prior
+        tie[j, j] += prior
+        tie[0, j] = tie[j, 0] = -prior
+    tie[0, 0] += prior * ANCHOR
+    return tie
 
 
-def _det3(m: list[list[float]]) -> float:
-    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+def _solve(s: np.ndarray, b: np.ndarray, tie: np.ndarray, anchor: float) -> tuple[float, ...]:
+    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + Σⱼ₌₂..₆ (θⱼ − θ₁)²), each θ clipped to [LOW, HIGH]
+    (``tie``: ``_ties(prior)``; ``anchor``: prior·``ANCHOR``).
+
+    The prior pulls the time scale to the profile's and every other term's scale to the time scale: where the
+    batches seen do not tell the terms apart (one shape, or every step on the floor; no SP, so no
+    communication), a GPU that is uniformly slower stays uniformly slower rather than half-way back to the
+    profile's form. Every term's tie weighs the same: stronger on the fixed scale (tried up to 50 times)
+    slowed a GPU of another form (an A100 under an H200 profile: fixed ×0.26 of time) for hundreds of batches,
+    its attention held at the bound."""
+    rhs = b.copy()
+    rhs[0] += anchor
+    theta = np.linalg.solve(s + tie, rhs)
+    return tuple(_clip(float(t)) for t in theta)
 
 
 def _clip(v: float) -> float:
     return min(max(v, LOW), HIGH)
+
+
+def _ends(batch: Sequence[RequestRecord], step_mode: bool, overhead_ms: float, overhead_ms_per_mpx: float,
+          steps_done: Sequence[int]) -> tuple[float, float, float]:
+    """(overheads, encode, decode) of ``batch`` as ``CostModel.batch_duration`` adds them (``cost._wave``):
+    every member's in request mode; in step mode a member's encode at its first step, its decode and host time
+    at its last."""
+    overhead, encode, decode = overhead_ms / 1e3, 0.0, 0.0
+    for r, done in zip(batch, steps_done):
+        q = r.request
+        if not step_mode or done == 0:
+            encode += r.encode_s
+        if not step_mode or done + 1 == q.num_inference_steps:
+            decode += r.decode_s
+            overhead += q.height * q.width * q.num_frames / 1e6 * overhead_ms_per_mpx / 1e3
+    return overhead, encode, decode
+
+
+def _applied(scales: tuple[float, ...]) -> tuple[float, ...]:
+    """The scales of ``TERMS`` that ``rescaled(…, scales)`` applies to a model (``CostCalibrator.scales``)."""
+    time, quad, _, *forms = scales
+    forms += [1.0] * (len(FORMS) - len(forms))
+    return (time, time * quad, *(time * f for f in forms))
+
+
+_ONES = (1.0,) * len(TERMS)
+_LIMITS = (MOVE, MOVE, *(MOVE_FORM,) * len(FORMS), MOVE)
+"""How far each of θ₁…θ₆ and the memory scale must change to move a version (``_move``)."""
 
 
 __all__ = ["HIGH", "LOW", "MOVE", "OOM_MARGIN", "ROOM_HIGH", "CostCalibrator", "Recosting", "refresh"]

@@ -369,6 +369,12 @@ class TruthSpec(Strict):
     """Multiplies the attention term (∝ tokens²) once more."""
     memory_scale: TruthScale = 1.0
     """Multiplies the per-request memory (activations, decode peak)."""
+    encode_scale: TruthScale = 1.0
+    """Multiplies the text/condition encode once more."""
+    decode_scale: TruthScale = 1.0
+    """Multiplies the VAE decode once more (memory-bandwidth bound: another GPU's differs in form)."""
+    comm_scale: TruthScale = 1.0
+    """Multiplies the sequence- and CFG-parallel communication terms once more (PCIe against NVLink)."""
     cache: CacheTruthSpec | None = None
     """A cache backend skipping a hidden per-request share of the denoise steps (below; a preset's name
     alone: ``cache: teacache``); none: every step runs."""

@@ -7,6 +7,8 @@ backend, ``torch.compile``, FP8, step skipping). ``Truth`` says how: execute on 
     truth: {time_scale: 1.3}                  # every time term 30 % slower than believed
     truth: {quadratic_scale: 2.0}             # the attention term (∝ tokens²) twice the belief: shape-dependent
     truth: {memory_scale: 1.15}               # activations and decode peaks 15 % above the belief
+    truth: {decode_scale: 1.4}                # the VAE decode 40 % slower, the rest as believed
+    truth: {comm_scale: 3}                    # SP/CFG communication 3x the belief (PCIe, not NVLink)
     truth: {profile: qwen-image-a100-vllm-omni}  # another profile altogether (its GPU memory too)
     truth: {cache: teacache}                  # a cache backend skips a hidden share of each request's steps
 
@@ -20,14 +22,21 @@ What a deployment hides, as truths (issue 46):
   ``time_scale: 0.65``); an attention-only one (a faster attention kernel: FlashAttention-3, SageAttention)
   is ``quadratic_scale`` below 1;
 * **a GPU of another form**: ``profile:`` of another GPU *and* model family, whose coefficients differ in
-  form (the fixed, linear and attention terms in other proportions), not by one scale.
+  form (the fixed, linear and attention terms in other proportions), not by one scale; or the shipped
+  profile with one part of a request's time scaled alone: ``encode_scale`` (the text encoder),
+  ``decode_scale`` (the VAE decode: memory-bandwidth bound, so a GPU whose bandwidth is a smaller share of
+  its FLOPs — an L40S's 864 GB/s against 362 TFLOPS, an H100's 3,350 against 989 — decodes slower than its
+  transformer steps say) and ``comm_scale`` (the sequence-parallel and CFG-parallel communication: PCIe
+  instead of NVLink).
 
 The simulator then runs every batch (its duration, its memory, the OOM check) at the true cost, while
 policies, routers, the central queue and every published prediction read the scenario's ``profile:`` —
 exactly what a deployed scheduler holds. SLOs stay ``slo_scale`` × the believed standalone time: the
 number a user wrote against the profile. Scales multiply a model's coefficients: ``time_scale`` every
 time term (step floor, fixed, linear and attention terms, encode, decode, the SP and CFG-parallel
-communication terms), ``quadratic_scale`` the attention term once more, ``memory_scale`` the per-request
+communication terms), ``quadratic_scale`` the attention term once more, ``encode_scale`` the encode,
+``decode_scale`` the decode and ``comm_scale`` the SP and CFG-parallel communication terms once more
+(every one of them, the latency of the CFG exchange included), ``memory_scale`` the per-request
 memory (activations and decode peak; the weights are known to the byte). ``profile:`` applies to the
 replicas on the scenario's profile; a replica group that names its own profile keeps it, scaled.
 """
@@ -51,6 +60,9 @@ TIME_TERMS = (*STEP_TERMS, "encode_s", "decode_s_per_mpx")
 """What ``time_scale`` multiplies on a model (and ``SP_TIME_TERMS`` of its ``sp`` block)."""
 SP_TIME_TERMS = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_comm_s_per_mtok",
                  "ring_sync_s_per_degree")
+FORM_TERMS = ("fixed", "encode", "decode", "comm")
+"""The parts of a model's time that a scale tuple may scale once more, after ``(time, quadratic, memory)``
+(``rescaled``; the calibration's form terms)."""
 FIXED_TERMS = ("floor_s", "a_s")
 """A step's terms that do not grow with its tokens (what the calibration's ``fixed`` scale multiplies)."""
 MEMORY_TERMS = ("act_gb_per_ktok", "vae_gb_per_mpx")
@@ -66,6 +78,10 @@ class Truth:
     time_scale: float = 1.0
     quadratic_scale: float = 1.0
     memory_scale: float = 1.0
+    encode_scale: float = 1.0
+    decode_scale: float = 1.0
+    comm_scale: float = 1.0
+    """The SP and CFG-parallel communication terms (a one-GPU layout has none)."""
     cache: CacheSkip | None = None
     """A cache backend's hidden per-request skipping (a ``truth.cache`` mapping is read into one)."""
 
@@ -76,8 +92,12 @@ class Truth:
     @property
     def exact(self) -> bool:
         """The profile is the truth (no ``truth:``, or one that changes nothing)."""
-        return (not self.profile and self.time_scale == self.quadratic_scale == self.memory_scale == 1.0
-                and self.cache is None)
+        return not self.profile and self.cache is None and all(s == 1.0 for s in self._scales())
+
+    def _scales(self) -> tuple[float, ...]:
+        """``rescaled``'s ``(time, quadratic, memory, fixed, encode, decode, comm)``."""
+        return (self.time_scale, self.quadratic_scale, self.memory_scale, 1.0, self.encode_scale,
+                self.decode_scale, self.comm_scale)
 
     def apply(self, belief: CostModel, own_profile: bool = False) -> CostModel | None:
         """The true cost of a replica whose decisions read ``belief`` (its profile at one GPU);
@@ -86,7 +106,8 @@ class Truth:
         if self.exact:
             return None
         base = load_profile(self.profile) if self.profile and not own_profile else belief
-        true = scaled(base, self.time_scale, self.quadratic_scale, self.memory_scale)
+        scales = self._scales()
+        true = base if all(s == 1.0 for s in scales) else rescaled(base, dict.fromkeys(base.models, scales), "truth")
         if self.cache is None:
             return true
         return dataclasses.replace(true, name=f"{true.name}×cache", cache=self.cache.fresh())
@@ -111,8 +132,9 @@ class Truth:
     def label(self) -> str:
         """Short text for tables and logs: ``profile=X time×1.3 attn×2 mem×1.15`` (``exact``)."""
         parts = [f"profile={self.profile}"] if self.profile else []
-        parts += [f"{what}×{scale:g}" for what, scale in (("time", self.time_scale), ("attn", self.quadratic_scale),
-                                                           ("mem", self.memory_scale)) if scale != 1.0]
+        parts += [f"{what}×{scale:g}" for what, scale in (
+            ("time", self.time_scale), ("attn", self.quadratic_scale), ("mem", self.memory_scale),
+            ("encode", self.encode_scale), ("decode", self.decode_scale), ("comm", self.comm_scale)) if scale != 1.0]
         parts += [f"cache={self.cache.label()}"] if self.cache is not None else []
         return " ".join(parts) or "exact"
 
@@ -147,23 +169,28 @@ def scaled(cost: CostModel, time_scale: float = 1.0, quadratic_scale: float = 1.
 
 
 def rescaled(cost: CostModel, scales: dict[str, tuple[float, ...]], tag: str) -> CostModel:
-    """``cost`` with each named model's coefficients scaled by its ``(time, quadratic, memory[, fixed])``
-    (models not named keep theirs; ``fixed``, default 1, scales the step's fixed terms — floor and per-forward
-    cost — once more), named ``NAME×tag``; the class (a layout's cost) and every other field kept."""
+    """``cost`` with each named model's coefficients scaled by its ``(time, quadratic, memory[, fixed, encode,
+    decode, comm])`` (models not named keep theirs; each of ``FORM_TERMS``, default 1, scales its part once
+    more: ``fixed`` the step's floor and per-forward cost, ``encode`` the encode, ``decode`` the decode,
+    ``comm`` the SP and CFG-parallel communication), named ``NAME×tag``; the class (a layout's cost) and every
+    other field kept."""
     models = {name: _scaled_model(m, *scales[name]) if name in scales else m for name, m in cost.models.items()}
     return dataclasses.replace(cost, name=f"{cost.name}×{tag}", models=models)
 
 
-def _scaled_model(m: ModelCost, time: float, quad: float, memory: float, fixed: float = 1.0) -> ModelCost:
+def _scaled_model(m: ModelCost, time: float, quad: float, memory: float, fixed: float = 1.0, encode: float = 1.0,
+                  decode: float = 1.0, comm: float = 1.0) -> ModelCost:
     changes: dict[str, object] = {k: getattr(m, k) * time for k in TIME_TERMS}
     changes["c_s_per_gtok2"] = m.c_s_per_gtok2 * time * quad
     for k in FIXED_TERMS:
         changes[k] = getattr(m, k) * time * fixed
+    changes["encode_s"] = m.encode_s * time * encode
+    changes["decode_s_per_mpx"] = m.decode_s_per_mpx * time * decode
     changes.update({k: getattr(m, k) * memory for k in MEMORY_TERMS})
     if m.sp is not None:
-        changes["sp"] = _scaled_sp(m.sp, time)
+        changes["sp"] = _scaled_sp(m.sp, time * comm)
     if m.cfg_parallel is not None:
-        changes["cfg_parallel"] = _scaled_cfg(m.cfg_parallel, time)
+        changes["cfg_parallel"] = _scaled_cfg(m.cfg_parallel, time * comm)
     return dataclasses.replace(m, **changes)
 
 
@@ -176,5 +203,5 @@ def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
                                link_gb_s=cfg.link_gb_s / time if time > 0 else math.inf)  # time 0: no exchange
 
 
-__all__ = ["BELIEFS", "EXACT", "FIXED_TERMS", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS", "TIME_TERMS", "Truth",
-           "decided_on", "rescaled", "scaled"]
+__all__ = ["BELIEFS", "EXACT", "FIXED_TERMS", "FORM_TERMS", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS",
+           "TIME_TERMS", "Truth", "decided_on", "rescaled", "scaled"]

@@ -54,6 +54,7 @@ def test_the_fixed_scale_travels_in_the_published_state_and_the_log_and_the_writ
     line = (f"rlsched: cost profile qwen-image-h200-vllm-omni calibrated, version {version}: qwen-image time "
             f"x{t:.3f}, attention x{q:.3f}, memory x{mem:.3f}, fixed x{fixed:.3f}")
     _, _, logged = scales_from_log(line, "server.log")
-    assert logged["qwen-image"] == pytest.approx((t, q, mem, fixed), rel=1e-3)
+    # the log line carries 3 decimals: a fixed scale near 0.26 reads back up to 0.5e-3 / 0.26 = 1.9e-3 off
+    assert logged["qwen-image"] == pytest.approx((t, q, mem, fixed), rel=2e-3)
     written = profile_from_dict(calibrated_profile("qwen-image-h200-vllm-omni", logged, "test"), "calibrated")
     assert written.model("qwen-image").a_s == pytest.approx(cal.cost.model("qwen-image").a_s, rel=2e-3)
