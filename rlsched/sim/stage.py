@@ -40,75 +40,13 @@ from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
 from rlsched.errors import ConfigError, InvalidDecision, InvalidRequest
+from rlsched.sim.central import CENTRAL_LEAD_S, CentralQueue, next_batch, next_batch_s, takes_next_batch
 from rlsched.sim.cost import CostModel
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig, Simulator
 from rlsched.sim.view import Decision, SchedulingPolicy, StageView
 
 INF = math.inf
-CENTRAL_LEAD_S = 0.05
-"""Late binding, request mode: how long before a replica's running wave is predicted to end the central
-queue sends it its next batch (wall-clock seconds at time scale 1). It covers the send from the API
-process to the replica (a few ms on one host) and the dispatcher's wake-up; the engine's central pool
-uses the same rule with this lead (``extras.rlsched_router.lead_ms``)."""
-
-
-def takes_next_batch(queued: int, running: bool, end_s: float, now: float, step_mode: bool,
-                     lead_s: float = CENTRAL_LEAD_S) -> bool:
-    """The one rule of late binding, for the simulator and the engine's central pool alike: a replica
-    takes its next batch from the central queue when nothing is queued there and it is idle, or — in
-    request mode — its running wave is predicted to end within ``lead_s`` (one wave ahead). A step-mode
-    replica takes requests at every step boundary and runs minutes-long requests: only when idle."""
-    if queued:
-        return False
-    if not running:
-        return True
-    return not step_mode and end_s - now <= lead_s
-
-
-def next_batch_s(queued: int, running: bool, end_s: float, step_mode: bool, lead_s: float = CENTRAL_LEAD_S) -> float:
-    """When a busy replica comes to take its next batch by ``takes_next_batch``'s rule (its wave's predicted
-    end less the lead); INF when the rule will not make it take one as its wave runs on (something queued,
-    step mode, nothing running)."""
-    if queued or step_mode or not running or end_s == INF:
-        return INF
-    return end_s - lead_s
-
-
-class _Candidates:
-    """Late binding: the replicas that may take the central queue's next batch, lowest first — a superset of
-    those ``takes_next_batch`` lets (each is checked when visited), so that a dispatch reads the replicas that
-    were free, or whose state or clock has moved since (an event, a batch, a hold or a wave's lead running
-    out), not the whole fleet: at 1,024 replicas under overload the scan read ~860 replicas a dispatch and
-    took three quarters of the run (issue 50). A replica found not free leaves until it is ``mark``-ed (its
-    state moved: the stage marks every replica it touches) or its timer (``at``: a hold's end, its wave's
-    end less the lead) comes due."""
-
-    def __init__(self, n: int) -> None:
-        self._heap = list(range(n))  # ascending: already a heap
-        self._in = set(self._heap)
-        self._timers: list[tuple[float, int]] = []
-
-    def mark(self, r: int) -> None:
-        if r not in self._in:
-            self._in.add(r)
-            heappush(self._heap, r)
-
-    def at(self, t: float, r: int) -> None:
-        """Mark ``r`` again at ``t`` (a little before: a timer early by rounding is checked, one late is not)."""
-        heappush(self._timers, (t - 1e-9 * max(1.0, abs(t)), r))
-
-    def due(self, now: float) -> None:
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            self.mark(heappop(timers)[1])
-
-    def pop(self) -> int | None:
-        if not self._heap:
-            return None
-        r = heappop(self._heap)
-        self._in.discard(r)
-        return r
 
 
 @dataclass(frozen=True)
@@ -171,19 +109,13 @@ class Stage:
         self.now = 0.0
         self.routed: dict[int, int] = {}
         """Request id -> the replica it was routed (or, late binding, handed) to."""
-        self.hubs: list[Simulator] = []
-        """Late binding: the central queue, one view (a simulator that never runs a batch itself)
-        per replica kind, in order of each kind's first replica."""
-        self._kind: list[int] = []
-        """Late binding: replica index -> its kind's index in ``hubs``."""
+        self.central_queue = CentralQueue()
+        """Late binding: the central queue (``rlsched.sim.central``, the engine's central pool's too), one view
+        (a simulator that never runs a batch itself) per replica kind: ``hubs``."""
         self.lead_s = CENTRAL_LEAD_S
         """Late binding: ``takes_next_batch``'s lead (seconds on this stage's clock)."""
         self._woken_for: list[float] = []
         """Late binding: per replica, the running wave whose end (less the lead) already woke the stage."""
-        self._held_until: list[float] = []
-        """Late binding: per replica, until when a central decision holds it idle (``Hold``)."""
-        self._candidates = _Candidates(0)
-        """Late binding: the replicas a dispatch visits (``_Candidates``; every replica when a run opens)."""
         self.dispatching: int | None = None
         """Late binding: the replica a central policy is deciding for, during its ``decide`` (a
         look-ahead teacher forks the stage for it: ``fork_deciding``); None between decisions."""
@@ -275,12 +207,13 @@ class Stage:
                 while sim.next_event_s() == t:
                     sim.fire_next()
                 if hubs and r < hub:
-                    self._candidates.mark(r)
+                    self.central_queue.mark(r)
             while self._next < n and arrivals[self._next].arrival_s == t:
                 self._next += 1  # consumed before routing: a fork taken by the router holds what is still to come
                 req = arrivals[self._next - 1]
                 if hubs:
-                    touched.append(self._hold(req))
+                    self.central_queue.park(req, self.now)
+                    touched.append(hub)
                 else:
                     touched.append(self._bind_routed(req, (yield req), who))
             if hubs:
@@ -294,7 +227,7 @@ class Stage:
                 while sim.needs_decision:
                     sim.apply(policy.decide(sim.policy_view()))
                 if hubs:
-                    self._candidates.mark(r)
+                    self.central_queue.mark(r)
             for r in touched:
                 tr = times[r] = self._ahead(r) if hubs and r < hub else sims[r].next_event_s()
                 if tr != INF:
@@ -347,9 +280,8 @@ class Stage:
         ahead = [] if future_s == 0 else [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s]
         fork = Stage(ahead, self.specs, self.horizon_s if horizon_s is None else horizon_s, self.seed, calibrate=False)
         fork.replicas = [sim.fork(0.0) for sim in self.replicas]
-        fork.hubs = [view.fork(0.0) for view in self.hubs]
-        fork._kind, fork._woken_for, fork.lead_s = list(self._kind), list(self._woken_for), self.lead_s
-        fork._held_until = list(self._held_until)
+        fork.central_queue = self.central_queue.fork(_fork_view)
+        fork._woken_for, fork.lead_s = list(self._woken_for), self.lead_s
         fork.now = self.now
         fork.routed = {rid: r for r, sim in enumerate(fork.replicas) for rid in sim.records}
         return fork
@@ -386,21 +318,23 @@ class Stage:
 
     # ----------------------------------------------------------- late binding
     @property
+    def hubs(self) -> list[Simulator]:
+        """Late binding: the central queue's views, one per replica kind (``CentralQueue.views``)."""
+        return self.central_queue.views
+
+    @property
     def central(self) -> Simulator | None:
         """The central queue (its first view); None under early binding."""
         return self.hubs[0] if self.hubs else None
 
     def _open_central(self, make: Callable[[], SchedulingPolicy]) -> list[SchedulingPolicy]:
-        self._candidates = _Candidates(len(self.replicas))
+        queue = self.central_queue
+        queue.reset_candidates(range(len(self.replicas)))
+        # a replica's cost: what the shipped profile became before its first decision (the device's memory)
         if not self.hubs:  # a fork has its parent's views already
-            kinds: dict[tuple[int, ServingConfig], int] = {}
-            for spec in self.specs:
-                self._kind.append(kinds.setdefault((id(spec.cost), spec.serving), len(kinds)))
-            firsts = [self._kind.index(i) for i in range(len(kinds))]
-            # a replica's cost: what the shipped profile became before its first decision (the device's memory)
-            self.hubs = [Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s) for r in firsts]
+            queue.open([(r, spec.cost, spec.serving) for r, spec in enumerate(self.specs)],
+                       lambda r: Simulator([], self.replicas[r].cost, self.specs[r].serving, self.horizon_s))
             self._woken_for = [INF] * len(self.replicas)
-            self._held_until = [-INF] * len(self.replicas)
         policies = []
         for view in self.hubs:
             policy = make()
@@ -414,7 +348,7 @@ class Stage:
             sim.on_finish.append(forward)
             # a replica's new calibration reaches its kind's central view (the engine's central pool takes it
             # from the replica's next published state: milliseconds later, not modelled)
-            sim.on_calibrate.append(partial(_adopt_in, self.hubs[self._kind[r]]))
+            sim.on_calibrate.append(partial(_adopt_in, queue, r))
         return policies
 
     def _forward_finish(self, rec: RequestRecord) -> None:
@@ -422,82 +356,50 @@ class Stage:
             for callback in view.on_finish:
                 callback(rec)
 
-    def _hold(self, req: Request) -> int:
-        for view in self.hubs:
-            view.receive(req, self.now)
-        return len(self.replicas)
-
     def _dispatch(self, policies: list[SchedulingPolicy], start: int = 0, decided: Decision | None = None) -> list[int]:
-        """Hand the central policies' batches to idle replicas with nothing queued, lowest first
-        (each decided in that replica's kind's view); returns the simulators touched (the
-        replicas served, and the central views). A fork goes on from replica ``start``, whose
+        """Hand the central policies' batches to the replicas that take their next batch, lowest first
+        (``CentralQueue.visit``; each decided in that replica's kind's view); returns the simulators touched
+        (the replicas served, and the central views). A fork goes on from replica ``start``, whose
         decision is ``decided`` (its kind's view woken for it at the instant forked)."""
-        touched = list(range(len(self.replicas), len(self.replicas) + len(self.hubs)))
-        woken = [decided is not None and self._kind[start] == k for k in range(len(self.hubs))]
-        candidates, keep = self._candidates, []
-        candidates.due(self.now)
-        while self.hubs[0].waiting:
-            r = candidates.pop()  # lowest first, as a scan of every replica would visit them
-            if r is None:
-                break
-            if r < start:  # a fork resumed at replica ``start``: the lower ones wait for the next dispatch
-                keep.append(r)
-                continue
+        queue, n = self.central_queue, len(self.replicas)
+        touched = list(range(n, n + len(queue.views)))
+        for r in queue.visit(self.now, self._takes, start, decided is not None):
             sim = self.replicas[r]
-            if self.now < self._held_until[r]:
-                candidates.at(self._held_until[r], r)
-                continue
-            busy = sim.gpu_end_s != INF
-            running = busy or bool(sim.running)
-            if not takes_next_batch(len(sim.waiting), running, sim.predicted_end_s, self.now, sim.step_mode,
-                                    self.lead_s):
-                due = next_batch_s(len(sim.waiting), running, sim.predicted_end_s, sim.step_mode, self.lead_s)
-                if due != INF:
-                    candidates.at(due, r)
-                continue
-            keep.append(r)  # free now: it stays a candidate whatever this dispatch gives it
-            if busy:
+            if sim.gpu_end_s != INF:
                 self._woken_for[r] = sim.predicted_end_s
-            k = self._kind[r]
-            view = self.hubs[k]
-            if not woken[k]:  # a replica is free: its kind's policy decides again (as after any event)
-                view.now, woken[k] = self.now, True
-                view.wake()
+            k, view = queue.view_for(r, self.now)
             if not view.needs_decision:
                 continue
-            if decided is not None and r == start:
-                decision = decided
-            else:
-                self.dispatching = r
-                try:
-                    decision = policies[k].decide(view)
-                finally:
-                    self.dispatching = None
+            decision = decided if decided is not None and r == start else self._decide(policies[k], view, r)
             if decision.reject:
                 view.apply(Decision(reject=decision.reject, reason=decision.reason))
-                self._drop_elsewhere(k, decision.reject)
+                queue.drop_elsewhere(k, decision.reject)
             if isinstance(decision, Hold) and decision.wait_until is not None and decision.wait_until > self.now:
-                self._held_until[r] = decision.wait_until
+                queue.hold(r, decision.wait_until)
                 view.apply(Decision(wait_until=decision.wait_until))  # its timer: the stage decides again then
                 view.wake()  # the view serves the kind's other replicas at once
                 continue
             if not decision.batch:
                 view.apply(Decision(wait_until=decision.wait_until))
                 continue
-            for rec in view.release(decision.batch):
+            for rec in queue.hand_out(k, decision.batch):
                 self.routed[rec.request.id] = r
                 sim.receive(rec.request, self.now)
-            self._drop_elsewhere(k, decision.batch)
             touched.append(r)
-        for r in keep:
-            candidates.mark(r)
         return touched
 
-    def _drop_elsewhere(self, k: int, ids: Sequence[int]) -> None:
-        """Requests that left view ``k`` (handed out or rejected) leave every other view."""
-        for j, other in enumerate(self.hubs):
-            if j != k:
-                other.release(ids)
+    def _takes(self, r: int) -> tuple[bool, float]:
+        """Whether replica ``r`` takes its next batch now, and if not when (``central.next_batch``)."""
+        sim = self.replicas[r]
+        running = sim.gpu_end_s != INF or bool(sim.running)
+        return next_batch(len(sim.waiting), running, sim.predicted_end_s, self.now, sim.step_mode, self.lead_s)
+
+    def _decide(self, policy: SchedulingPolicy, view: Simulator, r: int) -> Decision:
+        self.dispatching = r
+        try:
+            return policy.decide(view)
+        finally:
+            self.dispatching = None
 
     # ----------------------------------------------------------------- views
     @property
@@ -532,8 +434,12 @@ def simulated(stage: StageView, router: str) -> Stage:
     return stage
 
 
-def _adopt_in(hub: Simulator, replica: Simulator) -> None:
-    hub.adopt_cost(replica.cost)
+def _adopt_in(queue: CentralQueue, r: int, replica: Simulator) -> None:
+    queue.adopt(r, replica.cost)
+
+
+def _fork_view(view: Simulator) -> Simulator:
+    return view.fork(0.0)
 
 
 RUN_GC_EVERY = 10_000

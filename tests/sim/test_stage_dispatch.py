@@ -1,4 +1,4 @@
-"""Issue 50: a late-binding dispatch visits the replicas that may be free (``stage._Candidates``), not the whole
+"""Issue 50: a late-binding dispatch visits the replicas that may be free (``central._Candidates``), not the whole
 fleet, and hands out exactly what a scan of every replica, lowest first, would."""
 
 from __future__ import annotations
@@ -6,25 +6,26 @@ from __future__ import annotations
 import pytest
 
 from rlsched.policies import make_policy
-from rlsched.sim import stage as stage_module
-from rlsched.sim.stage import Stage, _Candidates
+from rlsched.sim import central as central_module
+from rlsched.sim.central import _Candidates
+from rlsched.sim.stage import Stage
 from tests.sim.test_stage import outcome, replicas, workload
 
 
 class _EveryReplica(_Candidates):
     """The scan it replaces: every replica is a candidate at every dispatch."""
 
-    def __init__(self, n: int) -> None:
-        super().__init__(n)
-        self.n = n
+    def __init__(self, replicas: range) -> None:
+        super().__init__(replicas)
+        self.all = list(replicas)
 
     def due(self, now: float) -> None:
-        for r in range(self.n):
+        for r in self.all:
             self.mark(r)
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, candidates: type, mode: str, central: str, n: int, rate: float) -> dict:
-    monkeypatch.setattr(stage_module, "_Candidates", candidates)
+    monkeypatch.setattr(central_module, "_Candidates", candidates)
     stage = Stage(workload(400, seed=3, rate=rate), replicas(n, mode), seed=0)
     stage.run([make_policy("fifo") for _ in range(n)], central=lambda: make_policy(central))
     return outcome(stage.records)
@@ -52,7 +53,7 @@ def test_an_overloaded_fleet_dispatch_reads_few_replicas(monkeypatch: pytest.Mon
             dispatches[0] += 1
             super().due(now)
 
-    monkeypatch.setattr(stage_module, "_Candidates", Counting)
+    monkeypatch.setattr(central_module, "_Candidates", Counting)
     n = 64
     stage = Stage(workload(2000, seed=1, rate=8.0), replicas(n), seed=0)
     stage.run([make_policy("fifo") for _ in range(n)], central=lambda: make_policy("edf"))
