@@ -78,18 +78,25 @@ ATTENTION_CEILINGS: dict[str, KernelCeiling] = {
                                "stack on FlashAttention-2 (flash-attn 2.x) reaches ~360 TFLOPS on a B200 "
                                "(meta-pytorch/tritonbench PR #171: 352-362 at head dim 128, 2k-8k tokens): its "
                                "attention runs 4x slower than this", "cuDNN SDPA"),
+    "CDNA3": KernelCeiling(590, 60, "ROCm/aiter op_tests/cpp/mha/README.md, table of the asm kernels (fwd_v3; "
+                           "BF16, head dim 128, non-causal, batch mode): forward attention reaches up to 592 TFLOPS "
+                           "on an MI300X, 527-592 at 4k-10k tokens (338-560 at 1k-2k), 45 % of its 1307. The "
+                           "stacks run AITER there (vLLM-Omni's ROCm platform defaults diffusion attention to its "
+                           "aiter-backed FLASH_ATTN on gfx942; SGLang's diffusion runtime to aiter). A stack on "
+                           "PyTorch SDPA (AOTriton) runs slower (AITER 1.18-1.62x the Triton baseline on an MI300X, "
+                           "midiareshadi.github.io/blog/attn-dsl-bench); one on MoonMath's HIP kernel (1.18x AITER "
+                           "v3, moonmath.ai/cdna3attention) faster", "AITER"),
 }
 """Attention kernel ceilings by generation, each of the kernel the shipped and public stacks run there
-(FlashAttention-2 or PyTorch SDPA's flash backend on Ampere and Hopper, cuDNN's SDPA on Blackwell).
+(FlashAttention-2 or PyTorch SDPA's flash backend on Ampere and Hopper, cuDNN's SDPA on Blackwell, AITER on
+CDNA3).
 
-Ada and CDNA3 are not capped (datasheet × fitted efficiency). Ada: FlashAttention-2's forward reaches 169
-TFLOPS on an RTX 4090 (head dim 128, 2k tokens, FP32 accumulate; apache/tvm ``tl_doc/flash_perf.md``), all
-of the FP32-accumulate peak the table gives it (165.2; GeForce Ada's FP16-accumulate rate, 330, is twice
-that and not what FlashAttention uses), so no cap below the datasheet holds there; no forward figure is
-published for a datacenter Ada part (L40S, L40, L20, L4, RTX 6000 Ada: full-rate FP32 accumulate), and the
-4090's does not transfer to one. CDNA3: the MI300X's kernels (CK FlashAttention-2, AITER, AOTriton) are
-published only relative to each other (AITER 1.18-1.62x Triton; a HIP kernel 1.18x AITER v3), not in
-absolute TFLOPS at a DiT's shape."""
+Ada is not capped (datasheet × fitted efficiency): FlashAttention-2's forward reaches 169 TFLOPS on an RTX
+4090 (head dim 128, 2k tokens, FP32 accumulate; apache/tvm ``tl_doc/flash_perf.md``), all of the
+FP32-accumulate peak the table gives it (165.2; GeForce Ada's FP16-accumulate rate, 330, is twice that and
+not what FlashAttention uses), so no cap below the datasheet holds there; no forward figure is published
+for a datacenter Ada part (L40S, L40, L20, L4, RTX 6000 Ada: full-rate FP32 accumulate), and the 4090's
+does not transfer to one."""
 
 
 GPUS: tuple[GPU, ...] = (
