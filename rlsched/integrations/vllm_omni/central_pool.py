@@ -4,7 +4,7 @@ vLLM-Omni picks a replica and sends a new diffusion request in one step (``submi
 This pool, put in place of stage 0's pool by ``router.install`` when ``extras.rlsched_router.router``
 is ``central``, parks the request instead, in a central queue, and returns at once: the
 orchestrator's loop is never held. A task on that loop (the dispatcher) hands batches to replicas as
-they free, as the simulator's late-binding ``Stage`` does (``rlsched.sim.stage``):
+they free, by the rule the simulator's late-binding ``Stage`` runs too: one ``rlsched.sim.central.CentralQueue``
 
 * a replica is free when it takes its next batch by the simulator's rule (``takes_next_batch``) on
   what it published (``router_pool``: its state, heard through ``poll_diffusion_output``): nothing
@@ -70,8 +70,8 @@ from rlsched.integrations.vllm_omni.safety import check_decision
 from rlsched.integrations.vllm_omni.state import PARKED_KEY, PluginState, drop_client_parking, make_request
 from rlsched.policies import make_policy
 from rlsched.sim.admission import fifo_that_fits
-from rlsched.sim.request import COMPLETED, Request
-from rlsched.sim.stage import next_batch_s, takes_next_batch
+from rlsched.sim.central import CentralQueue, next_batch, next_batch_s
+from rlsched.sim.request import COMPLETED, Request, RequestRecord
 
 PARKED = -1
 """What ``submit_initial`` returns for a parked request: no replica yet. Only stage 0 parks, where the
@@ -98,6 +98,30 @@ class Parked:
     """CFG companions that arrived while this parent was parked: sent right after it, to its replica."""
 
 
+class CentralView(PluginState):
+    """One replica kind's view of the central queue (``rlsched.sim.central.Hub``): a ``PluginState`` of the parked
+    requests, which the kind's central policy decides on; it never runs a batch."""
+
+    needs_decision = True
+    """A free replica's kind decides at every round (the engine's pool has no event that would pause it)."""
+
+    def receive(self, item: tuple[str, Parked], now: float) -> None:
+        rid, parked = item
+        self.add(rid, parked.params, None)
+
+    def receive_dated(self, rid: str, item: Parked) -> None:
+        """``item`` joins, dated back to when it was parked (a view opened or a request put back)."""
+        rec, _ = self.add(rid, item.params, None)
+        rec.request = replace(rec.request, arrival_s=item.entry.arrival_s)  # parked then, due then
+        rec.deadline_s = item.entry.arrival_s + rec.request.slo_s
+
+    def release(self, ids: Sequence[str]) -> list[RequestRecord]:
+        return [rec for rec in map(self.remove, ids) if rec is not None]
+
+    def wake(self) -> None:
+        self.sync(self.waiting, ())  # the clock; the queue is this view's own (no resync)
+
+
 class CentralStagePool(LedgerStagePool):
     """See the module docstring. ``policy``: the central policy (spec or object; default
     ``config.policy``); ``wall``: the monotonic clock of ``stall_ms`` (tests)."""
@@ -110,12 +134,10 @@ class CentralStagePool(LedgerStagePool):
         """The central queue, oldest first (request id -> what to send)."""
         self._flushed: list[tuple[str, Parked]] = []
         """Requests flushed from the queue (bound by vLLM-Omni's rule), to be sent."""
-        self._views: list[PluginState] = []
+        self.central_queue = CentralQueue()
+        """The rule of late binding, the simulator's ``Stage``'s too: one ``CentralView`` (and central policy) per
+        replica kind, the free replicas' order, adopting their calibrations."""
         self._policies: list[Any] = []
-        self._kind_of: dict[int, int] = {}
-        """Replica slot -> its cost model's index in ``_views``."""
-        self._adopted: dict[int, int] = {}
-        """Per replica slot, the calibration version its kind's view last adopted from it."""
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
         super().__init__(stage_id, clients, **kw)
@@ -213,8 +235,7 @@ class CentralStagePool(LedgerStagePool):
         if not self._fits_somewhere(entry):
             return False
         self._parked[request_id] = item
-        for view in self._views:
-            view.add(request_id, params, None)
+        self.central_queue.park((request_id, item), now)
         self._queue_gauge.set(len(self._parked))
         self._kick()
         return True
@@ -259,8 +280,7 @@ class CentralStagePool(LedgerStagePool):
     def _unpark(self, request_id: str) -> Parked | None:
         item = self._parked.pop(request_id, None)
         if item is not None:
-            for view in self._views:
-                view.remove(request_id)
+            self.central_queue.drop_elsewhere(None, [request_id])
             self._queue_gauge.set(len(self._parked))
         return item
 
@@ -270,7 +290,7 @@ class CentralStagePool(LedgerStagePool):
                 item.companions[:] = [(c, p) for c, p in item.companions if c != request_id]
 
     def _history(self, request_id: str) -> None:
-        """A sent request left: the central policies' ``on_finish`` hooks see it (as the simulator's do)."""
+        """A sent request left: the central policies' ``on_finish`` hooks see it (``Stage._forward_finish``)."""
         for view, rec in self._sent_recs.pop(request_id, ()):
             rec.finish_s, rec.status = view.time(), COMPLETED
             for hook in view.on_finish:
@@ -384,26 +404,25 @@ class CentralStagePool(LedgerStagePool):
             self._flush("stalled")
         self._wait_until = math.inf
         plans = []
-        woken: set[int] = set()
-        for slot in self._ledger.slots:
-            if not self._parked:
-                break
-            if not self._free(slot):
-                continue
-            batch = self._decide(slot, woken)
+        for slot in self.central_queue.visit(now, self._takes, among=self._ledger.slots):
+            batch = self._decide(slot, now)
             if batch:
                 plans.append((slot, batch))
         return plans
 
     def _free(self, slot: int) -> bool:
-        """Whether ``slot`` takes its next batch now (module docstring); the views are at this round's clock."""
+        return self._takes(slot)[0]
+
+    def _takes(self, slot: int) -> tuple[bool, float]:
+        """Whether ``slot`` takes its next batch now (module docstring; ``central.next_batch``), and if not when;
+        the views are at this round's clock."""
         if self.clients[slot] is None or not self.is_replica_available(slot):
-            return False
+            return False, math.inf
         view = self._ledger.views.get(slot)
         if view is None or view.fallback is not None:  # the ledger alone: once nothing sent there is unfinished
-            return self._ledger.outstanding(slot) == 0
-        return takes_next_batch(len(view.waiting), bool(view.running), view.gpu_end_s, view.now, view.step_mode,
-                                self._lead_s)
+            return self._ledger.outstanding(slot) == 0, math.inf
+        return next_batch(len(view.waiting), bool(view.running), view.gpu_end_s, view.now, view.step_mode,
+                          self._lead_s)
 
     def _state_heard(self, slot: int) -> None:
         self._adopt_calibration(slot)
@@ -412,24 +431,17 @@ class CentralStagePool(LedgerStagePool):
 
     def _adopt_calibration(self, slot: int) -> None:
         """A replica published a new calibration (``routing.views``): its kind's central view decides on it
-        from now on, as the simulator's central queue adopts its replicas' (``Stage._open_central``)."""
+        from now on (``CentralQueue.adopt``, once per version)."""
         with self._lock:
-            view, k = self._ledger.views.get(slot), self._kind_of.get(slot)
-            if view is None or k is None or k >= len(self._views):
-                return
-            if self._adopted.get(slot, 0) == view.calibration_version:
-                return
-            self._adopted[slot] = view.calibration_version
-            self._views[k].adopt_cost(view.cost)
+            view = self._ledger.views.get(slot)
+            if view is not None:
+                self.central_queue.adopt(slot, view.cost, view.calibration_version)
 
-    def _decide(self, slot: int, woken: set[int]) -> list[tuple[str, Parked]]:
+    def _decide(self, slot: int, now: float) -> list[tuple[str, Parked]]:
         """The central policy's batch for ``slot`` (bound, out of the queue), or the fallback's when its decision
         is not used (``_fifo_that_fits``); [] to wait."""
-        k = self._kind_of[slot]
-        view, policy = self._views[k], self._policies[k]
-        if k not in woken:
-            view.sync(list(self._parked), ())
-            woken.add(k)
+        k, view = self.central_queue.view_for(slot, now)
+        policy = self._policies[k]
         reason, checked = self._guard.call(_checked_decision, (policy, view))
         if reason is None:
             (reason, ids), decision = checked
@@ -444,15 +456,17 @@ class CentralStagePool(LedgerStagePool):
 
     def _take(self, slot: int, names: Sequence[str]) -> list[tuple[str, Parked]]:
         """Out of the queue and bound to ``slot`` (before any send: an abort from now on releases the binding)."""
-        recs = {id(v): [(v, v.records[v.int_id(n)]) for n in names] for v in self._views}
+        queue = self.central_queue
+        recs = [[(v, v.records[v.int_id(n)]) for n in names] for v in queue.views]
+        queue.hand_out(queue.kind(slot), names)
         out = []
         for i, name in enumerate(names):
-            self._sent_recs[name] = [pairs[i] for pairs in recs.values()]
-            item = self._unpark(name)
-            assert item is not None
+            self._sent_recs[name] = [pairs[i] for pairs in recs]
+            item = self._parked.pop(name)
             for rid, it in [(name, item), *item.companions]:
                 self._bind(rid, slot, it.entry, "central")
                 out.append((rid, it))
+        self._queue_gauge.set(len(self._parked))
         self.central_log.append((slot, tuple(names)))
         self.router_decisions += len(out)
         self._decided.inc(len(out))
@@ -526,8 +540,8 @@ class CentralStagePool(LedgerStagePool):
         with self._lock:
             self.release_binding_only(rid)
             self._parked = {rid: item, **self._parked}
-            for view in self._views:
-                self._view_add(view, rid, item)
+            for view in self.central_queue.views:
+                view.receive_dated(rid, item)
             self._queue_gauge.set(len(self._parked))
         self._kick()
 
@@ -573,37 +587,31 @@ class CentralStagePool(LedgerStagePool):
     def _follow_live(self, gone: int | None = None) -> None:
         before = list(self._ledger.slots)
         super()._follow_live(gone)
-        if self._ledger.slots != before or not self._views:
+        if self._ledger.slots != before or not self.central_queue.views:
             self._open_views()
 
     def _open_views(self) -> None:
-        """One ``PluginState`` (and central policy) per distinct replica cost model, holding the parked
-        requests (at their own arrival and deadline), as the simulator keeps one per replica kind."""
-        kinds: dict[int, tuple[int, Any]] = {}
-        for slot in self._ledger.slots or [0]:
-            cost = self._cost_of(slot)
-            self._kind_of[slot] = kinds.setdefault(id(cost), (len(kinds), cost))[0]
-        costs = [cost for _, cost in kinds.values()]
-        if len(costs) == len(self._views) and all(v.shipped is c for v, c in zip(self._views, costs)):
-            return
-        self._views, self._adopted = [], {}
-        for cost in costs:
-            view = PluginState(cost, self._ledger.config, self.router_settings, clock=self._clock)
-            view._t0 = self._t0  # one clock with the ledger
-            for rid, item in self._parked.items():
-                self._view_add(view, rid, item)
-            self._views.append(view)
-        self._policies = [None] * len(self._views)
-        self._reset_policies()
+        """The central queue's kinds over the live replicas (``CentralQueue.open``): a ``CentralView`` (and central
+        policy) per replica kind, holding the parked requests at their own arrival and deadline."""
+        slots = self._ledger.slots or [0]
+        if self.central_queue.open([(slot, self._cost_of(slot), self._ledger.config) for slot in slots],
+                                   self._new_view):
+            self._policies = [None] * len(self.central_queue.views)
+            self._reset_policies()
 
-    @staticmethod
-    def _view_add(view: PluginState, rid: str, item: Parked) -> None:
-        rec, _ = view.add(rid, item.params, None)
-        rec.request = replace(rec.request, arrival_s=item.entry.arrival_s)  # parked then, due then
-        rec.deadline_s = item.entry.arrival_s + rec.request.slo_s
+    def _new_view(self, slot: int) -> CentralView:
+        view = CentralView(self._cost_of(slot), self._ledger.config, self.router_settings, clock=self._clock)
+        view._t0 = self._t0  # one clock with the ledger
+        for rid, item in self._parked.items():
+            view.receive_dated(rid, item)
+        return view
+
+    @property
+    def _views(self) -> list[CentralView]:
+        return self.central_queue.views
 
     def _reset_policies(self) -> None:
-        for k, view in enumerate(self._views):
+        for k, view in enumerate(self.central_queue.views):
             policy = self._new_policy()
             policy.reset(view)
             self._policies[k] = policy
