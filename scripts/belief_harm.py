@@ -17,13 +17,22 @@ above it (``memory_scale: 1.15``), and the H200 profile deployed on an A100 (``p
 qwen-image-a100-vllm-omni``: 80 GB, 14 of them free of weights where the profile believes 75; slower), and two
 cache backends (``cache: teacache`` and ``cache: cache-dit``: a hidden per-request share of each request's
 denoise steps skipped, ``rlsched.sim.cache_backend``; the reference then decides on each request's true cost,
-an oracle — ``scripts/cache_ceiling.py`` measures its room over the calibrated mean).
+an oracle — ``scripts/cache_ceiling.py`` measures its room over the calibrated mean), and two GPUs of another
+form in the terms the calibration fits apart (``rlsched.sim.online``), derived from ``rlsched profile derive
+--list-gpus``: the VAE decode of an L40S's form (``decode_scale: 2.03``: decode is memory-bandwidth bound, the
+steps FLOP bound, so against the H200 the profile holds it is 4,800/864 GB/s = ×5.56 slower where the steps
+are 989/362 TFLOPS = ×2.73: ×2.03 in form) and sequence-parallel communication over PCIe (``comm_scale:
+5.4``: an H100-PCIe's 64 GB/s link against the H200's 450, ×7.0, over its compute 989/756 = ×1.31), the latter
+on ``qwen-image-8gpu-sp2`` (``qwen-image-8gpu``'s 8 GPUs as 4 replicas of Ulysses degree 2: one GPU has no
+communication).
 Writes ``OUT/belief.json`` (every run) and ``OUT/belief.md``: per
 scenario, truth, policy and load the reference's class-weighted SLO attainment and the paired differences
 (points, mean ± 95 % interval over the seeds) of deployed and calibrated to it, OOM failures per arm.
 
     python scripts/belief_harm.py --workers 2 --out results/belief
     python scripts/belief_harm.py --workers 2 --truths TeaCache,Cache-DiT --merge --out results/belief  # add rows
+    python scripts/belief_harm.py --workers 2 --scenarios qwen-image-8gpu-sp2 --truths "PCIe SP comm ×5.4" \
+        --merge --out results/belief
 """
 
 from __future__ import annotations
@@ -43,13 +52,15 @@ from rlsched.parallel import run_tasks
 from rlsched.run import RunSpec, ci95_half_width, simulate
 from rlsched.sim import load_scenario
 from rlsched.sim.cache_backend import PRESETS
+from rlsched.sim.scenario import ReplicaGroup, Scenario
 from rlsched.sim.truth import Truth
 
 TRUTHS = {"faster 30 %": Truth(time_scale=0.7), "slower 30 %": Truth(time_scale=1.3),
           "attention ×2": Truth(quadratic_scale=2.0), "memory +15 %": Truth(memory_scale=1.15),
           "an A100": Truth(profile="qwen-image-a100-vllm-omni"),
           "TeaCache": Truth(cache={**PRESETS["teacache"], "preset": "teacache"}),
-          "Cache-DiT": Truth(cache={**PRESETS["cache-dit"], "preset": "cache-dit"})}
+          "Cache-DiT": Truth(cache={**PRESETS["cache-dit"], "preset": "cache-dit"}),
+          "L40S-form decode ×2.03": Truth(decode_scale=2.03), "PCIe SP comm ×5.4": Truth(comm_scale=5.4)}
 T = "static:agents/tuned/default.json"
 POLICIES = {
     "default": ("fifo", "sjf", "edf", "priority", "drr", "seed-memory", "seed-priority", "seed-composite", T,
@@ -57,6 +68,9 @@ POLICIES = {
     "qwen-image-8gpu": ("fifo@round-robin", "edf@least-queue", "edf@least-work", f"{T}@round-robin",
                         f"{T}@rlsched", f"{T}@router", f"{T}@central"),
 }
+POLICIES["qwen-image-8gpu-sp2"] = POLICIES["qwen-image-8gpu"]
+VARIANTS = {"qwen-image-8gpu-sp2": ("qwen-image-8gpu", (ReplicaGroup(4, 2, name="h200-sp2"),))}
+"""Scenarios that are a shipped one on other replicas: (the shipped one, its replica groups)."""
 """``make results``' one-GPU policies on ``default``; on ``qwen-image-8gpu`` the plain routers, rlsched's
 router, the learned router and late binding (``make results-replicas``'s set, trimmed)."""
 ARMS = ("deployed", "calibrated", "reference")
@@ -73,7 +87,7 @@ def arm_spec(spec: str, arm: str) -> tuple[str, str]:
 
 def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, Any]:
     scenario, truth, spec, arm, load, seed, duration = task
-    sc = dataclasses.replace(load_scenario(scenario), truth=TRUTHS[truth])
+    sc = dataclasses.replace(scenario_of(scenario), truth=TRUTHS[truth])
     policy, belief = arm_spec(spec, arm)
     t0 = time.perf_counter()
     done, m = simulate(RunSpec(scenario, policy, seed, load, duration, belief=belief), sc)
@@ -89,9 +103,20 @@ def run(task: tuple[str, str, str, str, float, int, float | None]) -> dict[str, 
             "wall_s": round(time.perf_counter() - t0, 3)}
 
 
+def scenario_of(name: str) -> Scenario:
+    """A shipped scenario, or a ``VARIANTS`` one."""
+    if name not in VARIANTS:
+        return load_scenario(name)
+    shipped, groups = VARIANTS[name]
+    return dataclasses.replace(load_scenario(shipped), name=name, replicas=groups)
+
+
 def scaled_only(truth: Truth) -> bool:
-    """The truth is the profile scaled (a calibration has scales to converge to)."""
-    return not truth.profile and truth.cache is None
+    """The truth is the profile scaled in its time and attention terms alone (a calibration has time and
+    attention scales to converge to; a form term's truth moves them too where the batches cannot tell the
+    terms apart: SP communication is linear in the tokens, as the linear terms are)."""
+    return (not truth.profile and truth.cache is None
+            and truth.encode_scale == truth.decode_scale == truth.comm_scale == 1.0)
 
 
 CONVERGED = 0.05
@@ -166,6 +191,7 @@ def summary(rows: list[dict[str, Any]], seeds: list[int]) -> list[str]:
             never = sum(r["converged_at"] is None for r in cal)
             settling = (f"{max(settled, default=0)}; {never} of {len(cal)}" if scaled_only(TRUTHS[truth])
                         else "n/a (another profile's form)" if TRUTHS[truth].profile
+                        else "n/a (a form term)" if TRUTHS[truth].cache is None
                         else "n/a (a per-request share: no scale is exact)")
             out.append(f"| {scenario} | {truth} | {diff(*worst, 'deployed'):+.1f} "
                        f"(`{short(worst[0])}` ×{worst[1]:g}) | "

@@ -81,6 +81,9 @@ FORM_TOLERANCE = MOVE
 """A fixed scale within 2 % of 1 is 1: the profile's form holds, and the calibration is the three scales it
 published before the fixed one existed (a uniformly slower GPU's fit leaves θ₃ a few tenths of a percent off
 θ₁ from the weak prior)."""
+SIGNIFICANCE = 2.0
+"""A form term applies its own scale only when it differs from the time scale by this many standard errors
+(``_solve``): exact observations have none, so there only ``FORM_TOLERANCE`` gates it."""
 OOM_MARGIN = 0.05
 """An OOM raises the memory scale 5 % past the least that explains it: the bound alone would leave the next
 batch of the same size believed to fit exactly, and fail again."""
@@ -104,8 +107,15 @@ class _ModelFit:
     s: np.ndarray = field(default_factory=lambda: np.zeros((len(TERMS), len(TERMS))))
     """Σ w·x̃x̃ᵀ, x̃ = (L, A, F, E, D, C) / (L + A + F + E + D + C)."""
     b: np.ndarray = field(default_factory=lambda: np.zeros(len(TERMS)))
+    yy: float = 0.0
+    """Σ w·ỹ² (the residual's variance, for the form terms' standard errors)."""
+    n: float = 0.0
+    """Σ w (faded as the rest)."""
     theta: tuple[float, ...] = (1.0,) * len(TERMS)
     """(θ₁ … θ₆) in the current version (relative to the shipped profile; ``TERMS``)."""
+    forms: tuple[float, ...] = (1.0,) * len(FORMS)
+    """The ratios θ₃…θ₆ / θ₁ that the current version applies: 1 where the fit does not tell the term from
+    θ₁ (``_forms``)."""
     moved_at: int = 0
     """Batches seen when its scales last moved (0: never)."""
     moves: list[tuple[int, float, float]] = field(default_factory=list)
@@ -189,9 +199,11 @@ class CostCalibrator:
         r = self.forget
         fit.s = r * fit.s + w * np.outer(x, x)
         fit.b = r * fit.b + (w * y) * x
+        fit.yy, fit.n = r * fit.yy + w * y * y, r * fit.n + w
         if fit.counted < self.min_batches:
             return False
-        return self._move(model, fit, _solve(fit.s, fit.b, self._tie, self.prior * ANCHOR), fit.memory)
+        theta, forms = _solve(fit, self._tie, self.prior * ANCHOR)
+        return self._move(model, fit, theta, forms, fit.memory)
 
     def observe_oom(self, batch: Sequence[RequestRecord]) -> bool:
         """``batch`` (records at the current version) failed out of memory; True when the calibrated cost
@@ -205,7 +217,7 @@ class CostCalibrator:
         bound = scale * (cost.gpu_memory_gb - cost.weights_gb) / activations
         if bound <= scale:  # already believed not to fit (a request no GPU holds, run as nothing else could):
             return False    # the belief explains the OOM; raising it would creep at each such request
-        return self._move(model, fit, fit.theta, _clip(bound * (1 + OOM_MARGIN) / self.room))
+        return self._move(model, fit, fit.theta, fit.forms, _clip(bound * (1 + OOM_MARGIN) / self.room))
 
     def observe_capacity(self, total_gb: float) -> bool:
         """The GPU's memory as the device reports it (NVML's total: a hardware fact, unlike its "used"). When
@@ -227,13 +239,15 @@ class CostCalibrator:
         return True
 
     # ------------------------------------------------------------------ versions
-    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, ...], memory: float) -> bool:
-        old = (*fit.theta, fit.memory)
-        new = (*theta, memory)
+    def _move(self, model: str, fit: _ModelFit, theta: tuple[float, ...], forms: tuple[float, ...],
+              memory: float) -> bool:
+        # what the cost applies, not the fit's every θ: a form term the fit cannot tell from θ₁ moves nothing
+        old = (*fit.theta[:2], *fit.forms, fit.memory)
+        new = (*theta[:2], *forms, memory)
         if all(abs(n / o - 1) <= limit for n, o, limit in zip(new, old, _LIMITS)):
             return False
-        fit.theta, fit.memory, fit.moved_at = theta, memory, fit.seen
-        fit.moves.append((fit.seen, *theta[:2]))
+        fit.theta, fit.forms, fit.memory, fit.moved_at = theta, forms, memory, fit.seen
+        fit.moves.append((fit.seen, theta[0], theta[1]))
         self._new_version()
         return True
 
@@ -254,7 +268,7 @@ class CostCalibrator:
         out: dict[str, tuple[float, ...]] = {}
         for m in self.base.models:
             f = self._fits.get(m) or _ModelFit()
-            forms = [t / f.theta[0] if abs(t / f.theta[0] - 1.0) > FORM_TOLERANCE else 1.0 for t in f.theta[2:]]
+            forms = list(f.forms)
             while forms and forms[-1] == 1.0:
                 forms.pop()
             s = (f.theta[0], f.theta[1] / f.theta[0], f.memory * self.room, *forms)
@@ -410,20 +424,34 @@ def _ties(prior: float) -> np.ndarray:
     return tie
 
 
-def _solve(s: np.ndarray, b: np.ndarray, tie: np.ndarray, anchor: float) -> tuple[float, ...]:
-    """argmin Σ w(y − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + Σⱼ₌₂..₆ (θⱼ − θ₁)²), each θ clipped to [LOW, HIGH]
-    (``tie``: ``_ties(prior)``; ``anchor``: prior·``ANCHOR``).
+def _solve(fit: _ModelFit, tie: np.ndarray, anchor: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(θ, the form ratios to apply) of ``fit``: θ = argmin Σ w(ỹ − θ·x̃)² + prior·(``ANCHOR``·(θ₁ − 1)² + Σⱼ₌₂..₆
+    (θⱼ − θ₁)²), each θ clipped to [LOW, HIGH] (``tie``: ``_ties(prior)``; ``anchor``: prior·``ANCHOR``); a
+    form ratio θⱼ/θ₁ (j ≥ 3) is applied only when it is off 1 by more than ``FORM_TOLERANCE`` and θⱼ − θ₁ by
+    more than ``SIGNIFICANCE`` standard errors, else 1.
 
     The prior pulls the time scale to the profile's and every other term's scale to the time scale: where the
     batches seen do not tell the terms apart (one shape, or every step on the floor; no SP, so no
     communication), a GPU that is uniformly slower stays uniformly slower rather than half-way back to the
     profile's form. Every term's tie weighs the same: stronger on the fixed scale (tried up to 50 times)
     slowed a GPU of another form (an A100 under an H200 profile: fixed ×0.26 of time) for hundreds of batches,
-    its attention held at the bound."""
-    rhs = b.copy()
+    its attention held at the bound. The standard errors keep the terms with little evidence quiet: a batch's
+    decode is in one step of fifty in step mode, and with 5 % noise on every duration a uniformly slower
+    GPU's decode ratio wandered 6 % off 1 (a version at each wander) before they gated it."""
+    inverse = np.linalg.inv(fit.s + tie)
+    rhs = fit.b.copy()
     rhs[0] += anchor
-    theta = np.linalg.solve(s + tie, rhs)
-    return tuple(_clip(float(t)) for t in theta)
+    raw = inverse @ rhs
+    theta = tuple(_clip(float(t)) for t in raw)
+    rss = max(fit.yy - 2 * float(raw @ fit.b) + float(raw @ fit.s @ raw), 0.0)
+    variance = rss / max(fit.n - len(TERMS), 1.0)
+    forms = []
+    for j in range(2, len(TERMS)):
+        ratio = theta[j] / theta[0]
+        spread = variance * (inverse[j, j] + inverse[0, 0] - 2 * inverse[0, j])
+        off = abs(ratio - 1.0) > FORM_TOLERANCE and (raw[j] - raw[0]) ** 2 > SIGNIFICANCE ** 2 * spread
+        forms.append(ratio if off else 1.0)
+    return theta, tuple(forms)
 
 
 def _clip(v: float) -> float:

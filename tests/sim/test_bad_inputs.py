@@ -379,6 +379,7 @@ FIELDS: list[tuple[str, str]] = [  # (arrival process, key path); every int or f
     ("poisson", "mix.0.steps"), ("poisson", "mix.0.weight"), ("poisson", "mix.0.prefix_groups"),
     ("poisson", "replicas.0.count"),
     ("poisson", "truth.time_scale"), ("poisson", "truth.quadratic_scale"), ("poisson", "truth.memory_scale"),
+    ("poisson", "truth.encode_scale"), ("poisson", "truth.decode_scale"), ("poisson", "truth.comm_scale"),
     ("poisson", "truth.cache.skip_mean"), ("poisson", "truth.cache.skip_spread"),
     ("poisson", "truth.cache.check_share"),
     ("poisson", "truth.cache.seed"),
