@@ -146,13 +146,7 @@ class CentralStagePool(LedgerStagePool):
         self._orchestrator: Any = None
         self._direct: str | None = None
         """The fallback reason of the request ``select_replica_id`` routes now (None: vLLM-Omni's rule, uncounted)."""
-        self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._wait_until = math.inf
-        """The earliest ``wait_until`` a central policy asked for (plugin clock)."""
-        self._round_s = -math.inf
-        """The pool clock of the last dispatch round (``_sleep_s``: a replica within its lead since then)."""
+        self._dispatcher = _Dispatcher(self)
         self._lead_s = self.router_config.lead_ms / 1e3 * self.router_settings.time_scale
         """``lead_ms`` on the pool's (time-scaled) clock."""
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
@@ -305,84 +299,11 @@ class CentralStagePool(LedgerStagePool):
 
     # ------------------------------------------------------------- dispatcher
     def _kick(self) -> None:
-        """Wake the dispatcher (started on the running loop at the first park)."""
-        if self._task is None or self._task.done():
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # not on the orchestrator's loop: nothing parked can be waiting for this
-            self._loop, self._wake = loop, asyncio.Event()
-            self._task = loop.create_task(self._run(), name=f"rlsched-central-stage-{self.stage_id}")
-        assert self._loop is not None and self._wake is not None
-        try:
-            on_loop = asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            self._wake.set()
-        else:
-            self._loop.call_soon_threadsafe(self._wake.set)
-
-    async def _run(self) -> None:
-        wake = self._wake
-        assert wake is not None
-        try:
-            while not self._shutting_down():
-                wake.clear()  # before the round: a kick during its sends is not lost
-                try:
-                    await self.dispatch()
-                except Exception:  # a bug here must not leave requests parked with no one to send them
-                    await self._break_down()
-                if not wake.is_set():
-                    try:
-                        await asyncio.wait_for(wake.wait(), self._sleep_s())
-                    except asyncio.TimeoutError:
-                        pass
-        except asyncio.CancelledError:
-            self.fail_parked("shutdown")
-            raise
-        self.fail_parked("shutdown")
-
-    async def _break_down(self) -> None:
-        """The dispatcher raised (a bug): park nothing from now on, send what is parked by vLLM-Omni's rule."""
-        _log.exception("rlsched central (stage %s): the dispatcher failed; every request is sent at once by "
-                       "vLLM-Omni's rule from now on", self.stage_id)
-        self._broken = True
-        try:
-            with self._lock:
-                self._flush("internal_error")
-            await self._send_flushed()
-        except Exception:
-            _log.exception("rlsched central (stage %s): flushing the central queue failed", self.stage_id)
-            self.fail_parked("internal error")
+        """Wake the dispatcher (``_Dispatcher``: started on the running loop at the first park)."""
+        self._dispatcher.kick()
 
     def _sleep_s(self) -> float:
-        """Until the earliest ``wait_until`` a policy asked for or the next replica coming within the lead
-        of its predicted end, capped by ``IDLE_POLL_S``."""
-        now = self._clock() - self._t0
-        scale = self.router_settings.time_scale
-        wake = min(self._wait_until, self._next_lead())
-        ahead = (wake - now) / scale if math.isfinite(wake) else IDLE_POLL_S
-        return min(max(ahead, 0.0), IDLE_POLL_S)
-
-    def _next_lead(self) -> float:
-        """When (pool clock) the next replica that was not free at the last round comes within the lead of
-        its running wave's predicted end, with requests parked (INF: none)."""
-        if not self._parked:
-            return math.inf
-        with self._lock:
-            wake = math.inf
-            for view in self._ledger.stage.replicas:
-                if view.fallback is None:
-                    at = next_batch_s(len(view.waiting), bool(view.running), view.gpu_end_s, view.step_mode,
-                                      self._lead_s)
-                    if at > self._round_s:
-                        wake = min(wake, at)
-            return wake
-
-    def _shutting_down(self) -> bool:
-        event = getattr(self._orchestrator, "_shutdown_event", None)
-        return bool(event is not None and event.is_set())
+        return self._dispatcher.sleep_s()
 
     async def dispatch(self) -> None:
         """One round: a batch for each free replica, lowest slot first; then the sends."""
@@ -394,7 +315,7 @@ class CentralStagePool(LedgerStagePool):
 
     def _plan(self) -> list[tuple[int, list[tuple[str, Parked]]]]:
         self._follow_live()
-        self._round_s = now = max(self._clock() - self._t0, 0.0)  # also the choice log's ``t``: when sent
+        self._dispatcher.round_s = now = max(self._clock() - self._t0, 0.0)  # also the choice log's ``t``: when sent
         if self._parked:  # the replicas as published now (counted when seen through the ledger alone)
             self._views_at(now)
         else:
@@ -402,7 +323,7 @@ class CentralStagePool(LedgerStagePool):
         if self._parked and self._wall() - next(iter(self._parked.values())).since > self.router_config.stall_ms / 1e3 \
                 and any(self._free(s) for s in self._ledger.slots):
             self._flush("stalled")
-        self._wait_until = math.inf
+        self._dispatcher.wait_until = math.inf
         plans = []
         for slot in self.central_queue.visit(now, self._takes, among=self._ledger.slots):
             batch = self._decide(slot, now)
@@ -450,7 +371,7 @@ class CentralStagePool(LedgerStagePool):
         if not ids:
             wait = getattr(decision, "wait_until", None)
             if wait is not None and wait > view.now:
-                self._wait_until = min(self._wait_until, float(wait))
+                self._dispatcher.wait_until = min(self._dispatcher.wait_until, float(wait))
             return []
         return self._take(slot, [view.name(i) for i in ids])
 
@@ -628,6 +549,106 @@ class CentralStagePool(LedgerStagePool):
     def parked(self) -> list[str]:
         """The central queue, oldest first (tests, diagnostics)."""
         return list(self._parked)
+
+
+class _Dispatcher:
+    """The central pool's task on the orchestrator's loop: a dispatch round (``CentralStagePool.dispatch``) each
+    time it is kicked (a park, a state heard, an exit), else when the earliest ``wait_until`` a central policy
+    asked for comes or the next replica comes within the lead of its predicted end, at least every
+    ``IDLE_POLL_S``. A round that raises (a bug) breaks the pool down: nothing is parked from then on."""
+
+    def __init__(self, pool: CentralStagePool) -> None:
+        self.pool = pool
+        self.wait_until = math.inf
+        """The earliest ``wait_until`` a central policy asked for in the last round (plugin clock)."""
+        self.round_s = -math.inf
+        """The pool clock of the last round (``sleep_s``: a replica within its lead since then)."""
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def kick(self) -> None:
+        """Wake the dispatcher (its task started on the running loop at the first kick)."""
+        if self._task is None or self._task.done():
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # not on the orchestrator's loop: nothing parked can be waiting for this
+            self._loop, self._wake = loop, asyncio.Event()
+            self._task = loop.create_task(self._run(), name=f"rlsched-central-stage-{self.pool.stage_id}")
+        assert self._loop is not None and self._wake is not None
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _run(self) -> None:
+        wake, pool = self._wake, self.pool
+        assert wake is not None
+        try:
+            while not self._shutting_down():
+                wake.clear()  # before the round: a kick during its sends is not lost
+                try:
+                    await pool.dispatch()
+                except Exception:  # a bug here must not leave requests parked with no one to send them
+                    await self._break_down()
+                if not wake.is_set():
+                    try:
+                        await asyncio.wait_for(wake.wait(), self.sleep_s())
+                    except asyncio.TimeoutError:
+                        pass
+        except asyncio.CancelledError:
+            pool.fail_parked("shutdown")
+            raise
+        pool.fail_parked("shutdown")
+
+    async def _break_down(self) -> None:
+        """The dispatcher raised (a bug): park nothing from now on, send what is parked by vLLM-Omni's rule."""
+        pool = self.pool
+        _log.exception("rlsched central (stage %s): the dispatcher failed; every request is sent at once by "
+                       "vLLM-Omni's rule from now on", pool.stage_id)
+        pool._broken = True
+        try:
+            with pool._lock:
+                pool._flush("internal_error")
+            await pool._send_flushed()
+        except Exception:
+            _log.exception("rlsched central (stage %s): flushing the central queue failed", pool.stage_id)
+            pool.fail_parked("internal error")
+
+    def sleep_s(self) -> float:
+        """Until the earliest ``wait_until`` a policy asked for or the next replica coming within the lead
+        of its predicted end, capped by ``IDLE_POLL_S``."""
+        pool = self.pool
+        now = pool._clock() - pool._t0
+        scale = pool.router_settings.time_scale
+        wake = min(self.wait_until, self._next_lead())
+        ahead = (wake - now) / scale if math.isfinite(wake) else IDLE_POLL_S
+        return min(max(ahead, 0.0), IDLE_POLL_S)
+
+    def _next_lead(self) -> float:
+        """When (pool clock) the next replica that was not free at the last round comes within the lead of
+        its running wave's predicted end, with requests parked (INF: none)."""
+        pool = self.pool
+        if not pool._parked:
+            return math.inf
+        with pool._lock:
+            wake = math.inf
+            for view in pool._ledger.stage.replicas:
+                if view.fallback is None:
+                    at = next_batch_s(len(view.waiting), bool(view.running), view.gpu_end_s, view.step_mode,
+                                      pool._lead_s)
+                    if at > self.round_s:
+                        wake = min(wake, at)
+            return wake
+
+    def _shutting_down(self) -> bool:
+        event = getattr(self.pool._orchestrator, "_shutdown_event", None)
+        return bool(event is not None and event.is_set())
 
 
 def _checked_decision(job: tuple[Any, PluginState]) -> tuple[tuple[str | None, tuple[int, ...]], Any]:
