@@ -7,9 +7,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from rlsched.sim.central import CentralQueue, kind_key, next_batch
 from rlsched.policies import make_policy
 from rlsched.sim import ServingConfig, load_profile
+from rlsched.sim.central import CentralQueue, kind_key, next_batch
 from rlsched.sim.stage import Stage
 from tests.sim.test_stage import COST, replicas, workload
 

@@ -532,7 +532,7 @@ def test_an_abort_of_a_request_sent_ahead_releases_it_once() -> None:
         for rid in ("a", "c"):
             await rig.finish(rid)
         assert rig.metric("rlsched_router_released_total", reason="finished") == 3
-        assert not rig.pool._request_bindings and not rig.pool._sent_recs and not rig.orch.request_states
+        assert not rig.pool._request_bindings and not rig.pool._decider.sent and not rig.orch.request_states
         assert not rig.errors() and rig.pool.central_log == [(0, ("a",)), (0, ("b",)), (0, ("c",))]
         return rig
 
@@ -637,7 +637,7 @@ def test_a_replicas_published_calibration_reaches_the_central_view_once_per_vers
         for rid in ("a", "b", "c", "d"):
             await rig.add(rid)
         await rig.settle()
-        view = rig.pool._views[0]
+        view = rig.pool.central_queue.views[0]
         before = {iid: r.work_s for iid, r in view.records.items()}
         assert before and view.cost is BASE
         cal = {"version": 2, "scales": {"qwen-image": [1.3, 1.0, 1.0]}}

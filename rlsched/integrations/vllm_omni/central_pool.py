@@ -129,20 +129,18 @@ class CentralStagePool(LedgerStagePool):
     def __init__(self, stage_id: int, clients: Any, *, policy: Any = None,
                  wall: Callable[[], float] = time.monotonic, **kw: Any) -> None:
         # set before the base's __init__, which follows the live replicas (and so opens the central views)
-        self._policy_arg, self._wall = policy, wall
+        self._wall = wall
+        self._decider = _CentralPolicies(self, policy)
+        self.central_queue = self._decider.queue
+        """The rule of late binding, the simulator's ``Stage``'s too (``rlsched.sim.central``): one ``CentralView``
+        (and central policy) per replica kind, the free replicas' order, adopting their calibrations."""
         self._parked: dict[str, Parked] = {}
         """The central queue, oldest first (request id -> what to send)."""
         self._flushed: list[tuple[str, Parked]] = []
         """Requests flushed from the queue (bound by vLLM-Omni's rule), to be sent."""
-        self.central_queue = CentralQueue()
-        """The rule of late binding, the simulator's ``Stage``'s too: one ``CentralView`` (and central policy) per
-        replica kind, the free replicas' order, adopting their calibrations."""
-        self._policies: list[Any] = []
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
         super().__init__(stage_id, clients, **kw)
-        self._sent_recs: dict[str, list[tuple[PluginState, Any]]] = {}
-        """Sent, unfinished requests' central records: the central policies' history sees each finish."""
         self._orchestrator: Any = None
         self._direct: str | None = None
         """The fallback reason of the request ``select_replica_id`` routes now (None: vLLM-Omni's rule, uncounted)."""
@@ -152,7 +150,7 @@ class CentralStagePool(LedgerStagePool):
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
         """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
         self._decided = self.router_metrics.decisions.labels(router="central")
-        self._guard = self._new_guard()
+        self._guard = self._decider.guard = self._decider.new_guard()
         self._queue_gauge = self.router_metrics.central_queue.labels(stage=str(stage_id))
         self._queue_gauge.set(0)
 
@@ -160,10 +158,6 @@ class CentralStagePool(LedgerStagePool):
     def attach_orchestrator(self, orchestrator: Any) -> None:
         """The orchestrator whose loop runs this pool (``router.install`` hooks its ``__init__``)."""
         self._orchestrator = orchestrator
-
-    def _new_policy(self) -> Any:
-        spec = self._policy_arg if self._policy_arg is not None else (self.router_config.policy or "fifo")
-        return make_policy(spec) if isinstance(spec, str) else spec
 
     def _why_not_park(self, req_state: Any) -> str | None:
         if self._broken:
@@ -178,20 +172,6 @@ class CentralStagePool(LedgerStagePool):
         if getattr(getattr(req_state, "streaming", None), "enabled", False):
             return "streaming"
         return self._guard.refusal()  # busy (a timed-out decision still runs), backoff (after overruns)
-
-    def _new_guard(self) -> GuardedDecision:
-        """The central policy's guard (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``; the
-        garbage collector paused while it decides (the guard's default)."""
-        config = self.router_config
-        return GuardedDecision(runner_for(self._new_policy(), config.decision_thread, config.deadline_ms / 1e3),
-                               config.budget_ms / 1e3, reset=self._reset_policies,
-                               observe=self.router_metrics.latency.observe)
-
-    def _fits_somewhere(self, entry: Request) -> bool:
-        """Some live replica's GPU can hold ``entry`` alone (a request none can hold is never parked: it would
-        sit in the queue until ``stall_ms``; it is sent at once, ``cannot_fit``, and its engine fails it)."""
-        costs = {id(c): c for c in (self._cost_of(slot) for slot in self._ledger.slots or [0])}
-        return any(cost.fits([cost.record(entry)]) for cost in costs.values())
 
     # --------------------------------------------------------------- admission
     async def submit_initial(self, request_id: str, req_state: Any, request: Any, *, prompt_text: Any = None,
@@ -226,7 +206,7 @@ class CentralStagePool(LedgerStagePool):
             parent.companions.append((request_id, item))
             return True
         self._follow_live()
-        if not self._fits_somewhere(entry):
+        if not self._decider.fits_somewhere(entry):
             return False
         self._parked[request_id] = item
         self.central_queue.park((request_id, item), now)
@@ -267,7 +247,7 @@ class CentralStagePool(LedgerStagePool):
                 self._drop_companion(request_id)
             else:
                 self.router_metrics.released.labels(reason="parked").inc()
-            self._history(request_id)
+            self._decider.finished(request_id)
         super().release_binding(request_id)
         self._kick()  # a replica may be free now
 
@@ -282,16 +262,6 @@ class CentralStagePool(LedgerStagePool):
         for item in self._parked.values():
             if item.companions:
                 item.companions[:] = [(c, p) for c, p in item.companions if c != request_id]
-
-    def _history(self, request_id: str) -> None:
-        """A sent request left: the central policies' ``on_finish`` hooks see it (``Stage._forward_finish``)."""
-        for view, rec in self._sent_recs.pop(request_id, ()):
-            rec.finish_s, rec.status = view.time(), COMPLETED
-            for hook in view.on_finish:
-                try:
-                    hook(rec)
-                except Exception:  # a policy's bookkeeping must not fail a request
-                    pass
 
     def _replica_left(self, gone: int | None = None) -> None:
         super()._replica_left(gone)
@@ -346,43 +316,30 @@ class CentralStagePool(LedgerStagePool):
                           self._lead_s)
 
     def _state_heard(self, slot: int) -> None:
-        self._adopt_calibration(slot)
-        if self._parked:
-            self._kick()  # a replica may take its next batch now
-
-    def _adopt_calibration(self, slot: int) -> None:
-        """A replica published a new calibration (``routing.views``): its kind's central view decides on it
-        from now on (``CentralQueue.adopt``, once per version)."""
-        with self._lock:
+        with self._lock:  # a new calibration published: its kind's central view decides on it (once per version)
             view = self._ledger.views.get(slot)
             if view is not None:
                 self.central_queue.adopt(slot, view.cost, view.calibration_version)
+        if self._parked:
+            self._kick()  # a replica may take its next batch now
 
     def _decide(self, slot: int, now: float) -> list[tuple[str, Parked]]:
         """The central policy's batch for ``slot`` (bound, out of the queue), or the fallback's when its decision
-        is not used (``_fifo_that_fits``); [] to wait."""
-        k, view = self.central_queue.view_for(slot, now)
-        policy = self._policies[k]
-        reason, checked = self._guard.call(_checked_decision, (policy, view))
-        if reason is None:
-            (reason, ids), decision = checked
-        if reason is not None:
-            return self._fifo_that_fits(slot, view, reason)
-        if not ids:
-            wait = getattr(decision, "wait_until", None)
-            if wait is not None and wait > view.now:
-                self._dispatcher.wait_until = min(self._dispatcher.wait_until, float(wait))
+        is not used (each request counted); [] to wait."""
+        names, reason, wait = self._decider.decide(slot, now)
+        self._dispatcher.wait_until = min(self._dispatcher.wait_until, wait)
+        if reason is None and not names:
             return []
-        return self._take(slot, [view.name(i) for i in ids])
+        for _ in names if reason is not None else ():
+            self._fallback(reason)
+        return self._take(slot, names)
 
     def _take(self, slot: int, names: Sequence[str]) -> list[tuple[str, Parked]]:
         """Out of the queue and bound to ``slot`` (before any send: an abort from now on releases the binding)."""
-        queue = self.central_queue
-        recs = [[(v, v.records[v.int_id(n)]) for n in names] for v in queue.views]
-        queue.hand_out(queue.kind(slot), names)
+        self._decider.note_sent(names)
+        self.central_queue.hand_out(self.central_queue.kind(slot), names)
         out = []
-        for i, name in enumerate(names):
-            self._sent_recs[name] = [pairs[i] for pairs in recs]
+        for name in names:
             item = self._parked.pop(name)
             for rid, it in [(name, item), *item.companions]:
                 self._bind(rid, slot, it.entry, "central")
@@ -397,18 +354,6 @@ class CentralStagePool(LedgerStagePool):
         self._request_bindings[rid] = slot
         self._follow(rid, slot, entry)
         self._log_choice(rid, slot, how, entry)
-
-    def _fifo_that_fits(self, slot: int, view: PluginState, reason: str) -> list[tuple[str, Parked]]:
-        """The central policy's decision was not used (``reason``; the guard resets the policies before their
-        next call where one raised or overran): ``slot`` gets vLLM-Omni's FIFO with the memory check instead,
-        from the head of the queue as that replica's (calibrated) cost sees it (``admission.fifo_that_fits``:
-        O(batch)), each request counted."""
-        ids = fifo_that_fits(view.waiting.values(), (), view.cost, view.config.max_num_seqs)
-        _log.debug("rlsched central (stage %s): the central policy's decision was not used (%s): replica %s gets "
-                   "%d requests by FIFO with the memory check", self.stage_id, reason, slot, len(ids))
-        for _ in ids:
-            self._fallback(reason)
-        return self._take(slot, [view.name(i) for i in ids])
 
     def _flush(self, reason: str) -> None:
         """Every parked request to be sent at once by vLLM-Omni's rule (``_send_flushed``), counted."""
@@ -468,7 +413,7 @@ class CentralStagePool(LedgerStagePool):
 
     def release_binding_only(self, rid: str) -> None:
         """Unbind ``rid`` without treating it as an exit (it goes back to the queue)."""
-        self._sent_recs.pop(rid, None)
+        self._decider.sent.pop(rid, None)
         LedgerStagePool.release_binding(self, rid)
 
     async def _fail(self, rid: str, error: str) -> None:
@@ -492,16 +437,7 @@ class CentralStagePool(LedgerStagePool):
         _log.warning("rlsched central (stage %s): %s with %d requests parked, failing them: %s", self.stage_id, why,
                      len(ids), ids)
         self.router_metrics.released.labels(reason=why).inc(len(ids))
-        queue = getattr(self._orchestrator, "output_async_queue", None)
-        if queue is not None:
-            from vllm_omni.engine.messages import ErrorMessage
-
-            for rid in ids:
-                try:
-                    queue.put_nowait(ErrorMessage(error=f"server {why}: request was waiting in rlsched's central "
-                                                        "queue", fatal=True, request_id=rid, stage_id=self.stage_id))
-                except Exception:
-                    _log.debug("rlsched central: could not report %s", rid, exc_info=True)
+        _report_failed(getattr(self._orchestrator, "output_async_queue", None), self.stage_id, why, ids)
         return ids
 
     # -------------------------------------------------------------- central views
@@ -509,33 +445,7 @@ class CentralStagePool(LedgerStagePool):
         before = list(self._ledger.slots)
         super()._follow_live(gone)
         if self._ledger.slots != before or not self.central_queue.views:
-            self._open_views()
-
-    def _open_views(self) -> None:
-        """The central queue's kinds over the live replicas (``CentralQueue.open``): a ``CentralView`` (and central
-        policy) per replica kind, holding the parked requests at their own arrival and deadline."""
-        slots = self._ledger.slots or [0]
-        if self.central_queue.open([(slot, self._cost_of(slot), self._ledger.config) for slot in slots],
-                                   self._new_view):
-            self._policies = [None] * len(self.central_queue.views)
-            self._reset_policies()
-
-    def _new_view(self, slot: int) -> CentralView:
-        view = CentralView(self._cost_of(slot), self._ledger.config, self.router_settings, clock=self._clock)
-        view._t0 = self._t0  # one clock with the ledger
-        for rid, item in self._parked.items():
-            view.receive_dated(rid, item)
-        return view
-
-    @property
-    def _views(self) -> list[CentralView]:
-        return self.central_queue.views
-
-    def _reset_policies(self) -> None:
-        for k, view in enumerate(self.central_queue.views):
-            policy = self._new_policy()
-            policy.reset(view)
-            self._policies[k] = policy
+            self._decider.open()
 
     def _vllm_pick(self, rid: str, reason: str, entry: Request | None) -> int:
         """vLLM-Omni's own choice (``StagePool.select_replica_id``, round-robin; it binds ``rid``) for a request
@@ -549,6 +459,94 @@ class CentralStagePool(LedgerStagePool):
     def parked(self) -> list[str]:
         """The central queue, oldest first (tests, diagnostics)."""
         return list(self._parked)
+
+
+class _CentralPolicies:
+    """The central policies behind the one guard (``guard.py``): one per replica kind, each deciding on its kind's
+    ``CentralView`` of the pool's ``CentralQueue``. A decision that is not used (the guard's or the decision
+    check's reason; the guard resets the policies before their next call where one raised or overran) gives the
+    free replica vLLM-Omni's FIFO with the memory check instead, from the head of the queue as that replica's
+    (calibrated) cost sees it (``admission.fifo_that_fits``: O(batch))."""
+
+    def __init__(self, pool: CentralStagePool, policy: Any) -> None:
+        self.pool, self._arg = pool, policy
+        self.queue = CentralQueue()
+        self._policies: list[Any] = []
+        self.guard: GuardedDecision  # made once the pool has read its config (``new_guard``)
+        self.sent: dict[str, list[tuple[PluginState, RequestRecord]]] = {}
+        """Sent, unfinished requests' central records: the central policies' history sees each finish."""
+
+    def new_policy(self) -> Any:
+        spec = self._arg if self._arg is not None else (self.pool.router_config.policy or "fifo")
+        return make_policy(spec) if isinstance(spec, str) else spec
+
+    def new_guard(self) -> GuardedDecision:
+        """The central policy's guard: ``budget_ms``, ``deadline_ms``, ``decision_thread``; the garbage collector
+        paused while it decides (the guard's default)."""
+        config, metrics = self.pool.router_config, self.pool.router_metrics
+        return GuardedDecision(runner_for(self.new_policy(), config.decision_thread, config.deadline_ms / 1e3),
+                               config.budget_ms / 1e3, reset=self.reset, observe=metrics.latency.observe)
+
+    def open(self) -> None:
+        """The central queue's kinds over the live replicas (``CentralQueue.open``): a ``CentralView`` (and central
+        policy) per replica kind, holding the parked requests at their own arrival and deadline."""
+        pool = self.pool
+        slots = pool._ledger.slots or [0]
+        if self.queue.open([(slot, pool._cost_of(slot), pool._ledger.config) for slot in slots], self._new_view):
+            self._policies = [None] * len(self.queue.views)
+            self.reset()
+
+    def fits_somewhere(self, entry: Request) -> bool:
+        """Some live replica's GPU can hold ``entry`` alone (a request none can hold is never parked: it would
+        sit in the queue until ``stall_ms``; it is sent at once, ``cannot_fit``, and its engine fails it)."""
+        pool = self.pool
+        costs = {id(c): c for c in (pool._cost_of(slot) for slot in pool._ledger.slots or [0])}
+        return any(cost.fits([cost.record(entry)]) for cost in costs.values())
+
+    def note_sent(self, names: Sequence[str]) -> None:
+        """``names`` leave the queue for a replica: their records in every view are kept until they finish."""
+        recs = [[(v, v.records[v.int_id(n)]) for n in names] for v in self.queue.views]
+        for i, name in enumerate(names):
+            self.sent[name] = [pairs[i] for pairs in recs]
+
+    def finished(self, request_id: str) -> None:
+        """A sent request left: the central policies' ``on_finish`` hooks see it (``Stage._forward_finish``)."""
+        for view, rec in self.sent.pop(request_id, ()):
+            rec.finish_s, rec.status = view.time(), COMPLETED
+            for hook in view.on_finish:
+                try:
+                    hook(rec)
+                except Exception:  # a policy's bookkeeping must not fail a request
+                    pass
+
+    def _new_view(self, slot: int) -> CentralView:
+        pool = self.pool
+        view = CentralView(pool._cost_of(slot), pool._ledger.config, pool.router_settings, clock=pool._clock)
+        view._t0 = pool._t0  # one clock with the ledger
+        for rid, item in pool._parked.items():
+            view.receive_dated(rid, item)
+        return view
+
+    def reset(self) -> None:
+        for k, view in enumerate(self.queue.views):
+            policy = self.new_policy()
+            policy.reset(view)
+            self._policies[k] = policy
+
+    def decide(self, slot: int, now: float) -> tuple[list[str], str | None, float]:
+        """For free replica ``slot``: the requests to hand it, the reason the central policy's decision was not
+        used (None: it was), and the ``wait_until`` it asked for (INF: none)."""
+        k, view = self.queue.view_for(slot, now)
+        reason, checked = self.guard.call(_checked_decision, (self._policies[k], view))
+        if reason is None:
+            (reason, ids), decision = checked
+        if reason is not None:
+            ids = fifo_that_fits(view.waiting.values(), (), view.cost, view.config.max_num_seqs)
+            _log.debug("rlsched central (stage %s): the central policy's decision was not used (%s): replica %s "
+                       "gets %d requests by FIFO with the memory check", self.pool.stage_id, reason, slot, len(ids))
+            return [view.name(i) for i in ids], reason, math.inf
+        wait = getattr(decision, "wait_until", None) if not ids else None
+        return [view.name(i) for i in ids], None, float(wait) if wait is not None and wait > view.now else math.inf
 
 
 class _Dispatcher:
@@ -657,6 +655,20 @@ def _checked_decision(job: tuple[Any, PluginState]) -> tuple[tuple[str | None, t
     policy, view = job
     decision = policy.decide(view)
     return check_decision(decision, view), decision
+
+
+def _report_failed(queue: Any, stage_id: int, why: str, ids: list[str]) -> None:
+    """An ``ErrorMessage`` to the API process (the orchestrator's output queue) for each request failed parked."""
+    if queue is None:
+        return
+    from vllm_omni.engine.messages import ErrorMessage
+
+    for rid in ids:
+        try:
+            queue.put_nowait(ErrorMessage(error=f"server {why}: request was waiting in rlsched's central queue",
+                                          fatal=True, request_id=rid, stage_id=stage_id))
+        except Exception:
+            _log.debug("rlsched central: could not report %s", rid, exc_info=True)
 
 
 def _overrides(obj: Any, name: str) -> bool:
