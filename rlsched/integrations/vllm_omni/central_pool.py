@@ -4,9 +4,10 @@ vLLM-Omni picks a replica and sends a new diffusion request in one step (``submi
 This pool, put in place of stage 0's pool by ``router.install`` when ``extras.rlsched_router.router``
 is ``central``, parks the request instead, in a central queue, and returns at once: the
 orchestrator's loop is never held. A task on that loop (the dispatcher) hands batches to replicas as
-they free, by the rule the simulator's late-binding ``Stage`` runs too: one ``rlsched.sim.central.CentralQueue``
+they free. The rule is the one the simulator's late-binding ``Stage`` calls, ``rlsched.sim.central.CentralQueue``
+(this pool drives it: ``central_queue``):
 
-* a replica is free when it takes its next batch by the simulator's rule (``takes_next_batch``) on
+* a replica is free when it takes its next batch (``central.takes_next_batch``) on
   what it published (``router_pool``: its state, heard through ``poll_diffusion_output``): nothing
   sent to it waits there, and it is idle or — request mode — its running wave is predicted to end
   within ``lead_ms``, one wave ahead, so the send leaves the critical path. A replica seen through
@@ -16,7 +17,7 @@ they free, by the rule the simulator's late-binding ``Stage`` runs too: one ``rl
   replica comes within the lead of its predicted end;
 * for each, the central policy (``make_policy(extras.rlsched_router.policy)``, the ``POLICY`` of a
   simulator ``POLICY@central`` run) decides on the central queue as seen in that replica's cost
-  model (a ``PluginState`` per distinct cost model; every view holds the same requests), and its
+  model (a ``CentralView`` per replica kind, ``central.kind_key``; every view holds the same requests), and its
   batch (<= the stage's ``max_num_seqs``) is sent to that replica, whose own policy then runs it
   (``fifo`` in the simulator's ``@central`` runs; ``rlsched deploy --router central`` writes that);
 * a decision to wait is honoured (``wait_until``, or the next arrival or finish).
@@ -119,7 +120,7 @@ class CentralView(PluginState):
         return [rec for rec in map(self.remove, ids) if rec is not None]
 
     def wake(self) -> None:
-        self.sync(self.waiting, ())  # the clock; the queue is this view's own (no resync)
+        self.sync(self._ids.keys(), ())  # the clock; every request it holds waits (no resync)
 
 
 class CentralStagePool(LedgerStagePool):
@@ -328,10 +329,11 @@ class CentralStagePool(LedgerStagePool):
         is not used (each request counted); [] to wait."""
         names, reason, wait = self._decider.decide(slot, now)
         self._dispatcher.wait_until = min(self._dispatcher.wait_until, wait)
-        if reason is None and not names:
+        if reason is not None:
+            for _ in names:
+                self._fallback(reason)
+        elif not names:
             return []
-        for _ in names if reason is not None else ():
-            self._fallback(reason)
         return self._take(slot, names)
 
     def _take(self, slot: int, names: Sequence[str]) -> list[tuple[str, Parked]]:
