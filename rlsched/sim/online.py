@@ -7,13 +7,24 @@ time coefficients per model:
 * **Time.** A batch's duration under the current cost splits into ``O`` (the engine's overheads, which
   the profile does not hold), the attention part ``A`` (the ``c·ΣQ`` term over the steps), the fixed part
   ``F`` (what the step's floor and per-forward terms add: the time that does not grow with the batch's
-  tokens) and the rest ``L`` (linear terms, encode, decode, sequence-parallel communication). The
-  observed duration is fitted as ``O + θ₁·L + θ₂·A + θ₃·F`` by weighted least squares on relative errors (a
-  30-minute video and a 3-second image count alike), so a uniformly slower GPU gives ``θ₁ = θ₂ = θ₃``, an
-  attention kernel that scales worse than the profile's gives ``θ₂ > θ₁``, and a GPU of another *form* —
-  its FLOPs scaled but not its kernel launches (an A100 under an H200 profile), or a derived prior's fixed
-  cost off — gives ``θ₃ ≠ θ₁``: the profile's own form, every term re-weighted, rather than a residual
-  model that would need features the scheduler does not have.
+  tokens), the encode ``E`` and the VAE decode ``D`` of the members that encode or decode in this batch (all
+  of them in request mode; at their first and last step in step mode), the sequence- and CFG-parallel
+  communication ``C`` (a layout of several GPUs: the all-to-alls and the guidance exchange) and the rest ``L``
+  (the linear step terms). The observed duration is fitted as ``O + θ₁·L + θ₂·A + θ₃·F + θ₄·E + θ₅·D + θ₆·C``
+  by weighted least squares on relative errors (a 30-minute video and a 3-second image count alike), so a
+  uniformly slower GPU gives every θ alike, an attention kernel that scales worse than the profile's gives
+  ``θ₂ > θ₁``, and a GPU of another *form* gives the term that scales apart its own θ: its FLOPs scaled but
+  not its kernel launches (an A100 under an H200 profile, or a derived prior's fixed cost off: ``θ₃``), a VAE
+  decode that is memory-bandwidth bound where the steps are FLOP bound (an L40S's 864 GB/s is a smaller share
+  of its 362 TFLOPS than an H100's 3,350 GB/s of its 989: ``θ₅``), a text encoder on another stack (``θ₄``),
+  PCIe where the profile had NVLink (``θ₆``). The profile's own form, every term re-weighted, rather than a
+  residual model that would need features the scheduler does not have. What the batches cannot tell apart
+  stays with θ₁ by the prior: in request mode a request's decode grows with its pixels as its linear step
+  terms do, and on one layout the SP all-to-alls grow with the tokens as the linear terms do, so there only
+  step mode (encode at the first step, decode at the last) or batches of several sizes separate them; a
+  one-GPU layout has no communication at all. A form term (``FORMS``) is published as its ratio to θ₁ only
+  once that ratio is off 1 by more than ``FORM_TOLERANCE`` and more than ``SIGNIFICANCE`` standard errors, so
+  a GPU of the profile's form publishes the three scales it always did.
 * **Memory** is learned from the two memory facts the engine has: the device's total memory, read before
   the first decision (``observe_capacity``: a GPU smaller than the profile's), and a batch that failed out
   of memory (``observe_oom``). That batch's true memory was more than the GPU holds, so the model's memory
@@ -27,14 +38,15 @@ time coefficients per model:
 It is bounded (every scale in ``[LOW, HIGH]``), robust (Huber weights once the fit has evidence; the first
 ``warmup`` batches of a model — compilation, autotuning — are not counted), anchored on the shipped
 profile (a ridge prior of weight ``prior`` — a fiftieth of one batch's evidence by default, which decides
-only what the batches cannot tell apart — pulls the attention and fixed scales to the time scale, and
+only what the batches cannot tell apart — pulls every other term's scale to the time scale, and
 ``ANCHOR`` of it the time scale to 1; with an attention ×2 truth, a prior of 0.1 took up to 232 batches on
 ``default`` and 533 per replica on ``qwen-image-8gpu`` to come within 5 % for good, since most batches there
 hold little attention; 0.02 took 31 and 108 with the two scales, 173 and 501 (6 of 175 runs never) since the
 fixed scale joined them (``scripts/belief_harm.py``) — its decisions within 2 points of the true profile's
 all the same — and with 5 % noise on every duration fits four shapes as well as 0.1; one shape is left to
 the prior at any weight), and quiet: a model's scales move only after ``min_batches``
-batches and only when one changes by more than ``MOVE``; each move is a new ``version`` of the
+batches and only when one changes by more than ``MOVE`` (a form term's applied ratio by more than
+``MOVE_FORM``); each move is a new ``version`` of the
 calibrated ``cost`` (the same class and layout as the profile, so every consumer reads it unchanged).
 Old evidence fades (``forget`` per batch) so the fit follows a drifting GPU. Exact observations (the
 profile is the truth) never move it.
@@ -76,11 +88,12 @@ take all of it): the batches always tell the overall scale, and a full-weight an
 direction they cannot tell apart (fixed against linear time, when the batches are alike), so a GPU uniformly
 1.3x slower came out 1.28x in its linear and 1.35x in its fixed terms."""
 MOVE_FORM = 0.05
-"""The fixed scale alone moves a version only past 5 %: a small share of most batches, it wanders on noise."""
+"""A form term's ratio (fixed, encode, decode, communication) alone moves a version only past 5 %: a small share
+of most batches, it wanders on noise."""
 FORM_TOLERANCE = MOVE
-"""A fixed scale within 2 % of 1 is 1: the profile's form holds, and the calibration is the three scales it
-published before the fixed one existed (a uniformly slower GPU's fit leaves θ₃ a few tenths of a percent off
-θ₁ from the weak prior)."""
+"""A form ratio within 2 % of 1 is 1: the profile's form holds, and the calibration is the three scales it
+published before the form terms existed (a uniformly slower GPU's fit leaves θ₃…θ₆ a few tenths of a percent
+off θ₁ from the weak prior)."""
 SIGNIFICANCE = 2.0
 """A form term applies its own scale only when it differs from the time scale by this many standard errors
 (``_solve``): exact observations have none, so there only ``FORM_TOLERANCE`` gates it."""

@@ -58,7 +58,9 @@ def _worst_error(cost: CostModel, true: CostModel, step_mode: bool = True) -> fl
 @pytest.mark.parametrize(("truth", "belief", "old_off"), [
     (Truth(decode_scale=2.0), H200, 0.15),   # the VAE decode: 17 % of a 512² image's last step
     (Truth(encode_scale=0.5), H200, 0.15),   # the text encoder: 30 % of a 512² image's first step
-    (Truth(comm_scale=2.0), at_layout(H200, 4), 0.10),  # Ulysses all-to-alls over PCIe
+    # Ulysses all-to-alls over PCIe: on one layout they grow with the tokens as the linear terms do (θ₁ and θ₆
+    # share the change), so what the three-term fit misses is the encode and decode its θ₁ then scales too
+    (Truth(comm_scale=2.0), at_layout(H200, 4), 0.10),
 ], ids=["decode x2", "encode x0.5", "sp comm x2"])
 def test_a_term_of_another_form_is_learned_where_the_three_term_fit_stays_off(truth, belief, old_off) -> None:
     true = truth.apply(belief)
