@@ -14,20 +14,25 @@ A decision point is reached when the GPU is idle and there is work: in ``request
 mode a whole wave (all steps) of compatible waiting requests starts; in ``step``
 mode one denoise step of a batch drawn from running and waiting requests starts
 (running requests left out are preempted and keep their progress).
+
+The simulator drives three collaborators, one mechanism each, and keeps the run's records and statistics:
+``Arrivals`` (``sim.arrivals``: the workload in arrival order), ``Waiting`` (``sim.waiting``: the queue in
+vLLM-Omni's order and its journal) and ``Device`` (``sim.device``: the GPU — the true cost, the memory
+check, the calibrator's observations, the OOM split).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from rlsched.errors import InvalidDecision, InvalidRequest
-from rlsched.sim.admission import admitted, split_oom
+from rlsched.errors import InvalidDecision
+from rlsched.sim.arrivals import Arrivals
 from rlsched.sim.cost import CostModel
-from rlsched.sim.online import CostCalibrator, Recosting
+from rlsched.sim.device import Device
+from rlsched.sim.online import Recosting
 from rlsched.sim.quota import Quotas, QuotaView
 from rlsched.sim.request import (
     COMPLETED,
@@ -40,7 +45,8 @@ from rlsched.sim.request import (
 )
 from rlsched.sim.serving import ServingConfig
 from rlsched.sim.telemetry import SimTelemetry
-from rlsched.sim.view import DEQUEUED, ENQUEUED, Decision, Hook, Journal, SchedulingPolicy, batch_problem
+from rlsched.sim.view import Decision, Hook, Journal, SchedulingPolicy, batch_problem
+from rlsched.sim.waiting import Waiting
 
 if TYPE_CHECKING:
     from rlsched.sim.view import QueueView
@@ -74,44 +80,23 @@ class Simulator:
     def __init__(self, requests: Sequence[Request], cost: CostModel, config: ServingConfig,
                  horizon_s: float = INF, truth: CostModel | None = None,
                  calibrate: bool = True, retry_oom: bool | None = None, memory_check: bool | None = None) -> None:
-        self.cost, self.config, self.horizon_s = cost, config, horizon_s
+        self.config, self.horizon_s = config, horizon_s
+        self.device = Device(cost, config, truth, calibrate, retry_oom, memory_check)
+        """The GPU (``rlsched.sim.device``): the true cost, its calibration, the memory check, the OOM split."""
         self.truth = truth
-        """What the GPU really runs at (``rlsched.sim.truth``): every batch's duration, memory and OOM
-        check; ``cost`` is what decisions read. None: ``cost`` is the truth."""
-        self._true: dict[int, RequestRecord] = {}
-        """Records at the true cost, by request id (only with ``truth``)."""
-        self.calibrator: CostCalibrator | None = CostCalibrator(cost) if calibrate and truth is not None else None
-        """Online calibration (``rlsched.sim.online``): every batch that runs is timed and every batch that
-        fails out of memory raises the memory scale, ``cost`` is the calibrator's current version — as each
-        replica's engine plugin calibrates on its own batches. None without a ``truth``: every observation
-        would equal its prediction, so a calibrator could never move."""
-        if self.calibrator is not None and truth is not None and self.calibrator.observe_capacity(truth.gpu_memory_gb):
-            self.cost = self.calibrator.cost  # the plugin reads the device's memory before its first decision
-        self.retry_oom = self.calibrator is not None if retry_oom is None else retry_oom
-        """Request mode: an out-of-memory batch's requests go back to the queue once (``_out_of_memory``), as
-        the plugin does when it calibrates (None: when this simulator calibrates; a simulator that plays the
-        GPU under a real plugin is told)."""
-        self.memory_check = truth is not None if memory_check is None else memory_check
-        """Every batch a decision starts is cut to what fits the GPU by ``cost`` (``admission.admitted``), as the
-        plugin's engine cuts it (None: when this simulator plays a deployment, a ``truth`` beside the cost
-        decisions read; without one it plays the model itself, where ``fifo`` is vLLM-Omni's memory-blind FIFO,
-        or the GPU under a real plugin, which checks)."""
+        """What the GPU really runs at (``Device.truth``); ``cost`` is what decisions read."""
+        self.calibrator = self.device.calibrator
+        """Online calibration (``Device.calibrator``): ``cost`` is its current version."""
+        self.cost = self.device.belief(cost)
+        """What decisions read: ``cost``, or the calibrator's current version of it."""
         self.memory_trims = 0
-        """Decisions whose batch the memory check cut (``memory_check``)."""
-        self._version = self.calibrator.version if self.calibrator is not None else 0
-        self._observing: tuple[float, float, float, float] | None = None
+        """Decisions whose batch the memory check cut (``Device.memory_check``)."""
         self.step_mode = config.step_mode
-        self._arrivals = sorted(requests, key=lambda r: r.arrival_s)
-        ids = [r.id for r in self._arrivals]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i, n in Counter(ids).items() if n > 1)
-            raise InvalidRequest("id", dup, "duplicate request id in the workload")
-        self._next = 0
+        self._arrivals = Arrivals(requests)
         self.records: dict[int, RequestRecord] = {}
         self.now = 0.0
-        self.waiting: dict[int, RequestRecord] = {}
-        """Waiting records in queue order (arrival order; preempted ones first)."""
-        self._dequeued = 0
+        self.queue = Waiting()
+        """The waiting requests and the journal of their changes (``rlsched.sim.waiting``)."""
         self.running: list[RequestRecord] = []
         self.gpu_end_s = INF
         self.predicted_end_s = INF
@@ -120,18 +105,13 @@ class Simulator:
         self._timer_s = INF
         self._idle_until_event = False
         self.batches = 0
+        self.batch_sizes: list[int] = []
         self.busy_s = 0.0
         self.mem_gb_s = 0.0
         """Activation memory × time of every batch run (GB·s; the weights are resident throughout)."""
-        self.batch_sizes: list[int] = []
         self.oom_batches = 0
         self.oom_retries = 0
         """Requests an OOM sent back to the queue (``_out_of_memory``)."""
-        self._oom_retried: set[int] = set()
-        self._oom_alone: set[int] = set()
-        """Requests sent back by a second OOM: each starts alone (``admission.split_oom``)."""
-        self._batch_mem_gb = 0.0
-        self._batch_start_s = 0.0
         self.last_batch: list[RequestRecord] = []
         """The batch most recently started (telemetry reads its memory-bound share)."""
         self.on_arrival: list[Hook] = []
@@ -144,17 +124,13 @@ class Simulator:
         self.on_change: list[Callable[[Simulator], None]] = []
         """Callbacks ``f(self)`` run after the running batch changed (a batch started, ended, failed or was
         preempted): what a replica publishes to a router (``routing.views``)."""
-        self.journal = Journal()
-        """Every change of ``waiting`` in order, ``(ENQUEUED | DEQUEUED, record)``: policies keep
-        their own per-key structures in step by replaying it from where they last read, so a
-        decision costs O(log n) rather than a scan of the whole queue."""
         self.quotas = Quotas.of(config)
         """The classes' quotas (``rlsched.sim.quota``): told every batch that starts; None when no class has one."""
         self._quota_view = QuotaView(self, self.quotas) if self.quotas is not None else None
 
     # ---------------------------------------------------------------- events
     def _next_event(self) -> tuple[float, int]:
-        t_arr = self._arrivals[self._next].arrival_s if self._next < len(self._arrivals) else INF
+        t_arr = self._arrivals.next_s
         best = (self.gpu_end_s, _END)
         if t_arr < best[0]:
             best = (t_arr, _ARRIVAL)
@@ -168,8 +144,8 @@ class Simulator:
         if kind == _END:
             self._end_batch()
         elif kind == _ARRIVAL:
-            self._arrive(self._arrivals[self._next])
-            self._next += 1
+            self._arrive(self._arrivals.head)
+            self._arrivals.advance()
         else:
             self._timer_s = INF
 
@@ -178,8 +154,7 @@ class Simulator:
         rec.deadline_s = req.arrival_s + req.slo_s
         rec.key = req.key(self.step_mode)
         self.records[req.id] = rec
-        self.waiting[req.id] = rec
-        self.journal.append(ENQUEUED, rec)
+        self.queue.add(rec)
         for callback in self.on_arrival:
             callback(rec)
 
@@ -208,21 +183,16 @@ class Simulator:
     def release(self, ids: Iterable[int]) -> list[RequestRecord]:
         """Take waiting requests out of this queue without running them (a central queue hands
         them to a replica); their records leave ``records``, each ends elsewhere exactly once."""
-        out = []
-        for rid in ids:
-            rec = self.waiting.pop(rid, None)
-            if rec is None:
-                raise InvalidDecision(f"request {rid} is not waiting here")
-            self.journal.append(DEQUEUED, rec)
-            del self.records[rid]
-            out.append(rec)
+        out = self.queue.release(ids)
+        for rec in out:
+            del self.records[rec.request.id]
         self._idle_until_event = False
         return out
 
     @property
     def needs_decision(self) -> bool:
         return (self.gpu_end_s == INF and not self._idle_until_event
-                and bool(self.waiting or self.running))
+                and bool(self.queue.waiting or self.running))
 
     def advance_to_next_decision(self) -> bool:
         """Process events until a policy must decide; False when nothing is left."""
@@ -250,29 +220,17 @@ class Simulator:
         batch = self._take(self._memory_checked(tuple(decision.batch)))
         self.batches += 1
         self.batch_sizes.append(len(batch))
-        duration = predicted = self._duration(batch)
-        if self.truth is None:
-            mem, capacity = self.cost.batch_memory_gb(batch), self.cost.gpu_memory_gb
-        else:
-            true = self._true_records(batch)
-            mem, capacity = self.truth.batch_memory_gb(true), self.truth.gpu_memory_gb
-            cfg = self.config
-            duration = self.truth.batch_duration(true, self.step_mode, cfg.engine_overhead_ms,
-                                                 cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
-        if self.calibrator is not None and mem <= capacity:  # the engine times each batch that runs
-            cfg = self.config
-            self._observing = self.calibrator.parts(batch, self.step_mode, cfg.engine_overhead_ms,
-                                                    cfg.engine_overhead_ms_per_mpx, [r.steps_done for r in batch])
-        if mem > capacity:
+        started = self.device.start(batch, self.cost, self.now)
+        if started is None:
             self._out_of_memory(batch)
             self._changed()
             return
+        duration, predicted = started
         for rec in batch:
             if rec.status == WAITING and math.isnan(rec.first_scheduled_s):
                 rec.first_scheduled_s = self.now
             rec.status, rec.batch_id = RUNNING, self.batches
         self.running = self.last_batch = batch
-        self._batch_mem_gb, self._batch_start_s = mem, self.now
         if self.quotas is not None:
             self.quotas.started(batch, predicted, self.now)
         self.gpu_end_s = self.now + duration
@@ -281,15 +239,14 @@ class Simulator:
 
     def admitted_batch(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         """The batch ``apply`` starts for a decision's ``ids``: cut to what the memory check lets start
-        (``memory_check``; ``admission.admitted``). An id that is neither waiting nor running is left for
-        ``apply`` to name."""
-        if not self.memory_check or not ids:
+        (``Device.admitted``). An id that is neither waiting nor running is left for ``apply`` to name."""
+        if not self.device.memory_check or not ids:
             return ids
         running = {r.request.id: r for r in self.running}
         recs = [rec for i in ids if (rec := self.waiting.get(i) or running.get(i)) is not None]
         if len(recs) < len(ids):
             return ids
-        return ids[:admitted(recs, self.cost, self._oom_alone)]
+        return ids[:self.device.admitted(recs, self.cost)]
 
     def _memory_checked(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         cut = self.admitted_batch(ids)
@@ -306,7 +263,7 @@ class Simulator:
             self._timer_s = min(self._timer_s, until)
         self._idle_until_event = True
         if self.step_mode and self.running:
-            self._preempt(self.running)
+            self.queue.preempt(self.running)
             self.running = []
             self._changed()
 
@@ -315,55 +272,31 @@ class Simulator:
         problem = batch_problem(self, ids)
         if problem is not None:
             raise InvalidDecision(_PROBLEMS[problem].format(ids=ids, n=len(ids), cap=self.config.max_num_seqs))
-        keep = {r.request.id: r for r in self.running}
-        batch = [self.waiting.get(rid) or keep[rid] for rid in ids]
-        for rec in batch:
-            if self.waiting.pop(rec.request.id, None) is not None:
-                self.journal.append(DEQUEUED, rec)
-                self._dequeued += 1
-            keep.pop(rec.request.id, None)
-        if keep:
-            self._preempt(list(keep.values()))
-        self._compact()
+        batch, left_out = self.queue.take_batch(ids, self.running)
+        if left_out:
+            self.queue.preempt(left_out)
+        self.queue.compact()
         return batch
-
-    def _compact(self) -> None:
-        """Rebuild ``waiting`` (same order) once more requests left it than it holds: a dict keeps
-        the slots of popped keys until it resizes, and iterating from the head (FIFO's head run)
-        walks every one of them — quadratic in a deep backlog. Amortised O(1) per dequeue."""
-        if self._dequeued > 1024 and self._dequeued > len(self.waiting):
-            self.waiting = dict(self.waiting)
-            self._dequeued = 0
-
-    def _preempt(self, recs: list[RequestRecord]) -> None:
-        for rec in recs:
-            rec.status = WAITING
-            rec.preemptions += 1
-            self.journal.append(ENQUEUED, rec)
-        self.waiting = {**{r.request.id: r for r in recs}, **self.waiting}
 
     def _reject(self, ids: Iterable[int], reason: str) -> None:
         """Drop waiting requests (load shedding): each ends ``rejected`` with ``reason``."""
         if not reason:
             raise InvalidDecision("a rejection must give a reason")
         for rid in ids:
-            rec = self.waiting.pop(rid, None)
+            rec = self.queue.take(rid)
             if rec is None:
                 raise InvalidDecision(f"request {rid} is not waiting; only waiting requests can be rejected")
-            self.journal.append(DEQUEUED, rec)
-            self._dequeued += 1
             rec.reject_reason = reason
             self._finish(rec, REJECTED)
-        self._compact()
+        self.queue.compact()
 
-    # ------------------------------------------------------------ calibration
+    # ------------------------------------------------------- the GPU's answers
     def _adopt(self) -> None:
         """Take the calibrator's newest version (``on_calibrate`` hears of it)."""
-        cal = self.calibrator
-        if cal is None or cal.version == self._version:
+        cost = self.device.newer()
+        if cost is None:
             return
-        self._version = cal.version
-        self.adopt_cost(cal.cost)
+        self.adopt_cost(cost)
         for callback in self.on_calibrate:
             callback(self)
 
@@ -373,78 +306,47 @@ class Simulator:
         old, self.cost = self.cost, cost
         Recosting(lambda: self.journal, self.records.values).adopt(old, cost)  # at once: the plugin's rule
 
-    def _true_records(self, batch: list[RequestRecord]) -> list[RequestRecord]:
-        assert self.truth is not None
-        out = []
-        for rec in batch:
-            true = self._true.get(rec.request.id)
-            if true is None:
-                true = self._true[rec.request.id] = self.truth.record(rec.request)
-            out.append(true)
-        return out
-
-    def _duration(self, batch: list[RequestRecord]) -> float:
-        cfg = self.config
-        return self.cost.batch_duration(batch, self.step_mode, cfg.engine_overhead_ms, cfg.engine_overhead_ms_per_mpx)
-
     def _end_batch(self) -> None:
-        elapsed = self.now - self._batch_start_s
-        if self._observing is not None:
-            assert self.calibrator is not None
-            if self.calibrator.observe(self.running[0].request.model, self._observing, elapsed):
-                self._adopt()
-            self._observing = None
+        elapsed, moved = self.device.end(self.running, self.now)
         self.busy_s += elapsed
-        self.mem_gb_s += elapsed * (self._batch_mem_gb - self._weights_gb)  # activations; weights always resident
+        self.mem_gb_s += elapsed * (self.device.mem_gb - self.device.weights_gb(self.cost))  # weights always resident
+        if moved:
+            self._adopt()
         self.gpu_end_s = self.predicted_end_s = INF
         still: list[RequestRecord] = []
         done: list[RequestRecord] = []
         for rec in self.running:
-            rec.steps_done = rec.request.num_inference_steps if not self.step_mode else rec.steps_done + 1
             (done if rec.steps_done >= rec.request.num_inference_steps else still).append(rec)
         # requests finishing together are reported in id order, as the plugin's engine loop reports
         # them: callbacks that average over finishes (the observation's SLO history) see one order
         for rec in sorted(done, key=_request_id):
             self._finish(rec, COMPLETED)
-            self._true.pop(rec.request.id, None)
         self.running = still
         if done:
             self._changed()
 
     def _out_of_memory(self, batch: list[RequestRecord]) -> None:
-        """``batch`` failed out of memory: vLLM-Omni fails every request in it (its execution-error path).
-        With a calibrator (the plugin's) the memory scale rises (``CostCalibrator.observe_oom``); with
-        ``retry_oom``, in request mode, its requests go back to the head of the queue unless the batch was one
-        request's alone, and one sent back before goes alone next time (``admission.split_oom``: the rule the
-        plugin follows; a wave keeps nothing of a request after an error). Step mode fails them: the worker
-        keeps a request's denoise state and refuses it as a new request."""
+        """``batch`` failed out of memory (``Device.out_of_memory``): some requests go back to the head of
+        the queue, the others fail (``FAILED_OOM``)."""
         self.oom_batches += 1
-        cal = self.calibrator
-        if cal is not None and cal.observe_oom(batch):
+        moved, split = self.device.out_of_memory(batch)
+        if moved:
             self._adopt()
-        split = split_oom(batch, self._oom_retried, self.step_mode or not self.retry_oom, self._oom_alone)
         if split.retry:
             self.oom_retries += len(split.retry)
-            self._oom_retried.update(r.request.id for r in split.retry)
-            self._oom_alone.update(r.request.id for r in split.alone)
-            for rec in split.retry:
-                self.journal.append(ENQUEUED, rec)
-            self.waiting = {**{r.request.id: r for r in split.retry}, **self.waiting}
-        self._fail_oom(list(split.failed))
-
-    def _fail_oom(self, batch: list[RequestRecord]) -> None:
-        for rec in batch:
+            self.queue.push_front(split.retry)
+        for rec in split.failed:
             if math.isnan(rec.first_scheduled_s):
                 rec.first_scheduled_s = self.now
             rec.batch_id = self.batches
             self._finish(rec, FAILED_OOM)
-            self._true.pop(rec.request.id, None)
         self.running = [r for r in self.running if r.status == RUNNING]
 
     def _finish(self, rec: RequestRecord, status: str) -> None:
         if rec.status in (COMPLETED, FAILED_OOM, REJECTED):
             raise InvalidDecision(f"request {rec.request.id} finished twice")
         rec.status, rec.finish_s = status, self.now
+        self.device.forget(rec.request.id)
         for callback in self.on_finish:
             callback(rec)
 
@@ -455,17 +357,17 @@ class Simulator:
         ``future_s`` seconds (0: none, what a scheduler can know; > 0: hindsight), and a copy of the
         quotas' window. Callbacks, the journal and the statistics start empty. For look-ahead: try a
         decision on the fork."""
-        ahead = [r for r in self._arrivals[self._next:] if r.arrival_s <= self.now + future_s] if future_s > 0 else []
+        ahead = self._arrivals.ahead(self.now + future_s) if future_s > 0 else []
         sim = Simulator(ahead, self.cost, self.config, self.horizon_s, self.truth, calibrate=False)
         copies = {rid: copy.copy(rec) for rid, rec in self.records.items() if rec.status in (WAITING, RUNNING)}
         sim.records = dict(copies)
-        sim.waiting = {rid: copies[rid] for rid in self.waiting}
+        sim.queue.waiting = {rid: copies[rid] for rid in self.waiting}
         sim.running = [copies[r.request.id] for r in self.running]
         sim.last_batch = list(sim.running)
         sim.now, sim.gpu_end_s, sim._timer_s = self.now, self.gpu_end_s, self._timer_s
         sim.predicted_end_s = self.predicted_end_s
         sim._idle_until_event = self._idle_until_event
-        sim._batch_mem_gb, sim._batch_start_s = self._batch_mem_gb, self._batch_start_s
+        sim.device.mem_gb, sim.device.start_s = self.device.mem_gb, self.device.start_s
         if self.quotas is not None:  # the window so far: a fork holds whom the original would
             sim.quotas = copy.deepcopy(self.quotas)
             sim._quota_view = QuotaView(sim, sim.quotas)
@@ -473,22 +375,28 @@ class Simulator:
 
     # ----------------------------------------------------------------- views
     @property
+    def waiting(self) -> dict[int, RequestRecord]:
+        """Waiting records in queue order (arrival order; preempted ones first): ``Waiting.waiting``."""
+        return self.queue.waiting
+
+    @property
+    def journal(self) -> Journal:
+        """Every change of ``waiting`` in order (``Waiting.journal``)."""
+        return self.queue.journal
+
+    @property
     def arrivals_left(self) -> int:
-        return len(self._arrivals) - self._next
+        return self._arrivals.left
 
     @property
     def total_requests(self) -> int:
         return len(self._arrivals)
 
     @property
-    def _weights_gb(self) -> float:
-        return (self.truth or self.cost).weights_gb
-
-    @property
     def memory_used_gb(self) -> float:
         """What the GPU holds now (NVML's used memory): the running batch's peak (weights included), else
         the weights."""
-        return self._batch_mem_gb if self.gpu_end_s != INF else self._weights_gb
+        return self.device.mem_gb if self.gpu_end_s != INF else self.device.weights_gb(self.cost)
 
     def open_telemetry(self) -> SimTelemetry:
         """What NVML would report for this simulator (``SimTelemetry``), from now on."""
