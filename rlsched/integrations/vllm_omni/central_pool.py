@@ -60,7 +60,8 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from vllm_omni.engine.stage_pool import StagePool, StageUnavailableError
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams
@@ -129,19 +130,18 @@ class CentralStagePool(LedgerStagePool):
 
     def __init__(self, stage_id: int, clients: Any, *, policy: Any = None,
                  wall: Callable[[], float] = time.monotonic, **kw: Any) -> None:
-        # set before the base's __init__, which follows the live replicas (and so opens the central views)
         self._wall = wall
-        self._decider = _CentralPolicies(self, policy)
-        self.central_queue = self._decider.queue
-        """The rule of late binding, the simulator's ``Stage``'s too (``rlsched.sim.central``): one ``CentralView``
-        (and central policy) per replica kind, the free replicas' order, adopting their calibrations."""
         self._parked: dict[str, Parked] = {}
         """The central queue, oldest first (request id -> what to send)."""
         self._flushed: list[tuple[str, Parked]] = []
         """Requests flushed from the queue (bound by vLLM-Omni's rule), to be sent."""
         self._broken = False
         """The dispatcher itself failed (a bug): nothing is parked any more."""
-        super().__init__(stage_id, clients, **kw)
+        super().__init__(stage_id, clients, decider=partial(_CentralPolicies, policy=policy), **kw)
+        self._decider = cast(_CentralPolicies, self.decider)
+        self.central_queue = self._decider.queue
+        """The rule of late binding, the simulator's ``Stage``'s too (``rlsched.sim.central``): one ``CentralView``
+        (and central policy) per replica kind, the free replicas' order, adopting their calibrations."""
         self._orchestrator: Any = None
         self._direct: str | None = None
         """The fallback reason of the request ``select_replica_id`` routes now (None: vLLM-Omni's rule, uncounted)."""
@@ -151,7 +151,7 @@ class CentralStagePool(LedgerStagePool):
         self.central_log: list[tuple[int, tuple[str, ...]]] = []
         """(replica slot, request ids) of every batch the central policy sent, in order (tests, diagnostics)."""
         self._decided = self.router_metrics.decisions.labels(router="central")
-        self._guard = self._decider.guard = self._decider.new_guard()
+        self._guard = self._decider.guard
         self._queue_gauge = self.router_metrics.central_queue.labels(stage=str(stage_id))
         self._queue_gauge.set(0)
 
@@ -221,9 +221,6 @@ class CentralStagePool(LedgerStagePool):
         finally:
             self._direct = None
 
-    def _ask(self, req: Request) -> tuple[int | None, str | None]:
-        return None, self._direct  # a request sent at once goes by vLLM-Omni's rule
-
     async def submit_update(self, request_id: str, req_state: Any, request: Any, **kw: Any) -> int:
         await self._send_now(request_id)  # an update needs the replica that holds the request
         return await super().submit_update(request_id, req_state, request, **kw)
@@ -263,10 +260,6 @@ class CentralStagePool(LedgerStagePool):
         for item in self._parked.values():
             if item.companions:
                 item.companions[:] = [(c, p) for c, p in item.companions if c != request_id]
-
-    def _replica_left(self, gone: int | None = None) -> None:
-        super()._replica_left(gone)
-        self._kick()
 
     # ------------------------------------------------------------- dispatcher
     def _kick(self) -> None:
@@ -315,14 +308,6 @@ class CentralStagePool(LedgerStagePool):
             return self._ledger.outstanding(slot) == 0, math.inf
         return next_batch(len(view.waiting), bool(view.running), view.gpu_end_s, view.now, view.step_mode,
                           self._lead_s)
-
-    def _state_heard(self, slot: int) -> None:
-        with self._lock:  # a new calibration published: its kind's central view decides on it (once per version)
-            view = self._ledger.views.get(slot)
-            if view is not None:
-                self.central_queue.adopt(slot, view.cost, view.calibration_version)
-        if self._parked:
-            self._kick()  # a replica may take its next batch now
 
     def _decide(self, slot: int, now: float) -> list[tuple[str, Parked]]:
         """The central policy's batch for ``slot`` (bound, out of the queue), or the fallback's when its decision
@@ -442,13 +427,6 @@ class CentralStagePool(LedgerStagePool):
         _report_failed(getattr(self._orchestrator, "output_async_queue", None), self.stage_id, why, ids)
         return ids
 
-    # -------------------------------------------------------------- central views
-    def _follow_live(self, gone: int | None = None) -> None:
-        before = list(self._ledger.slots)
-        super()._follow_live(gone)
-        if self._ledger.slots != before or not self.central_queue.views:
-            self._decider.open()
-
     def _vllm_pick(self, rid: str, reason: str, entry: Request | None) -> int:
         """vLLM-Omni's own choice (``StagePool.select_replica_id``, round-robin; it binds ``rid``) for a request
         leaving the queue unasked, followed by the ledger as a request sent at once is."""
@@ -470,13 +448,34 @@ class _CentralPolicies:
     free replica vLLM-Omni's FIFO with the memory check instead, from the head of the queue as that replica's
     (calibrated) cost sees it (``admission.fifo_that_fits``: O(batch))."""
 
-    def __init__(self, pool: CentralStagePool, policy: Any) -> None:
-        self.pool, self._arg = pool, policy
+    def __init__(self, pool: LedgerStagePool, policy: Any) -> None:
+        self.pool = cast(CentralStagePool, pool)
+        self._arg = policy
         self.queue = CentralQueue()
         self._policies: list[Any] = []
-        self.guard: GuardedDecision  # made once the pool has read its config (``new_guard``)
         self.sent: dict[str, list[tuple[PluginState, RequestRecord]]] = {}
         """Sent, unfinished requests' central records: the central policies' history sees each finish."""
+        self.guard = self.new_guard()
+        self.open()
+
+    # -- the pool's Decider (ledger_pool.Decider)
+    def ask(self, req: Request) -> tuple[int | None, str | None]:
+        return None, self.pool._direct  # a request sent at once goes by vLLM-Omni's rule
+
+    def replicas_changed(self) -> None:
+        self.open()
+
+    def state_heard(self, slot: int) -> None:
+        pool = self.pool
+        with pool._lock:  # a new calibration published: its kind's central view decides on it (once per version)
+            view = pool._ledger.views.get(slot)
+            if view is not None:
+                self.queue.adopt(slot, view.cost, view.calibration_version)
+        if pool._parked:
+            pool._kick()  # a replica may take its next batch now
+
+    def replica_left(self) -> None:
+        self.pool._kick()
 
     def new_policy(self) -> Any:
         spec = self._arg if self._arg is not None else (self.pool.router_config.policy or "fifo")

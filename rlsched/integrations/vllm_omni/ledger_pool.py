@@ -7,9 +7,9 @@ What changes against the plain pool:
 * ``submit_initial`` remembers the request's sampling params for the ``select_replica_id`` it calls
   (vLLM-Omni passes that only the request id);
 * ``select_replica_id`` keeps vLLM-Omni's rules for a request already bound to a live replica and
-  for a CFG companion (its parent's replica), and otherwise asks the subclass (``_ask``); without an
-  answer ``super().select_replica_id`` (vLLM-Omni's round-robin) routes that request, counted by the
-  reason ``_ask`` gives. Either way the binding is recorded in ``_request_bindings`` and the request
+  for a CFG companion (its parent's replica), and otherwise asks its decider (``Decider.ask``); without
+  an answer ``super().select_replica_id`` (vLLM-Omni's round-robin) routes that request, counted by the
+  reason the decider gives. Either way the binding is recorded in ``_request_bindings`` and the request
   joins the ledger at the replica it went to;
 * ``release_binding`` (every exit of a request) resolves its ledger entry;
 * ``poll_diffusion_output`` takes each output's published state (``STATE_KEY`` in its metrics dict,
@@ -39,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from vllm_omni.diffusion.data import is_diffusion_request_started_output
 from vllm_omni.engine.stage_pool import StagePool
@@ -70,12 +70,36 @@ _WHY = {"missing": "it has published no state (not rlsched's engine with extras.
 _log = logging.getLogger(__name__)
 
 
+class Decider(Protocol):
+    """What a ``LedgerStagePool`` asks and tells (``router_pool.RouterDecider``: a router; ``central_pool``'s
+    central policies). The pool makes it (its ``decider`` factory, given the pool) once its ledger exists, before
+    it first follows the live replicas."""
+
+    def ask(self, req: Request) -> tuple[int | None, str | None]:
+        """In ``select_replica_id``, for a request neither bound to a live replica nor a CFG companion: its
+        replica slot, or (None, the fallback reason; None: vLLM-Omni's rule, uncounted)."""
+        ...
+
+    def replicas_changed(self) -> None:
+        """The live replicas changed (the ledger follows them already)."""
+        ...
+
+    def state_heard(self, slot: int) -> None:
+        """Replica ``slot``'s published state was taken into the ledger."""
+        ...
+
+    def replica_left(self) -> None:
+        """A replica left (evicted, unavailable or removed), its ledger entries resolved."""
+        ...
+
+
 class LedgerStagePool(StagePool):
     """See the module docstring. ``costs``: one cost model for every replica, or one per slot (default:
-    ``settings.profile`` at ``degree``); ``clock``: seconds on the profile's clock (default: monotonic ×
-    ``time_scale``)."""
+    ``settings.profile`` at ``degree``); ``decider``: makes the pool's ``Decider``, given the pool; ``clock``:
+    seconds on the profile's clock (default: monotonic × ``time_scale``)."""
 
-    def __init__(self, stage_id: int, clients: Any, *, output_processor: Any = None, stage_vllm_config: Any = None,
+    def __init__(self, stage_id: int, clients: Any, *, decider: Callable[[LedgerStagePool], Decider],
+                 output_processor: Any = None, stage_vllm_config: Any = None,
                  config: RouterConfig | None = None, settings: PluginConfig | None = None,
                  costs: CostModel | Sequence[CostModel] | None = None,
                  degree: int | str = 1, serving: ServingConfig | None = None, clock: Callable[[], float] | None = None,
@@ -110,6 +134,7 @@ class LedgerStagePool(StagePool):
         self._warned: set[str] = set()
         self._followed_at: int | None = None
         """The membership version the ledger last followed (None: read the replicas at the next decision)."""
+        self.decider = decider(self)
         with self._lock:
             self._follow_live()
 
@@ -176,7 +201,7 @@ class LedgerStagePool(StagePool):
             chosen = self._parent(affinity_request_id)
             how = "parent"
             if chosen is None and self._ledger.slots:
-                chosen, reason = self._ask(req) if req is not None else (None, reason or "no_request")
+                chosen, reason = self.decider.ask(req) if req is not None else (None, reason or "no_request")
                 how = "router"
             if chosen is None:
                 if reason is not None:
@@ -222,11 +247,6 @@ class LedgerStagePool(StagePool):
         self._ledger.stage.now = now
         return make_request(self._ledger.new_id(), now, self._params[request_id], self.router_settings,
                             self._base_cost)
-
-    def _ask(self, req: Request) -> tuple[int | None, str | None]:
-        """The decider's replica slot for ``req``, or (None, the fallback reason; None: vLLM-Omni's rule,
-        uncounted). The subclass's decision."""
-        return None, None
 
     def _fallback(self, reason: str) -> None:
         self.router_fallbacks[reason] += 1
@@ -300,7 +320,7 @@ class LedgerStagePool(StagePool):
                                 "seen through the ledger alone until its next good one (logged once, counted in "
                                 "rlsched_router_state_total)", slot, error)
             elif verdict == "taken":
-                self._state_heard(slot)
+                self.decider.state_heard(slot)
         except Exception:
             self._note_once("state:error", "taking replica %s's state failed; the output goes through", slot,
                             exc=True)
@@ -313,14 +333,8 @@ class LedgerStagePool(StagePool):
         if not path:
             return
         line = {"replica": slot, "mono": time.monotonic(), "verdict": verdict, "state": raw}
-        try:
-            with stream_open(f"{path}.states", "a", LOG_ENV) as f:
-                f.write(json.dumps(line, default=str) + "\n")
-        except (OSError, ConfigError):  # ConfigError: not a regular file (rlsched.atomic)
+        if not _append(f"{path}.states", json.dumps(line, default=str)):
             self._log_once("internal_error", f"writing {LOG_ENV}.states")
-
-    def _state_heard(self, slot: int) -> None:
-        """A replica's state was taken (the central pool's dispatcher wakes)."""
 
     def _note_once(self, key: str, msg: str, *args: Any, exc: bool = False) -> None:
         level = logging.DEBUG if key in self._warned else logging.WARNING
@@ -364,6 +378,7 @@ class LedgerStagePool(StagePool):
                 self._follow_live(gone)
             except Exception:
                 self._log_once("internal_error", "dropping a replica")
+        self.decider.replica_left()
 
     def _follow_live(self, gone: int | None = None) -> None:
         """Route over the live, available replicas; a replica that left has its ledger entries resolved. Reads
@@ -382,10 +397,7 @@ class LedgerStagePool(StagePool):
             self.router_metrics.released.labels(reason="replica_lost").inc(len(lost))
         for slot in before - set(live):
             self._gauge(slot)
-        self._replicas_changed()
-
-    def _replicas_changed(self) -> None:
-        """The live replicas changed (the router is reset over them)."""
+        self.decider.replicas_changed()
 
     # ------------------------------------------------------------------ views
     def _cost_of(self, slot: int) -> CostModel:
@@ -415,10 +427,7 @@ class LedgerStagePool(StagePool):
                 "priority": None if req is None else req.priority,
                 "outstanding": {str(s): self._ledger.outstanding(s) for s in self._ledger.slots},
                 "views": self._views_line(request_id)}
-        try:
-            with stream_open(path, "a", LOG_ENV) as f:
-                f.write(json.dumps(line) + "\n")
-        except (OSError, ConfigError):
+        if not _append(path, json.dumps(line)):
             self._log_once("internal_error", f"writing {LOG_ENV}")
 
     def _views_line(self, leave_out: str) -> dict[str, Any]:
@@ -433,6 +442,17 @@ class LedgerStagePool(StagePool):
         self._note_once(reason, "%s failed; vLLM-Omni's own rule routes instead", doing, exc=True)
 
 
+def _append(path: str, text: str) -> bool:
+    """``text`` appended to ``path`` as one line; False when it cannot be (ConfigError: not a regular file,
+    ``rlsched.atomic``)."""
+    try:
+        with stream_open(path, "a", LOG_ENV) as f:
+            f.write(text + "\n")
+    except (OSError, ConfigError):
+        return False
+    return True
+
+
 def _at_layout(cost: CostModel, degree: int | str) -> CostModel:
     """``cost`` at the stage's SP degree; the profile itself (logged) when it has no coefficients for it:
     every replica of a stage shares one layout, so the router's choices keep their order, only its
@@ -444,4 +464,4 @@ def _at_layout(cost: CostModel, degree: int | str) -> CostModel:
         return cost
 
 
-__all__ = ["LOG_ENV", "MAX_CARRIERS", "LedgerStagePool"]
+__all__ = ["LOG_ENV", "MAX_CARRIERS", "Decider", "LedgerStagePool"]

@@ -1,8 +1,8 @@
 """``RouterStagePool``: vLLM-Omni 0.30's ``StagePool`` with an rlsched router in ``select_replica_id``.
 
 ``router.install`` puts one in place of a diffusion stage's pool (see ``router``'s docstring). It is a
-``LedgerStagePool`` (``ledger_pool.py``: the ledger, the replicas' published states, the bindings) that
-answers ``_ask`` with its router, through the one guarded decision (``guard.py``): a router that raises,
+``LedgerStagePool`` (``ledger_pool.py``: the ledger, the replicas' published states, the bindings) whose
+decider (``RouterDecider``) asks its router, through the one guarded decision (``guard.py``): a router that raises,
 overruns ``budget_ms`` or ``deadline_ms``, returns anything but an ``int`` index of the live replicas,
 or picks one that left meanwhile is overruled by vLLM-Omni's round-robin for that request, counted by
 reason (``routing.REASONS``); a router that raised or was interrupted is reset before it is asked again,
@@ -20,7 +20,8 @@ GPU cannot hold it alone (by that replica's calibrated cost) while another can (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from rlsched.integrations.vllm_omni.guard import GuardedDecision, runner_for
 from rlsched.integrations.vllm_omni.ledger_pool import LedgerStagePool
@@ -31,61 +32,71 @@ from rlsched.sim.request import Request
 from rlsched.sim.stage import Router
 
 
-class RouterStagePool(LedgerStagePool):
-    """See the module docstring. ``router``: a router spec or object (default ``config.router``); the other
-    arguments are ``LedgerStagePool``'s."""
+class RouterDecider:
+    """The router behind the one guarded decision (``guard.py``; the module docstring), as the pool's ``Decider``:
+    reset over the live replicas whenever they change, and after it raised or was interrupted."""
 
-    def __init__(self, stage_id: int, clients: Any, *, router: str | Router | None = None, **kw: Any) -> None:
-        config = kw.get("config") or RouterConfig()
-        kw["config"] = config
-        # set before the base's __init__, which follows the live replicas and so resets the router
-        self.router: Router = _unwrapped(make_router(router or config.router)
-                                         if router is None or isinstance(router, str) else router)
-        super().__init__(stage_id, clients, **kw)
-        self._decided = self.router_metrics.decisions.labels(router=getattr(self.router, "name", "router"))
-        self._guard = self._new_guard()
+    def __init__(self, pool: LedgerStagePool, router: Router) -> None:
+        self.pool, self.router = pool, router
+        config, metrics = pool.router_config, pool.router_metrics
+        self._decided = metrics.decisions.labels(router=getattr(router, "name", "router"))
+        self.guard = GuardedDecision(runner_for(router, config.decision_thread, config.deadline_ms / 1e3),
+                                     config.budget_ms / 1e3, reset=self.reset, observe=metrics.latency.observe)
+        """The guard of this pool's decisions: ``budget_ms``, ``deadline_ms``, ``decision_thread``; the garbage
+        collector paused while the router decides (the guard's default)."""
 
-    def _ask(self, req: Request) -> tuple[int | None, str | None]:
+    def ask(self, req: Request) -> tuple[int | None, str | None]:
         """The router's replica slot for ``req``, or (None, the fallback reason)."""
-        slots = self._ledger.slots
-        stage = self._views_at(self._ledger.stage.now)
-        reason, pos = self._guard.call(self._route, (req, stage))
+        pool = self.pool
+        slots = pool._ledger.slots
+        stage = pool._views_at(pool._ledger.stage.now)
+        reason, pos = self.guard.call(self._route, (req, stage))
         if reason is not None:
             if reason == "exception":
-                self._log_once("exception", "routing")
+                pool._log_once("exception", "routing")
             return None, reason
         if type(pos) is not int:
             return None, "not_int"
         if not 0 <= pos < len(slots):
             return None, "out_of_range"
         slot = slots[pos]
-        if self.clients[slot] is None or not self.is_replica_available(slot):
+        if pool.clients[slot] is None or not pool.is_replica_available(slot):
             return None, "evicted"
-        self.router_decisions += 1
+        pool.router_decisions += 1
         self._decided.inc()
         return slot, None
 
     def _route(self, job: tuple[Request, LedgerStage]) -> Any:
-        """On the decision thread: the router's answer (checked by ``_ask`` on the orchestrator's)."""
+        """On the decision thread: the router's answer (checked by ``ask`` on the orchestrator's)."""
         return self.router.route(*job)
 
+    def replicas_changed(self) -> None:
+        self.reset()
 
-    def _replicas_changed(self) -> None:
-        self._reset_router()
-
-    def _new_guard(self) -> GuardedDecision:
-        """The guard of this pool's decisions (``guard.py``): ``budget_ms``, ``deadline_ms``, ``decision_thread``;
-        the garbage collector paused while the router decides (the guard's default)."""
-        config = self.router_config
-        return GuardedDecision(runner_for(self.router, config.decision_thread, config.deadline_ms / 1e3),
-                               config.budget_ms / 1e3, reset=self._reset_router,
-                               observe=self.router_metrics.latency.observe)
-
-    def _reset_router(self) -> None:
+    def reset(self) -> None:
         try:
-            self.router.reset(self._ledger.stage)
+            self.router.reset(self.pool._ledger.stage)
         except Exception:
-            self._log_once("exception", "resetting the router")
+            self.pool._log_once("exception", "resetting the router")
+
+    def state_heard(self, slot: int) -> None:
+        pass
+
+    def replica_left(self) -> None:
+        pass
+
+
+class RouterStagePool(LedgerStagePool):
+    """See the module docstring. ``router``: a router spec or object (default ``config.router``); the other
+    arguments are ``LedgerStagePool``'s."""
+
+    def __init__(self, stage_id: int, clients: Any, *, router: str | Router | None = None, **kw: Any) -> None:
+        config = kw["config"] = kw.get("config") or RouterConfig()
+        chosen: Router = _unwrapped(make_router(router or config.router)
+                                    if router is None or isinstance(router, str) else router)
+        super().__init__(stage_id, clients, decider=partial(RouterDecider, router=chosen), **kw)
+        self.router = chosen
+        self._guard = cast(RouterDecider, self.decider).guard
 
     # -------------------------------------------------------- distributed mode
     def attach_load_balancer(self, lb: Any) -> None:
@@ -107,7 +118,7 @@ class RouterStagePool(LedgerStagePool):
                 reason = "internal_error"
             slot, how = None, "router"
             if req is not None and self._ledger.slots:
-                slot, reason = self._ask(req)
+                slot, reason = self.decider.ask(req)
                 if slot is not None and slot not in offered:  # a replica pick does not offer: not UP on the hub
                     slot, reason = None, "evicted"
             elif reason is None:
