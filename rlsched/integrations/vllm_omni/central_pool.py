@@ -131,7 +131,7 @@ class CentralStagePool(LedgerStagePool):
     def __init__(self, stage_id: int, clients: Any, *, policy: Any = None,
                  wall: Callable[[], float] = time.monotonic, **kw: Any) -> None:
         self._wall = wall
-        self._parked: dict[str, Parked] = {}
+        self._parked: dict[str, Parked] = {}  # before the base's __init__: the decider's views are opened on it
         """The central queue, oldest first (request id -> what to send)."""
         self._flushed: list[tuple[str, Parked]] = []
         """Requests flushed from the queue (bound by vLLM-Omni's rule), to be sent."""
