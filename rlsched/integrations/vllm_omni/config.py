@@ -93,9 +93,14 @@ class PluginConfig(BaseModel):
     and 0.5 ms turned 2 of 16 decisions into FIFO (docs/e2e.md); a denoise step takes
     tens to hundreds of milliseconds, so 5 ms under the engine lock costs little."""
     decision_deadline_ms: float = 100.0
-    """``schedule()`` never waits longer than this for a decision: FIFO serves the call, and while
-    the late call still runs and for a back-off after it (fallback reasons ``timeout``, ``busy``,
-    ``backoff``); then the policy is reset and decides again."""
+    """How long a decision may run before FIFO serves the call instead, and while the late call still runs
+    and for a back-off after it (fallback reasons ``timeout``, ``busy``, ``backoff``); then the policy is
+    reset and decides again. What counts depends on ``decision_thread``: on a worker thread,
+    ``schedule()`` waits at most this long on the wall clock. On the engine thread the deadline counts
+    the thread's runnable time — the wall clock less its waits for a CPU (``deadline.runnable_s``), so a
+    thread the host leaves waiting does not time out — and the watchdog interrupts the decision at its
+    next poll once that time passes (a quarter of the deadline apart, plus the interpreter's switch
+    interval); a call blocked in C holds ``schedule()`` until it returns."""
     default_height: int = 1024
     """Height assumed for cost estimates when a request leaves it to the pipeline (with ``default_width``
     and ``default_steps``, a shape the profile's GPU can hold alone: ``check_defaults``)."""

@@ -7,8 +7,9 @@ that asks — the engine's busy loop, or the orchestrator's event loop that serv
 of the server — waits at most the deadline, whatever the policy does. A decision slower than the
 budget or interrupted at the deadline (``timeout``) is an overrun. A lone overrun past the budget is used
 all the same (its answer came within the deadline: the time is spent whatever the guard does with it);
-the second in a row is discarded (``slow``), and after overruns in a row the decider is skipped for 2, 4
-... ``MAX_BACKOFF`` calls (``backoff``); a decision that was
+the second in a row is discarded (``slow``), and each overrun not used skips the decider for 2 ** (n - 1)
+calls, n the overruns in a row, at most ``MAX_BACKOFF`` (``backoff``: 2, 4 ... after ``slow``; 1, 2 ... from
+a ``timeout`` after a call within the budget); a decision that was
 interrupted or raised resets the policy before its next call (its structures may be half-updated).
 Each site falls back to vLLM-Omni's own rule with the reason, from one vocabulary (``REASONS``);
 what a site checks of a decision afterwards (an id that is not waiting, a replica index out of
@@ -31,7 +32,9 @@ REASONS = (
     "slow",       # it took longer than the budget, the second overrun in a row (its result is discarded)
     "timeout",    # it overran the deadline: the caller stopped waiting (the call is interrupted)
     "busy",       # an overrun call is still running on the worker thread: the decider is not asked
-    "backoff",    # skipped after overruns in a row (1, 2, 4 ... MAX_BACKOFF calls)
+    "backoff",    # skipped after an overrun not used: 2 ** (n - 1) calls at the n-th overrun in a row, at most
+                  # MAX_BACKOFF (2, 4 ... after `slow`, whose lone overrun before it was used; 1, 2 ... from a
+                  # `timeout` after a call within the budget)
 )
 """Why a guarded decision was not taken: the fallback reasons the three sites share."""
 MAX_BACKOFF = 64
