@@ -150,27 +150,15 @@ def _ppo(cfg: PickConfig, net: Any, run: Path, progress: bool) -> Any:
                                policy_class(), run, progress, tag="pick", shadow="shadow heuristic (static)")
 
 
-class PickTask:
+class PickTask(recipe.Task[PickConfig]):
     """The candidate policy as a ``recipe.RecipeTask``."""
 
     tag = "imitation"
     rule = SELECTION_RULE
 
     def __init__(self, cfg: PickConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg, recipe.Steps(_label, validation_differences, summarize_validation, _ppo))
         self.dims: dict[str, int] = {}  # CandidateNet's defaults: the candidate policy's observation
-
-    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
-        return _label(self.cfg, run, name, episodes, seed0, scorer, progress)
-
-    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
-        return validation_differences(self.cfg, scorers)
-
-    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-        return summarize_validation(self.cfg, diffs)
-
-    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
-        return _ppo(self.cfg, net, run, progress)
 
     def review(self, nets: dict[str, Any], files: list[Path], validation: dict[str, dict[str, float]],
                log: Any) -> dict[str, Any]:

@@ -25,8 +25,9 @@ import importlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, Field, field_validator
@@ -279,6 +280,40 @@ class RecipeTask(Protocol):
     def export(self, net: Any, out: Path, report: dict[str, Any], origin: dict[str, Any]) -> Path:
         """The stage kept as a frozen checkpoint in ``out``, read back as serving will."""
         ...
+
+
+C = TypeVar("C", bound=RecipeConfig)
+
+
+@dataclass(frozen=True)
+class Steps(Generic[C]):
+    """A recipe's four steps, written in its module as functions of its config (``RecipeTask``'s
+    ``label``, ``validate``, ``summarize`` and ``fine_tune`` with the config first)."""
+
+    label: Callable[[C, Path, str, int, int, Any, bool], Path]
+    validate: Callable[[C, dict[str, Any]], dict[str, np.ndarray]]
+    summarize: Callable[[C, dict[str, np.ndarray]], dict[str, dict[str, float]]]
+    fine_tune: Callable[[C, Any, Path, bool], Any]
+
+
+class Task(Generic[C]):
+    """What every ``RecipeTask`` writes alike: its config, and its ``Steps`` called on it. A recipe's task
+    adds ``tag``, ``rule``, ``dims``, ``review`` and ``export``."""
+
+    def __init__(self, cfg: C, steps: Steps[C]) -> None:
+        self.cfg, self._steps = cfg, steps
+
+    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
+        return self._steps.label(self.cfg, run, name, episodes, seed0, scorer, progress)
+
+    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
+        return self._steps.validate(self.cfg, scorers)
+
+    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+        return self._steps.summarize(self.cfg, diffs)
+
+    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
+        return self._steps.fine_tune(self.cfg, net, run, progress)
 
 
 def learn(task: RecipeTask, run: Path, out: Path | None = None, progress: bool = True) -> dict[str, Any]:
@@ -565,7 +600,7 @@ def _write_curve(episodes: list[tuple[int, float, float]], run: Path, shadow: st
 
 
 __all__ = ["EXECUTION_FIELDS", "RECIPES", "ImitationConfig", "LabelConfig", "LoadRange", "MaskablePPOConfig",
-           "RecipeConfig", "RecipeTask", "Strict", "ValidationConfig", "check_inputs", "choose_stage",
+           "RecipeConfig", "RecipeTask", "Steps", "Strict", "Task", "ValidationConfig", "check_inputs", "choose_stage",
            "imitation_rounds", "initial_net", "learn", "load_config", "maskable_ppo", "paired_differences",
            "recipe_config", "recipe_of", "recorded", "select_stage", "start", "summarize_differences",
            "weights_digest", "with_margin"]

@@ -275,7 +275,7 @@ def _ppo(cfg: LearnedRouterConfig, net: Any, run: Path, progress: bool) -> Any:
                                shadow="rlsched's router (static@rlsched)")
 
 
-class RouterTask:
+class RouterTask(recipe.Task[LearnedRouterConfig]):
     """The learned router as a ``recipe.RecipeTask``."""
 
     tag = "router"
@@ -284,20 +284,8 @@ class RouterTask:
     def __init__(self, cfg: LearnedRouterConfig) -> None:
         from rlsched.learned.router import RF, RG
 
-        self.cfg = cfg
+        super().__init__(cfg, recipe.Steps(_label, validation_differences, summarize_validation, _ppo))
         self.dims = {"g_dim": RG, "f_dim": RF}
-
-    def label(self, run: Path, name: str, episodes: int, seed0: int, scorer: Any, progress: bool) -> Path:
-        return _label(self.cfg, run, name, episodes, seed0, scorer, progress)
-
-    def validate(self, scorers: dict[str, Any]) -> dict[str, np.ndarray]:
-        return validation_differences(self.cfg, scorers)
-
-    def summarize(self, diffs: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-        return summarize_validation(self.cfg, diffs)
-
-    def fine_tune(self, net: Any, run: Path, progress: bool) -> Any:
-        return _ppo(self.cfg, net, run, progress)
 
     def review(self, nets: dict[str, Any], files: list[Path], validation: dict[str, dict[str, float]],
                log: Any) -> dict[str, Any]:
