@@ -15,10 +15,11 @@ mode a whole wave (all steps) of compatible waiting requests starts; in ``step``
 mode one denoise step of a batch drawn from running and waiting requests starts
 (running requests left out are preempted and keep their progress).
 
-The simulator drives three collaborators, one mechanism each, and keeps the run's records and statistics:
-``Arrivals`` (``sim.arrivals``: the workload in arrival order), ``Waiting`` (``sim.waiting``: the queue in
-vLLM-Omni's order and its journal) and ``Device`` (``sim.device``: the GPU — the true cost, the memory
-check, the calibrator's observations, the OOM split).
+The simulator keeps the run's records and statistics and drives three collaborators, one mechanism each:
+``_arrivals`` (``rlsched.sim.arrivals.Arrivals``: the workload in arrival order), ``queue``
+(``rlsched.sim.waiting.Waiting``: the waiting requests in vLLM-Omni's order and their journal) and
+``device`` (``rlsched.sim.device.Device``: the GPU — the true cost, the memory check, the calibrator's
+observations, the OOM split).
 """
 
 from __future__ import annotations
