@@ -18,7 +18,7 @@ def _batch_of_four(size: int) -> list:
 
 @pytest.mark.parametrize("mode", ["request", "step"])
 def test_a_batch_just_over_gpu_memory_fails_and_one_just_under_runs(qwen_cost, mode: str) -> None:
-    """Caught: the OOM check moved off 100 % of GPU memory (simulator.py ``apply``: e.g.
+    """Caught: the OOM check moved off 100 % of GPU memory (``rlsched.sim.device.Device.start``: e.g.
     ``mem > 1.1 * gpu_memory_gb``). On the 141 GB H200 profile four 2048² Qwen-Image requests
     need 140.7 GB (0.2 % under) and four 2064² ones 141.9 GB (0.6 % over)."""
     gpu = qwen_cost.gpu_memory_gb

@@ -55,7 +55,7 @@ def test_rejected_requests_are_reported_once(mode: str) -> None:
 
 
 def test_an_out_of_memory_batch_reports_each_member_once(make_sim) -> None:
-    """Caught: a failed batch's members reported twice (``_fail_oom`` → ``_finish``)."""
+    """Caught: a failed batch's members reported twice (``Simulator._out_of_memory`` → ``_finish``)."""
     sim = make_sim([make_request(i, 0.0, size=2048) for i in range(8)] + [make_request(8, 1.0)], max_num_seqs=8)
     log = FinishLog(sim)
     sim.run(make_policy("fifo"))

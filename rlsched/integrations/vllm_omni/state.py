@@ -263,7 +263,7 @@ class WaitingQueue(Mapping[int, RequestRecord]):
             return rec
         rec = self._tail.pop(iid, None)
         self._popped += rec is not None
-        if self._popped > 1024 and self._popped > len(self._tail):  # as Simulator._compact: a dict
+        if self._popped > 1024 and self._popped > len(self._tail):  # as Waiting.compact: a dict
             self._tail, self._popped = dict(self._tail), 0  # keeps popped slots; iterating walks them
         return rec
 

@@ -5,7 +5,7 @@ above that seam stays real: the HTTP server, the orchestrator, the stage process
 ``DiffusionEngine``'s busy loop (with its start-up warm-up), the scheduler (the plugin
 via ``engine_backend``) and the pipeline's post-processing, which turns the returned
 tensors into PNGs. Each call sleeps the time the stage's cost profile gives the batch
-(the simulator's ``_duration``: request mode ``steps × step + encode + decode``, step mode
+(the simulator's ``Device.start``: request mode ``steps × step + encode + decode``, step mode
 one step plus encode on a request's first step and decode on its last), divided by the
 plugin's ``time_scale``, and returns mid-gray images of the requested size.
 
