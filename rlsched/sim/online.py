@@ -456,11 +456,13 @@ def _solve(fit: _ModelFit, tie: np.ndarray, anchor: float) -> tuple[tuple[float,
     rhs[0] += anchor
     raw = inverse @ rhs
     theta = tuple(_clip(float(t)) for t in raw)
+    ratios = [t / theta[0] for t in theta[2:]]
+    if all(abs(r - 1.0) <= FORM_TOLERANCE for r in ratios):  # the usual case: no standard error needed
+        return theta, _ONES[2:]
     rss = max(fit.yy - 2 * float(raw @ fit.b) + float(raw @ fit.s @ raw), 0.0)
     variance = rss / max(fit.n - len(TERMS), 1.0)
     forms = []
-    for j in range(2, len(TERMS)):
-        ratio = theta[j] / theta[0]
+    for j, ratio in enumerate(ratios, 2):
         spread = variance * (inverse[j, j] + inverse[0, 0] - 2 * inverse[0, j])
         off = abs(ratio - 1.0) > FORM_TOLERANCE and (raw[j] - raw[0]) ** 2 > SIGNIFICANCE ** 2 * spread
         forms.append(ratio if off else 1.0)
