@@ -82,7 +82,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                        formatter_class=HelpFormatter)
     c.add_argument("--log", type=Path, help="a vllm serve log: the newest 'rlsched: cost profile ... calibrated' "
                                             "line of each model (and the profile it names)")
-    c.add_argument("--scales", help="instead of --log: MODEL=TIME,ATTENTION[,MEMORY[,FIXED]];... "
+    c.add_argument("--scales", help="instead of --log: "
+                                    "MODEL=TIME,ATTENTION[,MEMORY[,FIXED[,ENCODE[,DECODE[,COMM]]]]];... "
                                     "(rlsched_calibration_scale)")
     c.add_argument("--profile", help="the profile the scales apply to (default: the one the log names)")
     c.add_argument("--out", type=Path, required=True, help="profile YAML to write")
@@ -178,7 +179,7 @@ def run_derive(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from rlsched.atomic import input_file
-    from rlsched.profiling.calibrated import calibrated_profile, parse_scales, render, scales_from_log
+    from rlsched.profiling.calibrated import TERMS, calibrated_profile, parse_scales, render, scales_from_log
 
     if (args.log is None) == (args.scales is None):
         raise ConfigError("--log/--scales", "give one: the server log the plugin wrote, or the scales")
@@ -194,8 +195,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         scales, profile = parse_scales(args.scales, "--scales"), args.profile
         provenance = f"online calibration of {profile}: scales {args.scales}"
     data = calibrated_profile(profile, scales, provenance)
-    scaled = ", ".join(f"{m} time x{t:g}, attention x{q:g}, memory x{mem:g}" + "".join(f", fixed x{f:g}" for f in form)
-                       for m, (t, q, mem, *form) in scales.items())
+    scaled = ", ".join(f"{m} " + ", ".join(f"{term} x{v:g}" for term, v in zip(TERMS, s)) for m, s in scales.items())
     header = (f"{profile} with an online calibration applied ({scaled}).\n"
               "Written by `rlsched profile calibrate`; its provenance is the last line of sources.")
     write_atomic(args.out, render(data, header), "--out")

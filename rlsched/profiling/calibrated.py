@@ -2,12 +2,15 @@
 (``rlsched profile calibrate``).
 
 The plugin logs each calibration version (``rlsched: cost profile NAME calibrated, version N: MODEL time
-xT, attention xQ, memory xM[, fixed xF]``; the same numbers are in ``rlsched_calibration_scale``). Given
-those scales, ``calibrated_profile`` scales the profile file's own coefficients exactly as
-``rlsched.sim.truth.rescaled`` scales a loaded profile — every time term by ``time``, the attention term
-once more by ``attention``, the step's floor and per-forward terms once more by ``fixed`` (1 when the line
-has none), per-request memory by ``memory`` — renames it ``NAME-calibrated``, adds a ``sources`` line saying
-where the scales came from, and checks the result loads as a profile before anything is written.
+xT, attention xQ, memory xM[, fixed xF[, encode xE[, decode xD[, comm xC]]]]``; the same numbers are in
+``rlsched_calibration_scale``). Given those scales, ``calibrated_profile`` writes into the profile file the
+coefficients of ``rlsched.sim.truth.rescaled``'s cost — every time term by ``time``, the attention term once
+more by ``attention``, per-request memory by ``memory``, and each form term (``FORM_TERMS``, 1 when the line
+has none) its part once more: ``fixed`` the step's floor and per-forward terms, ``encode`` the encode,
+``decode`` the decode, ``comm`` the SP and CFG-parallel communication — so which coefficient a scale
+multiplies is said once, in ``rescaled``. It renames the profile ``NAME-calibrated``, adds a ``sources`` line
+saying where the scales came from (and which form terms were refit), and checks the result loads as a
+profile before anything is written.
 """
 
 from __future__ import annotations
@@ -22,16 +25,23 @@ import yaml
 
 from rlsched.errors import ConfigError
 from rlsched.routing.views import MEMORY_HIGH, SCALE_HIGH, SCALE_LOW
-from rlsched.sim.cost import PROFILE_DIR, profile_from_dict
-from rlsched.sim.truth import FIXED_TERMS, MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS
+from rlsched.sim.cost import PROFILE_DIR, ModelCost, profile_from_dict
+from rlsched.sim.truth import FORM_TERMS, MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS, rescaled
 from rlsched.sim.yamlio import read_yaml
 
+TERMS = ("time", "attention", "memory", *FORM_TERMS)
+"""A scale tuple's terms in order (``CostCalibrator.scales``, ``rescaled``; the quadratic scale is logged as
+``attention``)."""
+HIGHS = (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, *(SCALE_HIGH,) * len(FORM_TERMS))
+"""Each term's upper bound: what a router accepts of a replica's published calibration."""
 LOG_LINE = re.compile(r"rlsched: cost profile (?P<profile>\S+) calibrated, version (?P<version>\d+): (?P<model>\S+) "
                       r"time x(?P<time>[0-9.]+), attention x(?P<attention>[0-9.]+), memory x(?P<memory>[0-9.]+)"
-                      r"(?:, fixed x(?P<fixed>[0-9.]+))?")
-"""The plugin's log line for a calibration version (``BatchClock.calibrated``, rlsched/integrations/vllm_omni/batch_clock.py)."""
+                      + "".join(rf"(?:, {t} x(?P<{t}>[0-9.]+))?" for t in FORM_TERMS))
+"""The plugin's log line for a calibration version (``BatchClock.calibrated``,
+rlsched/integrations/vllm_omni/batch_clock.py); a form term it leaves off is 1 (a line of an older release
+has none, or ``fixed`` alone)."""
 Scales = dict[str, tuple[float, ...]]
-"""Per model ``(time, attention, memory, fixed)``."""
+"""Per model ``(time, attention, memory[, fixed, encode, decode, comm])`` (``TERMS``)."""
 NUMBER = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 """A scale as written: a plain decimal number, an exponent allowed."""
 
@@ -51,75 +61,91 @@ def scales_from_log(text: str, where: str) -> tuple[str, int, Scales]:
     for m in found:
         if m["profile"] == profile:
             line = f"{where}:{text.count(chr(10), 0, m.start()) + 1}"
-            values = check_scales(m["model"], [m["time"], m["attention"], m["memory"], m["fixed"] or "1"], line)
+            values = check_scales(m["model"], [m[t] or "1" for t in TERMS], line)
             scales[m["model"]] = values  # a model's newer line replaces its older one
             version = int(m["version"])
     return profile, version, scales
 
 
 def parse_scales(text: str, where: str) -> Scales:
-    """``MODEL=TIME,ATTENTION[,MEMORY[,FIXED]]`` entries separated by ``;``, each model once (``check_scales``)."""
+    """``MODEL=TIME,ATTENTION[,MEMORY[,FIXED[,ENCODE[,DECODE[,COMM]]]]]`` entries separated by ``;``, each model
+    once (``check_scales``; a term left off is 1)."""
     out: Scales = {}
     for entry in filter(None, (e.strip() for e in text.split(";"))):
         model, eq, values = entry.partition("=")
         model = model.strip()
         nums = values.split(",")
-        if not eq or not model or len(nums) not in (2, 3, 4):
-            raise ConfigError(where, f"{entry!r}: expected MODEL=TIME,ATTENTION[,MEMORY[,FIXED]] (positive numbers)")
+        if not eq or not model or not 2 <= len(nums) <= len(TERMS):
+            raise ConfigError(where, f"{entry!r}: expected "
+                                     "MODEL=TIME,ATTENTION[,MEMORY[,FIXED[,ENCODE[,DECODE[,COMM]]]]] "
+                                     "(positive numbers)")
         if model in out:
             raise ConfigError(where, f"{entry!r}: model {model!r} is given twice (one entry per model)")
-        out[model] = check_scales(model, nums + ["1"] * (4 - len(nums)), where)
+        out[model] = check_scales(model, nums + ["1"] * (len(TERMS) - len(nums)), where)
     if not out:
         raise ConfigError(where, "no MODEL=TIME,ATTENTION[,MEMORY] entry")
     return out
 
 
 def check_scales(model: str, values: list[str], where: str) -> tuple[float, ...]:
-    """``[time, attention, memory, fixed]`` as numbers a calibration can publish: each a plain finite number within the
-    published state's bounds (``rlsched.routing.views``: what a router accepts of a replica); a malformed,
-    zero or unbounded scale wrote a profile no replica could have reached (or a traceback, for ``1.2.3``)."""
-    highs = (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, SCALE_HIGH)
-    out = []
-    for name, text, high in zip(("time", "attention", "memory", "fixed"), values, highs):
+    """``values`` (one per ``TERMS``) as numbers a calibration can publish, trailing 1s past the first three left
+    off as ``CostCalibrator.scales`` does: each a plain finite number within the published state's bounds
+    (``HIGHS``: what a router accepts of a replica); a malformed, zero or unbounded scale wrote a profile no
+    replica could have reached (or a traceback, for ``1.2.3``)."""
+    out: list[float] = []
+    for name, text, high in zip(TERMS, values, HIGHS):
         value = float(text) if NUMBER.fullmatch(text.strip()) else math.nan  # not float's "1_0", "inf", "nan"
         if not SCALE_LOW <= value <= high:
             raise ConfigError(where, f"{model}: {name} scale {text.strip()!r} must be a number >= {SCALE_LOW:g} "
                                      f"and <= {high:g} (the bounds of a published calibration)")
         out.append(value)
-    return tuple(out) if out[3:] != [1.0] else tuple(out[:3])  # fixed 1: the three scales of a uniform form
+    while len(out) > 3 and out[-1] == 1.0:  # form terms of 1: the three scales of the profile's form
+        out.pop()
+    return tuple(out)
 
 
 def calibrated_profile(profile: str, scales: Scales, provenance: str) -> dict[str, Any]:
-    """The profile file's data (``profile``: a shipped name or a path) with ``scales`` applied (module
-    docstring); ``ConfigError`` for a model the profile does not hold or a result that is not a profile."""
+    """The profile file's data (``profile``: a shipped name or a path) with each model's coefficients those of
+    ``rescaled(profile, scales)`` (module docstring); ``ConfigError`` for a model the profile does not hold or a
+    result that is not a profile."""
     path = Path(profile)
     if not path.suffix:
         path = PROFILE_DIR / f"{profile}.yaml"
     data = copy.deepcopy(read_yaml(path))
     models = data.get("models", {})
-    for name, (time, attention, memory, *form) in scales.items():
-        fixed = form[0] if form else 1.0
+    for name in scales:
         if name not in models:
             raise ConfigError(f"{path}: models", f"no model {name!r} to calibrate (it holds {sorted(models)})")
-        m = models[name]
-        step = m["step"]
-        for key in TIME_TERMS:  # the step's coefficients sit in the file's step: block
-            where = step if key in STEP_TERMS else m
-            if key in where:
-                once_more = attention if key == "c_s_per_gtok2" else fixed if key in FIXED_TERMS else 1.0
-                where[key] = _round(where[key] * time * once_more)
-        for key in MEMORY_TERMS:
-            m[key] = _round(m[key] * memory)
-        for key in SP_TIME_TERMS:
-            if isinstance(m.get("sp"), dict) and m["sp"].get(key) is not None:
-                m["sp"][key] = _round(m["sp"][key] * time)
-        if isinstance(m.get("cfg_parallel"), dict):
-            cfg = m["cfg_parallel"]
-            cfg["latency_s"], cfg["link_gb_s"] = _round(cfg["latency_s"] * time), _round(cfg["link_gb_s"] / time)
+    scaled = rescaled(profile_from_dict(data, str(path)), scales, "calibrated")
+    for name in scales:
+        _write_model(models[name], scaled.model(name))
     data["name"] = f"{data['name']}-calibrated"
-    data["sources"] = [*data.get("sources", []), provenance]
+    data["sources"] = [*data.get("sources", []), f"{provenance}{_refit(scales)}"]
     profile_from_dict(data, f"{path} (calibrated)")  # a profile, or an error before anything is written
     return data
+
+
+def _write_model(m: dict[str, Any], scaled: ModelCost) -> None:
+    """A profile file's model block ``m`` given ``scaled``'s coefficients, where the file holds them (the step's
+    coefficients sit in its ``step:`` block, the SP and CFG-parallel ones in ``sp:`` and ``cfg_parallel:``)."""
+    for key in (*TIME_TERMS, *MEMORY_TERMS):
+        where = m["step"] if key in STEP_TERMS else m
+        if key in where:
+            where[key] = _round(getattr(scaled, key))
+    if isinstance(m.get("sp"), dict) and scaled.sp is not None:
+        for key in SP_TIME_TERMS:
+            if m["sp"].get(key) is not None:
+                m["sp"][key] = _round(getattr(scaled.sp, key))
+    if isinstance(m.get("cfg_parallel"), dict) and scaled.cfg_parallel is not None:
+        for key in ("latency_s", "link_gb_s"):
+            m["cfg_parallel"][key] = _round(getattr(scaled.cfg_parallel, key))
+
+
+def _refit(scales: Scales) -> str:
+    """The provenance's note of the form terms refit (those not 1), or nothing for the three scales alone."""
+    refit = sorted({t for s in scales.values() for t, v in zip(FORM_TERMS, s[3:]) if v != 1.0},
+                   key=FORM_TERMS.index)
+    return f"; form terms refit: {', '.join(refit)}" if refit else ""
 
 
 def render(data: dict[str, Any], header: str) -> str:
@@ -131,4 +157,5 @@ def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-__all__ = ["LOG_LINE", "calibrated_profile", "check_scales", "parse_scales", "render", "scales_from_log"]
+__all__ = ["HIGHS", "LOG_LINE", "TERMS", "calibrated_profile", "check_scales", "parse_scales", "render",
+           "scales_from_log"]

@@ -47,7 +47,8 @@ def test_scales_by_hand_and_every_refusal_names_its_input(tmp_path, capsys) -> N
     shipped = load_profile(PROFILE).model("qwen-image")
     assert load_profile(out).model("qwen-image").a_s == pytest.approx(1.3 * shipped.a_s)
     assert parse_scales("a=1,2; b=3,4,5", "X") == {"a": (1.0, 2.0, 1.0), "b": (3.0, 4.0, 5.0)}
-    expected = r"X: 'a=1': expected MODEL=TIME,ATTENTION\[,MEMORY\[,FIXED\]\] \(positive numbers\)"
+    expected = (r"X: 'a=1': expected MODEL=TIME,ATTENTION\[,MEMORY\[,FIXED\[,ENCODE\[,DECODE\[,COMM\]\]\]\]\] "
+                r"\(positive numbers\)")
     with pytest.raises(ConfigError, match=expected):
         parse_scales("a=1", "X")
     with pytest.raises(ConfigError, match=r"X: no MODEL=TIME,ATTENTION\[,MEMORY\] entry"):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlsched.sim.request import RequestRecord
+from rlsched.sim.truth import FORM_TERMS
 
 if TYPE_CHECKING:
     from rlsched.integrations.vllm_omni.metrics import PluginMetrics
@@ -126,7 +127,9 @@ class BatchClock:
 
     def calibrated(self, st: PluginState | None) -> None:
         """A new calibration version: logged, exported (the served model's scales); once each. Looked at
-        after each batch and each ``schedule()`` (whose telemetry read may bring the device's memory)."""
+        after each batch and each ``schedule()`` (whose telemetry read may bring the device's memory). The
+        line names each form term the calibration publishes (``FORM_TERMS``: ``, fixed xF, encode xE, decode xD,
+        comm xC``, up to its last one not 1), as ``rlsched profile calibrate --log`` reads it back."""
         cal = st.calibrator if st is not None else None
         if st is None or cal is None or cal.version == self._calibration_seen:
             return
@@ -136,7 +139,7 @@ class BatchClock:
         self.metrics.set_calibration(cal.version, scales)
         _log.info("rlsched: cost profile %s calibrated, version %d: %s time x%.3f, attention x%.3f, memory x%.3f%s",
                   st.shipped.name, cal.version, model, *scales[:3],
-                  f", fixed x{scales[3]:.3f}" if len(scales) > 3 else "")
+                  "".join(f", {term} x{v:.3f}" for term, v in zip(FORM_TERMS, scales[3:])))
 
 
 __all__ = ["BatchClock"]

@@ -30,7 +30,7 @@ name                                       type       labels              meanin
 ``rlsched_memory_headroom_bytes``          gauge      —                   GPU memory free, as telemetry last read it
 ``rlsched_calibration_version``            gauge      —                   online calibration's version (0: as shipped)
 ``rlsched_calibration_scale``              gauge      term                calibrated / shipped: time, attention,
-                                                                          memory, fixed
+                                                                          memory, fixed, encode, decode, comm
 ``rlsched_oom_requests_total``             counter    outcome             requests in a batch that ran out of memory:
                                                                           ``retried`` (queued again) or ``failed``
 =========================================  =========  ==================  ==========================================
@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlsched.sim.request import PRIORITY_CLASSES
+from rlsched.sim.truth import FORM_TERMS
 
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 2.5e-3, 5e-3, 1e-2)
 """Seconds of one decision; 2 ms and 5 ms are the default budgets (router / central, engine): the share of
@@ -59,6 +60,9 @@ RATIO_BUCKETS = tuple(round(2 ** (k / 4), 3) for k in range(-8, 9))
 """Observed / predicted batch seconds: 0.25 .. 4, four buckets per doubling, 1 among them."""
 GIB = 1024**3
 """Bytes per GB as telemetry reports memory (``NvmlTelemetry``: GiB)."""
+SCALE_TERMS = ("time", "attention", "memory", *FORM_TERMS)
+"""``rlsched_calibration_scale``'s ``term`` labels, in the order of a calibration's scales (``CostCalibrator.scales``;
+each form term scales its part once more over ``time``, ``rlsched.sim.truth.rescaled``)."""
 
 _prom: Any
 try:
@@ -245,7 +249,8 @@ class PluginMetrics(MetricSet):
                                         "Online calibration's version of the cost profile (0: as shipped)")
         self.calibration_scale = make("Gauge", "rlsched_calibration_scale",
                                       "Calibrated over shipped profile coefficients: time (every time term), "
-                                      "attention (the attention term), memory, fixed (the step's fixed terms)",
+                                      "attention (the attention term), memory, and once more over time: fixed "
+                                      "(the step's fixed terms), encode, decode, comm (SP and CFG-parallel)",
                                       ["term"])
         self.oom_requests = make("Counter", "rlsched_oom_requests_total",
                                  "Requests in a batch the engine ran out of memory on: retried (queued again, "
@@ -307,10 +312,10 @@ class PluginMetrics(MetricSet):
         self.duration_ratio.observe(observed_s / predicted_s)
 
     def set_calibration(self, version: int, scales: tuple[float, ...]) -> None:
-        """The calibration's ``version`` and the served model's ``(time, attention, memory[, fixed])`` scales
-        (fixed: 1 when not given)."""
+        """The calibration's ``version`` and the served model's ``(time, attention, memory[, fixed, encode, decode,
+        comm])`` scales (``SCALE_TERMS``; a form term not given: 1)."""
         self.calibration_version.set(version)
-        for term, value in zip(("time", "attention", "memory", "fixed"), (*scales, 1.0)[:4]):
+        for term, value in zip(SCALE_TERMS, (*scales, *(1.0,) * len(SCALE_TERMS))):
             self.calibration_scale.labels(term=term).set(value)
 
     def set_headroom(self, sample: Any) -> None:
