@@ -82,6 +82,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                        formatter_class=HelpFormatter)
     c.add_argument("--log", type=Path, help="a vllm serve log: the newest 'rlsched: cost profile ... calibrated' "
                                             "line of each model (and the profile it names)")
+    c.add_argument("--metrics", help="instead of --log: a replica's metrics endpoint (http://HOST:PORT/metrics) or "
+                                     "a file saved from it: its rlsched_calibration_scale per term (needs --profile)")
     c.add_argument("--scales", help="instead of --log: "
                                     "MODEL=TIME,ATTENTION[,MEMORY[,FIXED[,ENCODE[,DECODE[,COMM]]]]];... "
                                     "(rlsched_calibration_scale)")
@@ -178,29 +180,60 @@ def run_derive(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from rlsched.atomic import input_file
-    from rlsched.profiling.calibrated import TERMS, calibrated_profile, parse_scales, render, scales_from_log
+    from rlsched.profiling.calibrated import TERMS, calibrated_profile, render
 
-    if (args.log is None) == (args.scales is None):
-        raise ConfigError("--log/--scales", "give one: the server log the plugin wrote, or the scales")
+    if sum(x is not None for x in (args.log, args.metrics, args.scales)) != 1:
+        raise ConfigError("--log/--metrics/--scales", "give one: the server log the plugin wrote, a replica's "
+                                                      "metrics, or the scales")
     check_out_file(args.out, "--out")
-    if args.log is not None:
-        logged, version, scales = scales_from_log(input_file(args.log, "--log").read_text(errors="replace"),
-                                                  str(args.log))
-        profile = args.profile or _logged_profile_file(logged)
-        provenance = f"online calibration version {version} of {logged} (rlsched plugin), from {args.log}"
-    else:
-        if not args.profile:
-            raise ConfigError("--profile", "--scales needs the profile they apply to")
-        scales, profile = parse_scales(args.scales, "--scales"), args.profile
-        provenance = f"online calibration of {profile}: scales {args.scales}"
+    profile, scales, provenance = _calibration(args)
     data = calibrated_profile(profile, scales, provenance)
-    scaled = ", ".join(f"{m} " + ", ".join(f"{term} x{v:g}" for term, v in zip(TERMS, s)) for m, s in scales.items())
+    scaled = ", ".join(f"{m} " + ", ".join(f"{t} x{v:g}" for t, v in zip(TERMS, s)) for m, s in scales.items())
     header = (f"{profile} with an online calibration applied ({scaled}).\n"
               "Written by `rlsched profile calibrate`; its provenance is the last line of sources.")
     write_atomic(args.out, render(data, header), "--out")
     print(f"rlsched: wrote {args.out} ({data['name']}: {scaled})", file=sys.stderr)
     return 0
+
+
+def _calibration(args: argparse.Namespace) -> tuple[str, dict[str, tuple[float, ...]], str]:
+    """(profile, per-model scales, provenance) from the one input given: --log, --metrics or --scales."""
+    from rlsched.atomic import input_file
+    from rlsched.profiling.calibrated import parse_scales, scales_from_log, scales_from_metrics
+    from rlsched.sim.cost import load_profile
+
+    if args.log is not None:
+        logged, version, scales = scales_from_log(input_file(args.log, "--log").read_text(errors="replace"),
+                                                  str(args.log))
+        provenance = f"online calibration version {version} of {logged} (rlsched plugin), from {args.log}"
+        return args.profile or _logged_profile_file(logged), scales, provenance
+    if args.metrics is not None:
+        if not args.profile:
+            raise ConfigError("--profile", "--metrics needs the profile the replica serves (its metrics do not "
+                                           "name it)")
+        version, scales = scales_from_metrics(_metrics_text(args.metrics), load_profile(args.profile).models,
+                                              f"--metrics {args.metrics}")
+        provenance = f"online calibration version {version} of {args.profile} (rlsched plugin), from {args.metrics}"
+        return args.profile, scales, provenance
+    if not args.profile:
+        raise ConfigError("--profile", "--scales needs the profile they apply to")
+    scales = parse_scales(args.scales, "--scales")
+    return args.profile, scales, f"online calibration of {args.profile}: scales {args.scales}"
+
+
+def _metrics_text(source: str) -> str:
+    """A metrics endpoint's text (``http://`` or ``https://``) or a file's saved from one."""
+    import urllib.request
+
+    from rlsched.atomic import input_file
+
+    if not source.startswith(("http://", "https://")):
+        return input_file(source, "--metrics").read_text(errors="replace")
+    try:
+        with urllib.request.urlopen(source, timeout=10) as resp:
+            return resp.read().decode(errors="replace")
+    except (OSError, ValueError) as exc:  # URLError is an OSError; a malformed URL a ValueError
+        raise ConfigError(f"--metrics {source}", f"cannot read the metrics endpoint: {exc}") from None
 
 
 def _logged_profile_file(logged: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ rlsched/integrations/vllm_omni/batch_clock.py); a form term it leaves off is 1 (
 has none, or ``fixed`` alone)."""
 Scales = dict[str, tuple[float, ...]]
 """Per model ``(time, attention, memory[, fixed, encode, decode, comm])`` (``TERMS``)."""
+METRIC_SAMPLE = re.compile(r"^(?P<name>rlsched_calibration_(?:scale|version))\{(?P<labels>[^}]*)\} (?P<value>\S+)",
+                           re.MULTILINE)
+"""A sample of the calibration's gauges in Prometheus' text format (``rlsched.integrations.vllm_omni.metrics``)."""
+METRIC_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 NUMBER = re.compile(r"\+?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 """A scale as written: a plain decimal number, an exponent allowed."""
 
@@ -65,6 +70,41 @@ def scales_from_log(text: str, where: str) -> tuple[str, int, Scales]:
             scales[m["model"]] = values  # a model's newer line replaces its older one
             version = int(m["version"])
     return profile, version, scales
+
+
+def scales_from_metrics(text: str, models: Collection[str], where: str) -> tuple[int, Scales]:
+    """(version, per-model scales) from a replica's ``/metrics`` text (Prometheus' text format:
+    ``rlsched_calibration_version`` and ``rlsched_calibration_scale{model_name, term}``; a term not exported is 1).
+    ``model_name`` is the name vLLM serves the model by: a profile model of that name, else the one model of a
+    one-model profile (``models``); ``ConfigError`` naming ``where`` for metrics of no calibration, a served
+    model the profile cannot be told to hold, or a scale ``check_scales`` refuses."""
+    versions: dict[str, int] = {}
+    values: dict[str, dict[str, str]] = {}
+    for m in METRIC_SAMPLE.finditer(text):
+        labels = dict(METRIC_LABEL.findall(m["labels"]))
+        served = labels.get("model_name", "")
+        if m["name"] == "rlsched_calibration_version":
+            versions[served] = int(float(m["value"])) if NUMBER.fullmatch(m["value"]) else 0
+        elif labels.get("term") in TERMS:
+            values.setdefault(served, {})[labels["term"]] = m["value"]
+    calibrated = {served: terms for served, terms in values.items() if versions.get(served, 0) > 0}
+    if not calibrated:
+        raise ConfigError(where, "no rlsched_calibration_scale of a calibration version above 0 (the profile was "
+                                 "never moved, or these are not an rlsched replica's metrics)")
+    scales: Scales = {}
+    for served, terms in calibrated.items():
+        model = _profile_model(served, models, where)
+        scales[model] = check_scales(model, [terms.get(t, "1") for t in TERMS], where)
+    return max(versions[served] for served in calibrated), scales
+
+
+def _profile_model(served: str, models: Collection[str], where: str) -> str:
+    if served in models:
+        return served
+    if len(models) == 1:
+        return next(iter(models))
+    raise ConfigError(where, f"served model {served!r} is none of the profile's models {sorted(models)}: give its "
+                             "scales by hand (--scales MODEL=...)")
 
 
 def parse_scales(text: str, where: str) -> Scales:
@@ -158,4 +198,4 @@ def _round(x: float) -> float:
 
 
 __all__ = ["HIGHS", "LOG_LINE", "TERMS", "calibrated_profile", "check_scales", "parse_scales", "render",
-           "scales_from_log"]
+           "scales_from_log", "scales_from_metrics"]

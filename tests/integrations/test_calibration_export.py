@@ -4,16 +4,22 @@ the line back (issue 46: the line and the gauge carried time, attention, memory 
 
 from __future__ import annotations
 
+import http.server
 import logging
+import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 prom = pytest.importorskip("prometheus_client")
 
+from rlsched.cli import main  # noqa: E402
 from rlsched.integrations.vllm_omni.batch_clock import BatchClock  # noqa: E402
 from rlsched.integrations.vllm_omni.metrics import PluginMetrics  # noqa: E402
 from rlsched.profiling.calibrated import scales_from_log  # noqa: E402
+from rlsched.sim.cost import load_profile  # noqa: E402
+from rlsched.sim.truth import rescaled  # noqa: E402
 
 PROFILE = "qwen-image-h200-vllm-omni"
 
@@ -46,3 +52,33 @@ def test_the_gauge_has_a_label_per_term_one_when_not_published() -> None:
                    "comm": 1.0}
     clock.metrics.set_calibration(3, (1.1, 1.0, 1.0))  # a later version of the profile's form: the terms back to 1
     assert clock.metrics.sample("rlsched_calibration_scale", {"term": "decode"}) == 1.0
+
+
+def test_profile_calibrate_reads_the_gauges_from_the_metrics_endpoint(tmp_path: Path) -> None:
+    """What the plugin exports, served over HTTP as a replica's /metrics, is what ``--metrics`` writes."""
+    scales = (1.3, 1.02, 1.0, 0.5, 1.0, 2.0, 1.5)
+    clock, st = _clock_of(scales)
+    clock.calibrated(st)
+    body = prom.generate_latest(clock.metrics.registry)
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url, out = f"http://127.0.0.1:{server.server_port}/metrics", tmp_path / "cal.yaml"
+        assert main(["profile", "calibrate", "--metrics", url, "--profile", PROFILE, "--out", str(out)]) == 0
+    finally:
+        server.shutdown()
+    want = rescaled(load_profile(PROFILE), {"qwen-image": scales}, "check").model("qwen-image")
+    written = load_profile(out)
+    assert written.model("qwen-image").decode_s_per_mpx == pytest.approx(want.decode_s_per_mpx, rel=1e-5)
+    assert written.sources[-1].endswith(f"version 2 of {PROFILE} (rlsched plugin), from {url}; form terms refit: "
+                                        "fixed, decode, comm")

@@ -10,7 +10,7 @@ import pytest
 
 from rlsched.cli import main
 from rlsched.errors import ConfigError
-from rlsched.profiling.calibrated import calibrated_profile, parse_scales, scales_from_log
+from rlsched.profiling.calibrated import calibrated_profile, parse_scales, scales_from_log, scales_from_metrics
 from rlsched.sim.cost import load_profile, profile_from_dict
 from rlsched.sim.truth import MEMORY_TERMS, SP_TIME_TERMS, TIME_TERMS, rescaled
 
@@ -79,3 +79,52 @@ def test_a_bad_form_term_in_a_log_names_the_line_and_the_term() -> None:
     log = "INFO start\nINFO " + NEW.format(p=PROFILE).replace("decode x2.000", "decode x99")
     with pytest.raises(ConfigError, match=r"^server.log:2: qwen-image: decode scale '99' must be a number >= 0.0625"):
         scales_from_log(log, "server.log")
+
+
+METRICS = """# HELP rlsched_calibration_version Online calibration's version of the cost profile (0: as shipped)
+# TYPE rlsched_calibration_version gauge
+rlsched_calibration_version{model_name="Qwen/Qwen-Image"} 2.0
+# TYPE rlsched_calibration_scale gauge
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="time"} 1.3
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="attention"} 1.02
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="memory"} 1.0
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="fixed"} 0.5
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="encode"} 1.0
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="decode"} 2.0
+rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="comm"} 1.5
+"""
+"""A replica's /metrics as prometheus_client writes it, serving Qwen-Image by its Hugging Face name."""
+
+
+def test_calibrate_from_a_replicas_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert scales_from_metrics(METRICS, ["qwen-image"], "m") == (2, {"qwen-image": FULL})
+    (tmp_path / "metrics.txt").write_text(METRICS)
+    out = tmp_path / "cal.yaml"
+    assert main(["profile", "calibrate", "--metrics", str(tmp_path / "metrics.txt"), "--profile", PROFILE,
+                 "--out", str(out)]) == 0
+    written, shipped = load_profile(out).model("qwen-image"), load_profile(PROFILE).model("qwen-image")
+    assert written.decode_s_per_mpx == pytest.approx(shipped.decode_s_per_mpx * 2.6, rel=1e-5)
+    assert load_profile(out).sources[-1] == (f"online calibration version 2 of {PROFILE} (rlsched plugin), from "
+                                             f"{tmp_path / 'metrics.txt'}; form terms refit: fixed, decode, comm")
+
+
+def test_metrics_of_no_calibration_or_another_model_are_refused(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    never = METRICS.replace("} 2.0", "} 0.0")
+    with pytest.raises(ConfigError, match="^m: ") as err:
+        scales_from_metrics(never, ["qwen-image"], "m")
+    assert ("no rlsched_calibration_scale of a calibration version above 0 (the profile was never moved, or these "
+            "are not an rlsched replica's metrics)") in str(err.value)
+    with pytest.raises(ConfigError, match=r"^m: served model 'Qwen/Qwen-Image' is none of the profile's models "
+                                          r"\['a', 'b'\]: give its scales by hand \(--scales MODEL=\.\.\.\)"):
+        scales_from_metrics(METRICS, ["a", "b"], "m")
+    with pytest.raises(ConfigError, match="^m: qwen-image: decode scale '0' must be a number"):
+        scales_from_metrics(METRICS.replace('term="decode"} 2.0', 'term="decode"} 0'), ["qwen-image"], "m")
+    out = tmp_path / "cal.yaml"
+    assert main(["profile", "calibrate", "--metrics", "x.txt", "--out", str(out)]) == 2
+    assert "--profile: --metrics needs the profile the replica serves (its metrics do not name it)" in (
+        capsys.readouterr().err)
+    assert main(["profile", "calibrate", "--metrics", "http://127.0.0.1:1/metrics", "--profile", PROFILE,
+                 "--out", str(out)]) == 2
+    assert "--metrics http://127.0.0.1:1/metrics: cannot read the metrics endpoint: " in capsys.readouterr().err
+    assert not out.exists()

@@ -61,7 +61,8 @@ def test_scales_by_hand_and_every_refusal_names_its_input(tmp_path, capsys) -> N
         calibrated_profile(PROFILE, {"wan": (1.0, 1.0, 1.0)}, "x")
     capsys.readouterr()
     assert main(["profile", "calibrate", "--out", str(out)]) != 0
-    assert "--log/--scales: give one: the server log the plugin wrote, or the scales" in capsys.readouterr().err
+    assert ("--log/--metrics/--scales: give one: the server log the plugin wrote, a replica's metrics, or the scales"
+            in capsys.readouterr().err)
     assert main(["profile", "calibrate", "--scales", "qwen-image=1,1", "--out", str(out)]) != 0
     assert "--profile: --scales needs the profile they apply to" in capsys.readouterr().err
 
