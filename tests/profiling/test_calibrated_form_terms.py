@@ -96,7 +96,7 @@ rlsched_calibration_scale{model_name="Qwen/Qwen-Image",term="comm"} 1.5
 """A replica's /metrics as prometheus_client writes it, serving Qwen-Image by its Hugging Face name."""
 
 
-def test_calibrate_from_a_replicas_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_from_a_replicas_metrics(tmp_path: Path) -> None:
     assert scales_from_metrics(METRICS, ["qwen-image"], "m") == (2, {"qwen-image": FULL})
     (tmp_path / "metrics.txt").write_text(METRICS)
     out = tmp_path / "cal.yaml"
