@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if i % 100 == 0 or i == len(tasks):
             print(f"{i}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    command = ("python scripts/belief_harm.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    command = ("python scripts/belief_harm.py " + shlex.join(argv if argv is not None else sys.argv[1:])).strip()
     meta = {"seeds": seeds, "loads": loads, "command": " && ".join(filter(None, (before.get("command"), command))),
             "wall_s": before.get("wall_s", 0.0) + time.perf_counter() - t0,
             "truths": {k: truth_dict(v) for k, v in TRUTHS.items()}}

@@ -41,7 +41,7 @@ profile (a ridge prior of weight ``prior`` — a fiftieth of one batch's evidenc
 only what the batches cannot tell apart — pulls every other term's scale to the time scale, and
 ``ANCHOR`` of it the time scale to 1; with an attention ×2 truth, a prior of 0.1 took up to 232 batches on
 ``default`` and 533 per replica on ``qwen-image-8gpu`` to come within 5 % for good, since most batches there
-hold little attention; 0.02 took 31 and 108 with the two scales, 173 and 501 (6 of 175 runs never) since the
+hold little attention; 0.02 took 31 and 108 with the two scales, 150 and 543 (3 of 175 runs never) since the
 fixed scale joined them (``scripts/belief_harm.py``) — its decisions within 2 points of the true profile's
 all the same — and with 5 % noise on every duration fits four shapes as well as 0.1; one shape is left to
 the prior at any weight), and quiet: a model's scales move only after ``min_batches``
