@@ -187,6 +187,7 @@ class Simulator:
         out = self.queue.release(ids)
         for rec in out:
             del self.records[rec.request.id]
+        self.queue.compact()
         self._idle_until_event = False
         return out
 

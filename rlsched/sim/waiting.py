@@ -69,10 +69,11 @@ class Waiting:
         return rec
 
     def release(self, ids: Iterable[int]) -> list[RequestRecord]:
-        """``pop`` each of ``ids``; each must be waiting (``InvalidDecision``)."""
+        """``take`` each of ``ids`` (counted towards ``compact``: a central queue's views lose every request
+        this way); each must be waiting (``InvalidDecision``)."""
         out = []
         for rid in ids:
-            rec = self.pop(rid)
+            rec = self.take(rid)
             if rec is None:
                 raise InvalidDecision(f"request {rid} is not waiting here")
             out.append(rec)

@@ -84,6 +84,18 @@ def test_compacting_the_waiting_queue_keeps_its_order() -> None:
     assert queue.waiting is not before and list(queue.waiting) == list(range(3, 3000, 2))
 
 
+def test_a_central_view_that_only_hands_requests_out_compacts_its_queue() -> None:
+    """Caught: ``release`` left uncounted, so a late-binding hub (a ``Simulator`` whose requests all leave by
+    ``release``) kept every handed-out request's slot for the whole run."""
+    hub = Simulator([make_request(i, 0.0) for i in range(3000)], COST, ServingConfig())
+    hub.advance_to_next_decision()
+    before = hub.waiting
+    hub.release(range(0, 3000, 2))
+    assert hub.waiting is before  # 1,500 handed out, 1,500 left: not yet more gone than left
+    hub.release([1])
+    assert hub.waiting is not before and list(hub.waiting) == list(range(3, 3000, 2))
+
+
 def test_the_device_reports_a_new_calibration_once_and_checks_memory_only_when_told() -> None:
     """Caught: ``newer`` handing the same version twice (every callback would re-rank twice), or a memory
     check cutting a batch the simulator was told not to check."""
