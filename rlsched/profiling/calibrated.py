@@ -25,16 +25,13 @@ from typing import Any
 import yaml
 
 from rlsched.errors import ConfigError
-from rlsched.routing.views import MEMORY_HIGH, SCALE_HIGH, SCALE_LOW
+from rlsched.routing.views import SCALE_HIGHS as HIGHS
+from rlsched.routing.views import SCALE_LOW
 from rlsched.sim.cost import PROFILE_DIR, ModelCost, profile_from_dict
 from rlsched.sim.truth import FORM_TERMS, MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS, rescaled
+from rlsched.sim.truth import SCALE_TERMS as TERMS
 from rlsched.sim.yamlio import read_yaml
 
-TERMS = ("time", "attention", "memory", *FORM_TERMS)
-"""A scale tuple's terms in order (``CostCalibrator.scales``, ``rescaled``; the quadratic scale is logged as
-``attention``)."""
-HIGHS = (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, *(SCALE_HIGH,) * len(FORM_TERMS))
-"""Each term's upper bound: what a router accepts of a replica's published calibration."""
 LOG_LINE = re.compile(r"rlsched: cost profile (?P<profile>\S+) calibrated, version (?P<version>\d+): (?P<model>\S+) "
                       r"time x(?P<time>[0-9.]+), attention x(?P<attention>[0-9.]+), memory x(?P<memory>[0-9.]+)"
                       + "".join(rf"(?:, {t} x(?P<{t}>[0-9.]+))?" for t in FORM_TERMS))

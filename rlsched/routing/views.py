@@ -66,7 +66,7 @@ from rlsched.sim.online import HIGH, LOW, ROOM_HIGH, refresh
 from rlsched.sim.request import Request, RequestRecord
 from rlsched.sim.simulator import ServingConfig
 from rlsched.sim.stage import Router, simulated
-from rlsched.sim.truth import rescaled
+from rlsched.sim.truth import FORM_TERMS, rescaled
 from rlsched.sim.view import DEQUEUED, ENGINE_KEEP, ENQUEUED, Hook, Journal, StageView
 
 INF = math.inf
@@ -84,6 +84,8 @@ SCALE_LOW, SCALE_HIGH = LOW / HIGH, HIGH / LOW
 """Bounds of a published time or attention scale (the attention scale is a ratio of two calibrated ones)."""
 MEMORY_HIGH = HIGH * ROOM_HIGH
 """Upper bound of a published memory scale: a fitted one times the device's room (``observe_capacity``)."""
+SCALE_HIGHS = (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, *(SCALE_HIGH,) * len(FORM_TERMS))
+"""Upper bound of each entry of a published scale tuple (``rlsched.sim.truth.SCALE_TERMS``)."""
 SILENCE_S = 30.0
 """Default bound on a replica's silence past its predicted end, in the router's (profile) seconds."""
 VIEWS = ("engine", "ledger", "replica")
@@ -150,9 +152,10 @@ def _calibration(raw: Any) -> Calibration:
         raise StateError(f"state.cal.scales: a mapping of at most {MAX_CALIBRATED_MODELS} models expected")
     out = []
     for model, values in scales.items():
-        if not isinstance(model, str) or not isinstance(values, (list, tuple)) or not 3 <= len(values) <= 7 or not all(
+        if not isinstance(model, str) or not isinstance(values, (list, tuple)) \
+                or not 3 <= len(values) <= len(SCALE_HIGHS) or not all(
                 not isinstance(v, bool) and isinstance(v, (int, float)) and SCALE_LOW <= v <= high
-                for v, high in zip(values, (SCALE_HIGH, SCALE_HIGH, MEMORY_HIGH, *(SCALE_HIGH,) * 4))):
+                for v, high in zip(values, SCALE_HIGHS)):
             raise StateError(f"state.cal.scales: MODEL: [time, quadratic, memory(, fixed, encode, decode, comm)], "
                              f"each at least "
                              f"{SCALE_LOW:g} and at most {SCALE_HIGH:g} ({MEMORY_HIGH:g} for memory), expected, not "

@@ -63,6 +63,9 @@ SP_TIME_TERMS = ("ulysses_comm_s_per_mtok", "ulysses_sync_s_per_degree", "ring_c
 FORM_TERMS = ("fixed", "encode", "decode", "comm")
 """The parts of a model's time that a scale tuple may scale once more, after ``(time, quadratic, memory)``
 (``rescaled``; the calibration's form terms)."""
+SCALE_TERMS = ("time", "attention", "memory", *FORM_TERMS)
+"""A scale tuple's entries by the names the plugin's log line and ``rlsched_calibration_scale`` give them
+(``rescaled``'s quadratic scale is ``attention``)."""
 FIXED_TERMS = ("floor_s", "a_s")
 """A step's terms that do not grow with its tokens (what the calibration's ``fixed`` scale multiplies)."""
 MEMORY_TERMS = ("act_gb_per_ktok", "vae_gb_per_mpx")
@@ -203,5 +206,5 @@ def _scaled_cfg(cfg: CFGCost, time: float) -> CFGCost:
                                link_gb_s=cfg.link_gb_s / time if time > 0 else math.inf)  # time 0: no exchange
 
 
-__all__ = ["BELIEFS", "EXACT", "FIXED_TERMS", "FORM_TERMS", "MEMORY_TERMS", "SP_TIME_TERMS", "STEP_TERMS",
-           "TIME_TERMS", "Truth", "decided_on", "rescaled", "scaled"]
+__all__ = ["BELIEFS", "EXACT", "FIXED_TERMS", "FORM_TERMS", "MEMORY_TERMS", "SCALE_TERMS", "SP_TIME_TERMS",
+           "STEP_TERMS", "TIME_TERMS", "Truth", "decided_on", "rescaled", "scaled"]

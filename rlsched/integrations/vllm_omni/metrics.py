@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlsched.sim.request import PRIORITY_CLASSES
-from rlsched.sim.truth import FORM_TERMS
+from rlsched.sim.truth import SCALE_TERMS
 
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 2.5e-3, 5e-3, 1e-2)
 """Seconds of one decision; 2 ms and 5 ms are the default budgets (router / central, engine): the share of
@@ -60,9 +60,6 @@ RATIO_BUCKETS = tuple(round(2 ** (k / 4), 3) for k in range(-8, 9))
 """Observed / predicted batch seconds: 0.25 .. 4, four buckets per doubling, 1 among them."""
 GIB = 1024**3
 """Bytes per GB as telemetry reports memory (``NvmlTelemetry``: GiB)."""
-SCALE_TERMS = ("time", "attention", "memory", *FORM_TERMS)
-"""``rlsched_calibration_scale``'s ``term`` labels, in the order of a calibration's scales (``CostCalibrator.scales``;
-each form term scales its part once more over ``time``, ``rlsched.sim.truth.rescaled``)."""
 
 _prom: Any
 try:
