@@ -19,7 +19,6 @@ import copy
 import math
 import re
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,7 +26,7 @@ import yaml
 from rlsched.errors import ConfigError
 from rlsched.routing.views import SCALE_HIGHS as HIGHS
 from rlsched.routing.views import SCALE_LOW
-from rlsched.sim.cost import PROFILE_DIR, ModelCost, profile_from_dict
+from rlsched.sim.cost import ModelCost, profile_from_dict, profile_path
 from rlsched.sim.truth import FORM_TERMS, MEMORY_TERMS, SP_TIME_TERMS, STEP_TERMS, TIME_TERMS, rescaled
 from rlsched.sim.truth import SCALE_TERMS as TERMS
 from rlsched.sim.yamlio import read_yaml
@@ -145,9 +144,7 @@ def calibrated_profile(profile: str, scales: Scales, provenance: str) -> dict[st
     """The profile file's data (``profile``: a shipped name or a path) with each model's coefficients those of
     ``rescaled(profile, scales)`` (module docstring); ``ConfigError`` for a model the profile does not hold or a
     result that is not a profile."""
-    path = Path(profile)
-    if not path.suffix:
-        path = PROFILE_DIR / f"{profile}.yaml"
+    path = profile_path(profile)  # as load_profile finds it
     data = copy.deepcopy(read_yaml(path))
     models = data.get("models", {})
     for name in scales:

@@ -455,11 +455,16 @@ class CostModel:
         return rec.encode_s + req.num_inference_steps * self.batch_step_time_sp([rec], layout) + rec.decode_s
 
 
-def load_profile(name_or_path: str | Path) -> CostModel:
-    """Load ``envs/profiles/NAME.yaml`` or a path to a profile file (errors name file, line and key); a
-    shipped ``envs/profiles/…`` path is found from any folder (``shipped_path``), as ``deploy`` writes it."""
+def profile_path(name_or_path: str | Path) -> Path:
+    """The file of a profile given by name (``envs/profiles/NAME.yaml``) or by path; a shipped
+    ``envs/profiles/…`` path is found from any folder (``shipped_path``), as ``deploy`` writes it."""
     path = Path(name_or_path)
-    path = PROFILE_DIR / f"{name_or_path}.yaml" if not path.suffix else shipped_path(path)
+    return PROFILE_DIR / f"{name_or_path}.yaml" if not path.suffix else shipped_path(path)
+
+
+def load_profile(name_or_path: str | Path) -> CostModel:
+    """Load a profile by name or path (``profile_path``; errors name file, line and key)."""
+    path = profile_path(name_or_path)
     input_file(path, "profile file")
     data, line_of = read_yaml_lines(path)
     return profile_from_dict(data, str(path), line_of)
